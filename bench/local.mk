@@ -1,0 +1,1 @@
+# bench fragment, included by the top Makefile.am

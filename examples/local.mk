@@ -1,0 +1,1 @@
+# examples fragment, included by the top Makefile.am

@@ -1,0 +1,249 @@
+/*
+ * shmap.h - per-device (SPMD) programming over a named device mesh, in the
+ * style of JAX's shard_map, with simulated devices that share memory.
+ *
+ * Every function returning int returns 0 on success and a negative SHMAP_E*
+ * code on failure; shmap_errmsg() then gives a detailed message for the
+ * calling thread.  Each function's full contract is in its man page.
+ */
+#ifndef SHMAP_H
+#define SHMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(SHMAP_BUILDING) && defined(__GNUC__)
+#define SHMAP_EXTERN __attribute__((visibility("default")))
+#else
+#define SHMAP_EXTERN
+#endif
+
+#if defined(__GNUC__)
+#define SHMAP_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define SHMAP_PRINTF(a, b)
+#endif
+
+#define SHMAP_VERSION_MAJOR 0
+#define SHMAP_VERSION_MINOR 1
+#define SHMAP_VERSION_PATCH 0
+
+/* Largest array rank and largest number of mesh axes. */
+#define SHMAP_MAX_RANK 8
+#define SHMAP_MAX_AXES 8
+/* Largest number of devices in one mesh. */
+#define SHMAP_MAX_DEVICES 4096
+
+/* ---- errors ------------------------------------------------------------ */
+
+enum {
+  SHMAP_OK = 0,
+  SHMAP_EINVAL = -1,       /* invalid argument (NULL, out of range, ...) */
+  SHMAP_ENOMEM = -2,       /* out of memory */
+  SHMAP_ESYNTAX = -3,      /* mesh or spec text does not parse */
+  SHMAP_EAXIS = -4,        /* unknown, duplicate or misplaced axis name */
+  SHMAP_ESHAPE = -5,       /* rank, divisibility or shape rule broken */
+  SHMAP_EDTYPE = -6,       /* dtype not allowed here */
+  SHMAP_EBODY = -7,        /* a body returned an error */
+  SHMAP_EMISMATCH = -8,    /* devices disagree (outputs or collective calls) */
+  SHMAP_EREPLICATION = -9, /* untiled output differs along an unnamed axis */
+  SHMAP_ECANCELED = -10,   /* released because another device failed */
+  SHMAP_ESTATE = -11,      /* call not allowed here (outside a body, ...) */
+  SHMAP_ESYS = -12         /* operating system refused (threads, ...) */
+};
+
+/* Short constant description of an error code ("invalid argument"). */
+SHMAP_EXTERN const char *shmap_strerror(int code);
+/* Detailed message for the last error of the calling thread, or "". */
+SHMAP_EXTERN const char *shmap_errmsg(void);
+
+/* ---- dtypes ------------------------------------------------------------ */
+
+typedef enum shmap_dtype {
+  SHMAP_F32 = 0,
+  SHMAP_F64 = 1,
+  SHMAP_I32 = 2,
+  SHMAP_I64 = 3
+} shmap_dtype;
+
+/* Size of one element in bytes, or 0 for an invalid dtype. */
+SHMAP_EXTERN size_t shmap_dtype_size(shmap_dtype dtype);
+/* "f32", "f64", "i32", "i64", or "invalid". */
+SHMAP_EXTERN const char *shmap_dtype_name(shmap_dtype dtype);
+
+/* ---- mesh -------------------------------------------------------------- */
+
+typedef struct shmap_mesh shmap_mesh;
+
+/* Create a mesh from text such as "i=4, j=2".  Axis names are identifiers. */
+SHMAP_EXTERN int shmap_mesh_create(shmap_mesh **mesh, const char *text);
+/* Create a mesh from arrays of axis names and sizes. */
+SHMAP_EXTERN int shmap_mesh_create_axes(shmap_mesh **mesh, int naxes,
+                                        const char *const names[],
+                                        const int sizes[]);
+/* Stop the mesh's device threads and free it.  NULL is ignored. */
+SHMAP_EXTERN void shmap_mesh_destroy(shmap_mesh *mesh);
+
+SHMAP_EXTERN int shmap_mesh_naxes(const shmap_mesh *mesh);
+SHMAP_EXTERN int shmap_mesh_ndevices(const shmap_mesh *mesh);
+/* Name of axis number `axis`, or NULL when out of range. */
+SHMAP_EXTERN const char *shmap_mesh_axis_name(const shmap_mesh *mesh, int axis);
+/* Size of axis number `axis`, or SHMAP_EINVAL when out of range. */
+SHMAP_EXTERN int shmap_mesh_axis_size(const shmap_mesh *mesh, int axis);
+/* Number of the axis called `name`, or SHMAP_EAXIS. */
+SHMAP_EXTERN int shmap_mesh_axis_find(const shmap_mesh *mesh,
+                                      const char *name);
+/* Coordinates of a device (one per axis, row-major numbering). */
+SHMAP_EXTERN int shmap_mesh_device_coords(const shmap_mesh *mesh, int device,
+                                          int coords[]);
+/* Device number of the given coordinates, or a negative error. */
+SHMAP_EXTERN int shmap_mesh_device_id(const shmap_mesh *mesh,
+                                      const int coords[]);
+
+/* ---- partition specs --------------------------------------------------- */
+
+/*
+ * Specs are text: JAX's form as written, P('i', ('j','k'), None), or the
+ * short form i, (j,k), None.  "" and "P()" mean fully unsplit.
+ * Check a spec against a mesh and an array rank (and, when shape is not
+ * NULL, the divisibility of each dimension).
+ */
+SHMAP_EXTERN int shmap_spec_check(const shmap_mesh *mesh, const char *spec,
+                                  int rank, const int64_t shape[]);
+
+/* ---- global arrays ----------------------------------------------------- */
+
+typedef struct shmap_array shmap_array;
+
+/* Copy `data` (row-major, `shape`, `dtype`) into a new global array. */
+SHMAP_EXTERN int shmap_array_from_host(shmap_array **array, shmap_dtype dtype,
+                                       int rank, const int64_t shape[],
+                                       const void *data);
+/* Copy the whole array to `data` (row-major). */
+SHMAP_EXTERN int shmap_array_to_host(const shmap_array *array, void *data);
+SHMAP_EXTERN void shmap_array_destroy(shmap_array *array);
+SHMAP_EXTERN shmap_dtype shmap_array_dtype(const shmap_array *array);
+SHMAP_EXTERN int shmap_array_rank(const shmap_array *array);
+/* Pointer to `rank` dimension sizes, valid while the array lives. */
+SHMAP_EXTERN const int64_t *shmap_array_shape(const shmap_array *array);
+/* Number of elements. */
+SHMAP_EXTERN int64_t shmap_array_numel(const shmap_array *array);
+
+/* ---- blocks ------------------------------------------------------------ */
+
+/*
+ * A block is one device's local piece of an array.  The library hands out
+ * blocks it owns; a body may also describe memory of its own with a block
+ * (e.g. a stack buffer) and pass it to a collective.
+ */
+typedef struct shmap_block {
+  void *data;
+  shmap_dtype dtype;
+  int rank;
+  int64_t shape[SHMAP_MAX_RANK];
+} shmap_block;
+
+SHMAP_EXTERN int64_t shmap_block_numel(const shmap_block *block);
+SHMAP_EXTERN size_t shmap_block_nbytes(const shmap_block *block);
+
+/* ---- the map ----------------------------------------------------------- */
+
+typedef struct shmap_ctx shmap_ctx;
+/* A body runs once per device; 0 means success, anything else failure. */
+typedef int (*shmap_body_fn)(shmap_ctx *ctx, void *arg);
+
+/* Flags for shmap_map_flags(). */
+#define SHMAP_NO_CHECK_REP 0x1u /* skip the replication check of outputs */
+
+/*
+ * Run `body` once per device of `mesh`, eagerly and concurrently.  Input k
+ * is split by in_specs[k]; each device declares its output blocks with
+ * shmap_out(), and output k is assembled by out_specs[k] into a new array
+ * stored in out[k] (the caller destroys it).  On failure no output is set.
+ */
+SHMAP_EXTERN int shmap_map(shmap_mesh *mesh, shmap_body_fn body, void *arg,
+                           int nin, shmap_array *const in[],
+                           const char *const in_specs[], int nout,
+                           shmap_array *out[], const char *const out_specs[]);
+SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
+                                 void *arg, int nin, shmap_array *const in[],
+                                 const char *const in_specs[], int nout,
+                                 shmap_array *out[],
+                                 const char *const out_specs[],
+                                 unsigned flags);
+
+/* ---- inside a body ----------------------------------------------------- */
+
+/* Device number, and the mesh the map runs on. */
+SHMAP_EXTERN int shmap_ctx_device(const shmap_ctx *ctx);
+SHMAP_EXTERN const shmap_mesh *shmap_ctx_mesh(const shmap_ctx *ctx);
+
+/* This device's block of input k (a private copy; NULL on error). */
+SHMAP_EXTERN const shmap_block *shmap_in(shmap_ctx *ctx, int k);
+/* Declare output k as a new block of the given dtype and shape (NULL on
+ * error).  Its contents start as zeros. */
+SHMAP_EXTERN shmap_block *shmap_out(shmap_ctx *ctx, int k, shmap_dtype dtype,
+                                    int rank, const int64_t shape[]);
+/* Declare output k as a copy of `src` and return it (NULL on error). */
+SHMAP_EXTERN shmap_block *shmap_out_copy(shmap_ctx *ctx, int k,
+                                         const shmap_block *src);
+/* Declare output k as `block`: a block from shmap_block_alloc() or from a
+ * shape-changing collective is taken over without copying, any other block
+ * is copied. */
+SHMAP_EXTERN int shmap_out_set(shmap_ctx *ctx, int k, shmap_block *block);
+
+/* Scratch block owned by this device until the map returns (zeroed). */
+SHMAP_EXTERN shmap_block *shmap_block_alloc(shmap_ctx *ctx, shmap_dtype dtype,
+                                            int rank, const int64_t shape[]);
+/* Free a block from shmap_block_alloc() or a collective before the map
+ * returns.  Other blocks are an error. */
+SHMAP_EXTERN int shmap_block_free(shmap_ctx *ctx, shmap_block *block);
+
+/* Fail the body with a message: `return shmap_fail(ctx, "...", ...);`.
+ * Returns SHMAP_EBODY. */
+SHMAP_EXTERN int shmap_fail(shmap_ctx *ctx, const char *fmt, ...)
+    SHMAP_PRINTF(2, 3);
+
+/* ---- collectives (inside a body) --------------------------------------- */
+
+/*
+ * `axes` names one mesh axis ("j") or an ordered group ("('i','j')" or
+ * "i,j").  The group of a device is every device that shares its
+ * coordinates on the other axes; its rank is row-major over `axes`.
+ */
+SHMAP_EXTERN int shmap_axis_index(shmap_ctx *ctx, const char *axes);
+SHMAP_EXTERN int shmap_axis_size(shmap_ctx *ctx, const char *axes);
+
+/* Elementwise reductions over the group, in place, in rank order. */
+SHMAP_EXTERN int shmap_psum(shmap_ctx *ctx, shmap_block *x, const char *axes);
+SHMAP_EXTERN int shmap_pmax(shmap_ctx *ctx, shmap_block *x, const char *axes);
+SHMAP_EXTERN int shmap_pmin(shmap_ctx *ctx, shmap_block *x, const char *axes);
+/* psum divided by the group size; float dtypes only. */
+SHMAP_EXTERN int shmap_pmean(shmap_ctx *ctx, shmap_block *x, const char *axes);
+
+/* Shape-changing collectives store a new block, owned by the device until
+ * the map returns (or shmap_block_free()), in *out. */
+SHMAP_EXTERN int shmap_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
+                                    const char *axes, int scatter_dimension,
+                                    int tiled, shmap_block **out);
+SHMAP_EXTERN int shmap_all_gather(shmap_ctx *ctx, const shmap_block *x,
+                                  const char *axes, int axis, int tiled,
+                                  shmap_block **out);
+SHMAP_EXTERN int shmap_all_to_all(shmap_ctx *ctx, const shmap_block *x,
+                                  const char *axes, int split_axis,
+                                  int concat_axis, int tiled,
+                                  shmap_block **out);
+/* out[dst] = x[src] for each (src, dst) rank pair, in place; a device that
+ * is nobody's destination gets zeros. */
+SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,
+                                const char *axes, int npairs,
+                                const int pairs[][2]);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SHMAP_H */

@@ -1,0 +1,1 @@
+# man fragment, included by the top Makefile.am

@@ -1,0 +1,164 @@
+/*
+ * internal.h - declarations shared between the library's own files (and its
+ * unit tests).  Nothing here is part of the public API; every name carries
+ * the shmap__ prefix.
+ */
+#ifndef SHMAP_INTERNAL_H
+#define SHMAP_INTERNAL_H
+
+#include "config.h"
+
+#include <shmap.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __GNUC__
+#define SHMAP__PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define SHMAP__PRINTF(a, b)
+#endif
+
+/* Longest axis name (including the terminating NUL). */
+#define SHMAP__NAME_MAX 32
+/* Longest detailed error message. */
+#define SHMAP__MSG_MAX 1024
+
+/* ---- error.c ----------------------------------------------------------- */
+
+/* Set the calling thread's detailed message and return `code`. */
+int shmap__err(int code, const char *fmt, ...) SHMAP__PRINTF(2, 3);
+int shmap__verr(int code, const char *fmt, va_list ap);
+/* Copy a finished message into the calling thread's buffer. */
+void shmap__err_set(const char *msg);
+/* The calling thread's message buffer (SHMAP__MSG_MAX bytes). */
+char *shmap__errbuf(void);
+/* Append printf-style text to buf (of size n) at its current end. */
+void shmap__cat(char *buf, size_t n, const char *fmt, ...) SHMAP__PRINTF(3, 4);
+
+/* ---- mesh.c ------------------------------------------------------------ */
+
+struct shmap__runtime;
+
+struct shmap_mesh {
+  int naxes;
+  int ndev;
+  char names[SHMAP_MAX_AXES][SHMAP__NAME_MAX];
+  int sizes[SHMAP_MAX_AXES];
+  /* Device-number stride of each axis (row-major numbering). */
+  int strides[SHMAP_MAX_AXES];
+  /* Device threads, created by the first map on this mesh. */
+  struct shmap__runtime *rt;
+};
+
+/* Coordinates of `dev` (no checks). */
+void shmap__mesh_coords(const shmap_mesh *mesh, int dev, int coords[]);
+/* "device 3 (i=1, j=1)" into buf. */
+void shmap__mesh_devname(const shmap_mesh *mesh, int dev, char *buf, size_t n);
+/* True when `name` is a valid axis name (identifier, not "None"). */
+bool shmap__valid_axis_name(const char *name, size_t len);
+
+/* ---- spec.c ------------------------------------------------------------ */
+
+/* A spec as parsed from text: names not yet checked against a mesh. */
+typedef struct shmap__pspec {
+  int ndims;
+  int nnames[SHMAP_MAX_RANK];
+  char names[SHMAP_MAX_RANK][SHMAP_MAX_AXES][SHMAP__NAME_MAX];
+} shmap__pspec;
+
+/* A spec resolved against a mesh: mesh axis numbers per entry.  ndims is
+ * the number of entries as written (shorter specs are padded with unsplit
+ * entries by the layout functions). */
+typedef struct shmap__spec {
+  int ndims;
+  int naxes[SHMAP_MAX_RANK];
+  int axes[SHMAP_MAX_RANK][SHMAP_MAX_AXES];
+} shmap__spec;
+
+/* Parse the text form (JAX's P(...) or the short form).  SHMAP_ESYNTAX with
+ * a message naming the column on failure. */
+int shmap__spec_parse(const char *text, shmap__pspec *out);
+/* Parse and resolve against `mesh`: unknown axes and an axis used twice are
+ * SHMAP_EAXIS errors naming the axis and the spec. */
+int shmap__spec_resolve(const shmap_mesh *mesh, const char *text,
+                        shmap__spec *out);
+/* Check a resolved spec against an array: length <= rank, and when shape is
+ * not NULL each dimension divisible by its count.  `what` names the spec
+ * in messages (e.g. "in_specs[1]"). */
+int shmap__spec_fit(const shmap_mesh *mesh, const char *what,
+                    const char *text, const shmap__spec *spec, int rank,
+                    const int64_t shape[]);
+/* Canonical JAX form, e.g. "P('i', ('j', 'k'), None)". */
+void shmap__spec_format(const shmap_mesh *mesh, const shmap__spec *spec,
+                        char *buf, size_t n);
+/* Parse the axes argument of a collective: "j", "('i','j')", "i, j", "()"
+ * or "".  Fills mesh axis numbers in order.  `op` names the collective in
+ * messages. */
+int shmap__axes_parse(const shmap_mesh *mesh, const char *op,
+                      const char *text, int axes[], int *naxes);
+/* "('i', 'j')" or "'j'" for messages. */
+void shmap__axes_format(const shmap_mesh *mesh, const int axes[], int naxes,
+                        char *buf, size_t n);
+
+/* ---- layout.c: pure index math ------------------------------------------ */
+
+int64_t shmap__numel(int rank, const int64_t shape[]);
+/* Row-major strides in elements. */
+void shmap__strides(int rank, const int64_t shape[], int64_t strides[]);
+/* Product of the sizes of the axes in entry d (1 past the spec's end). */
+int64_t shmap__entry_count(const shmap_mesh *mesh, const shmap__spec *spec,
+                           int d);
+/* Block index along entry d of the device at `coords` (row-major over the
+ * entry's axes, first axis major). */
+int64_t shmap__entry_index(const shmap_mesh *mesh, const shmap__spec *spec,
+                           int d, const int coords[]);
+void shmap__block_shape(const shmap_mesh *mesh, const shmap__spec *spec,
+                        int rank, const int64_t gshape[], int64_t bshape[]);
+void shmap__global_shape(const shmap_mesh *mesh, const shmap__spec *spec,
+                         int rank, const int64_t bshape[], int64_t gshape[]);
+/* Element offset of the block of the device at `coords`, per dimension. */
+void shmap__block_offset(const shmap_mesh *mesh, const shmap__spec *spec,
+                         int rank, const int64_t bshape[], const int coords[],
+                         int64_t off[]);
+/* Bit a set for each mesh axis named anywhere in the spec. */
+unsigned shmap__spec_axes_mask(const shmap__spec *spec);
+/* The device with the same coordinates as `dev` on the axes in `mask` and
+ * coordinate 0 on every other axis. */
+int shmap__representative(const shmap_mesh *mesh, unsigned mask, int dev);
+/* Copy an N-d box of `shape` (elements of esize bytes) between two strided
+ * views (strides in elements).  rank 0 copies one element. */
+void shmap__copy_box(void *dst, const int64_t dst_strides[], const void *src,
+                     const int64_t src_strides[], int rank,
+                     const int64_t shape[], size_t esize);
+/* The group of `dev` over `axes` (in order): its members' device numbers in
+ * rank order (when members is not NULL), and its rank.  Returns the group
+ * size. */
+int shmap__group(const shmap_mesh *mesh, const int axes[], int naxes, int dev,
+                 int members[], int *rank);
+
+/* ---- array.c ----------------------------------------------------------- */
+
+struct shmap_array {
+  shmap_dtype dtype;
+  int rank;
+  int64_t shape[SHMAP_MAX_RANK];
+  int64_t numel;
+  void *data; /* row-major, 64-byte aligned */
+};
+
+/* Validate dtype, rank and shape; `what` names the caller in messages. */
+int shmap__check_shape(const char *what, shmap_dtype dtype, int rank,
+                       const int64_t shape[]);
+/* New array with zeroed (zero=true) or uninitialised storage. */
+int shmap__array_new(shmap_array **out, shmap_dtype dtype, int rank,
+                     const int64_t shape[], bool zero);
+/* "f32[2,8]" into buf. */
+void shmap__shape_format(shmap_dtype dtype, int rank, const int64_t shape[],
+                         char *buf, size_t n);
+
+/* 64-byte aligned allocation of n bytes (n may be 0); free with free(). */
+void *shmap__alloc(size_t n, bool zero);
+
+#endif /* SHMAP_INTERNAL_H */

@@ -1,0 +1,23 @@
+# The library.  libshmap_core.la holds every object (tests link it to reach
+# internal functions); libshmap.la is the installed library built from it.
+noinst_LTLIBRARIES += src/libshmap_core.la
+src_libshmap_core_la_SOURCES = \
+	src/error.c \
+	src/mesh.c \
+	src/spec.c \
+	src/layout.c \
+	src/array.c \
+	src/map.c \
+	src/runtime/runtime.c \
+	src/coll/coll.c \
+	src/coll/ops.c
+noinst_HEADERS += src/internal.h src/runtime/runtime.h src/coll/coll.h
+src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(UV_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
+src_libshmap_core_la_LIBADD = $(UV_LIBS)
+
+lib_LTLIBRARIES += src/libshmap.la
+src_libshmap_la_SOURCES =
+# Forces the C linker for a library made only of a convenience library.
+nodist_EXTRA_src_libshmap_la_SOURCES = dummy.c
+src_libshmap_la_LIBADD = src/libshmap_core.la $(UV_LIBS)
+src_libshmap_la_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS) -version-info 0:0:0
