@@ -1,1 +1,65 @@
+/* error.c - error codes, their strings, and the per-thread detailed message. */
 #include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Each thread (user threads and device threads alike) keeps its own last
+ * message, so concurrent callers never see each other's errors. */
+static _Thread_local char errbuf[SHMAP__MSG_MAX];
+
+SHMAP_EXTERN const char *shmap_strerror(int code)
+{
+  switch (code) {
+  case SHMAP_OK: return "success";
+  case SHMAP_EINVAL: return "invalid argument";
+  case SHMAP_ENOMEM: return "out of memory";
+  case SHMAP_ESYNTAX: return "syntax error";
+  case SHMAP_EAXIS: return "bad axis name";
+  case SHMAP_ESHAPE: return "bad shape";
+  case SHMAP_EDTYPE: return "bad dtype";
+  case SHMAP_EBODY: return "body failed";
+  case SHMAP_EMISMATCH: return "devices disagree";
+  case SHMAP_EREPLICATION: return "output not replicated";
+  case SHMAP_ECANCELED: return "canceled because another device failed";
+  case SHMAP_ESTATE: return "not allowed in this state";
+  case SHMAP_ESYS: return "system error";
+  default: return "unknown error code";
+  }
+}
+
+SHMAP_EXTERN const char *shmap_errmsg(void) { return errbuf; }
+
+char *shmap__errbuf(void) { return errbuf; }
+
+int shmap__verr(int code, const char *fmt, va_list ap)
+{
+  vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+  return code;
+}
+
+int shmap__err(int code, const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  shmap__verr(code, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+void shmap__err_set(const char *msg)
+{
+  if (msg != errbuf)
+    snprintf(errbuf, sizeof errbuf, "%s", msg);
+}
+
+void shmap__cat(char *buf, size_t n, const char *fmt, ...)
+{
+  size_t len = strnlen(buf, n);
+  if (len + 1 >= n)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf + len, n - len, fmt, ap);
+  va_end(ap);
+}

@@ -1,1 +1,161 @@
+/* layout.c - the pure index math of splitting, tiling and assembling:
+ * block shapes and offsets, axis groups and ranks, strided box copies.
+ * No threads and no allocation here. */
 #include "internal.h"
+
+#include <string.h>
+
+int64_t shmap__numel(int rank, const int64_t shape[])
+{
+  int64_t n = 1;
+  for (int d = 0; d < rank; d++)
+    n *= shape[d];
+  return n;
+}
+
+void shmap__strides(int rank, const int64_t shape[], int64_t strides[])
+{
+  int64_t s = 1;
+  for (int d = rank - 1; d >= 0; d--) {
+    strides[d] = s;
+    s *= shape[d];
+  }
+}
+
+int64_t shmap__entry_count(const shmap_mesh *mesh, const shmap__spec *spec,
+                           int d)
+{
+  int64_t count = 1;
+  if (d < spec->ndims)
+    for (int k = 0; k < spec->naxes[d]; k++)
+      count *= mesh->sizes[spec->axes[d][k]];
+  return count;
+}
+
+int64_t shmap__entry_index(const shmap_mesh *mesh, const shmap__spec *spec,
+                           int d, const int coords[])
+{
+  int64_t idx = 0;
+  if (d < spec->ndims)
+    for (int k = 0; k < spec->naxes[d]; k++) {
+      int a = spec->axes[d][k];
+      idx = idx * mesh->sizes[a] + coords[a];
+    }
+  return idx;
+}
+
+void shmap__block_shape(const shmap_mesh *mesh, const shmap__spec *spec,
+                        int rank, const int64_t gshape[], int64_t bshape[])
+{
+  for (int d = 0; d < rank; d++)
+    bshape[d] = gshape[d] / shmap__entry_count(mesh, spec, d);
+}
+
+void shmap__global_shape(const shmap_mesh *mesh, const shmap__spec *spec,
+                         int rank, const int64_t bshape[], int64_t gshape[])
+{
+  for (int d = 0; d < rank; d++)
+    gshape[d] = bshape[d] * shmap__entry_count(mesh, spec, d);
+}
+
+void shmap__block_offset(const shmap_mesh *mesh, const shmap__spec *spec,
+                         int rank, const int64_t bshape[], const int coords[],
+                         int64_t off[])
+{
+  for (int d = 0; d < rank; d++)
+    off[d] = shmap__entry_index(mesh, spec, d, coords) * bshape[d];
+}
+
+unsigned shmap__spec_axes_mask(const shmap__spec *spec)
+{
+  unsigned mask = 0;
+  for (int d = 0; d < spec->ndims; d++)
+    for (int k = 0; k < spec->naxes[d]; k++)
+      mask |= 1u << spec->axes[d][k];
+  return mask;
+}
+
+int shmap__representative(const shmap_mesh *mesh, unsigned mask, int dev)
+{
+  int rep = 0;
+  for (int a = 0; a < mesh->naxes; a++)
+    if (mask & (1u << a))
+      rep += dev / mesh->strides[a] % mesh->sizes[a] * mesh->strides[a];
+  return rep;
+}
+
+void shmap__copy_box(void *dst, const int64_t dst_strides[], const void *src,
+                     const int64_t src_strides[], int rank,
+                     const int64_t shape[], size_t esize)
+{
+  if (shmap__numel(rank, shape) == 0)
+    return;
+  /* Merge trailing dimensions that are contiguous in both views, so the
+   * innermost loop is one memcpy of the longest possible run. */
+  int64_t run = 1;
+  int inner = rank;
+  while (inner > 0 && dst_strides[inner - 1] == run &&
+         src_strides[inner - 1] == run) {
+    run *= shape[inner - 1];
+    inner--;
+  }
+  size_t run_bytes = (size_t)run * esize;
+  char *d = dst;
+  const char *s = src;
+  if (inner == 0) {
+    memcpy(d, s, run_bytes);
+    return;
+  }
+  /* The last unmerged dimension is a strided loop of runs; the ones before
+   * it advance like an odometer. */
+  int last = inner - 1;
+  int64_t n = shape[last];
+  int64_t ds = dst_strides[last] * (int64_t)esize;
+  int64_t ss = src_strides[last] * (int64_t)esize;
+  int64_t idx[SHMAP_MAX_RANK] = {0};
+  for (;;) {
+    for (int64_t i = 0; i < n; i++)
+      memcpy(d + i * ds, s + i * ss, run_bytes);
+    int k = last - 1;
+    for (; k >= 0; k--) {
+      idx[k]++;
+      d += dst_strides[k] * (int64_t)esize;
+      s += src_strides[k] * (int64_t)esize;
+      if (idx[k] < shape[k])
+        break;
+      d -= dst_strides[k] * shape[k] * (int64_t)esize;
+      s -= src_strides[k] * shape[k] * (int64_t)esize;
+      idx[k] = 0;
+    }
+    if (k < 0)
+      return;
+  }
+}
+
+int shmap__group(const shmap_mesh *mesh, const int axes[], int naxes, int dev,
+                 int members[], int *rank)
+{
+  /* Base: this device with coordinate 0 on every group axis. */
+  int base = dev, r = 0, n = 1;
+  for (int k = 0; k < naxes; k++) {
+    int a = axes[k];
+    int c = dev / mesh->strides[a] % mesh->sizes[a];
+    base -= c * mesh->strides[a];
+    r = r * mesh->sizes[a] + c;
+    n *= mesh->sizes[a];
+  }
+  if (rank)
+    *rank = r;
+  if (members) {
+    for (int m = 0; m < n; m++) {
+      int rest = m, id = base;
+      for (int k = naxes - 1; k >= 0; k--) {
+        int a = axes[k];
+        id += rest % mesh->sizes[a] * mesh->strides[a];
+        rest /= mesh->sizes[a];
+      }
+      members[m] = id;
+    }
+  }
+  return n;
+}

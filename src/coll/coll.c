@@ -1,1 +1,636 @@
-#include "internal.h"
+/*
+ * coll.c - collectives between the devices of a map.
+ *
+ * Every collective has the same shape:
+ *   1. check the arguments on this device (an error fails the whole map);
+ *   2. arrive: publish a descriptor of the call (kind, axes, dtype, shape,
+ *      dims, pairs, data pointers) and wait until every member of the group
+ *      has published its own call with the same number, then compare: any
+ *      difference is a mismatch that every member detects alike;
+ *   3. move data by reading the peers' buffers directly (one copy);
+ *   4. depart: announce that this device is done reading, and wait until
+ *      every member is, so no buffer changes while a peer still reads it.
+ * Reductions fold the members in rank order, so results are bitwise equal
+ * to a serial left fold whatever the thread timing.
+ */
+#include "coll/coll.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *kind_name(int kind)
+{
+  switch (kind) {
+  case SHMAP__PSUM: return "psum";
+  case SHMAP__PMAX: return "pmax";
+  case SHMAP__PMIN: return "pmin";
+  case SHMAP__PMEAN: return "pmean";
+  case SHMAP__PSUM_SCATTER: return "psum_scatter";
+  case SHMAP__ALL_GATHER: return "all_gather";
+  case SHMAP__ALL_TO_ALL: return "all_to_all";
+  case SHMAP__PPERMUTE: return "ppermute";
+  default: return "?";
+  }
+}
+
+static void call_format(const shmap_mesh *mesh, const shmap__call *c,
+                        char *buf, size_t n)
+{
+  char shape[128], axes[128];
+  shmap__shape_format((shmap_dtype)c->dtype, c->rank, c->shape, shape,
+                      sizeof shape);
+  shmap__axes_format(mesh, c->axes, c->naxes, axes, sizeof axes);
+  snprintf(buf, n, "%s(", kind_name(c->kind));
+  shmap__cat(buf, n, "%s over %s", shape, axes);
+  const char *t = c->tiled ? "tiled" : "untiled";
+  switch (c->kind) {
+  case SHMAP__PSUM_SCATTER:
+    shmap__cat(buf, n, ", scatter_dimension=%d, %s", c->p1, t);
+    break;
+  case SHMAP__ALL_GATHER:
+    shmap__cat(buf, n, ", axis=%d, %s", c->p1, t);
+    break;
+  case SHMAP__ALL_TO_ALL:
+    shmap__cat(buf, n, ", split_axis=%d, concat_axis=%d, %s", c->p1, c->p2, t);
+    break;
+  case SHMAP__PPERMUTE:
+    shmap__cat(buf, n, ", %d pair%s #%016llx", c->npairs,
+               c->npairs == 1 ? "" : "s", (unsigned long long)c->pairs_hash);
+    break;
+  default:
+    break;
+  }
+  shmap__cat(buf, n, ")");
+}
+
+static bool call_equal(const shmap__call *a, const shmap__call *b)
+{
+  return a->kind == b->kind && a->naxes == b->naxes &&
+         memcmp(a->axes, b->axes, (size_t)a->naxes * sizeof a->axes[0]) == 0 &&
+         a->dtype == b->dtype && a->rank == b->rank &&
+         memcmp(a->shape, b->shape, (size_t)a->rank * sizeof a->shape[0]) == 0 &&
+         a->p1 == b->p1 && a->p2 == b->p2 && a->tiled == b->tiled &&
+         a->npairs == b->npairs && a->pairs_hash == b->pairs_hash;
+}
+
+/* ---- arrive and depart ------------------------------------------------- */
+
+typedef struct group {
+  int n, rank;
+  const int *members; /* device numbers in rank order */
+  uint32_t k;         /* this call's number */
+  shmap__dev *devs;
+} group;
+
+static bool all_arrived(void *arg)
+{
+  const group *g = arg;
+  for (int i = 0; i < g->n; i++) {
+    const shmap__dev *d = &g->devs[g->members[i]];
+    if (atomic_load(&d->arrive) < g->k && !atomic_load(&d->finished))
+      return false;
+  }
+  return true;
+}
+
+static bool all_departed(void *arg)
+{
+  const group *g = arg;
+  for (int i = 0; i < g->n; i++)
+    if (atomic_load(&g->devs[g->members[i]].depart) < g->k)
+      return false;
+  return true;
+}
+
+static void wake_group(const group *g)
+{
+  for (int i = 0; i < g->n; i++)
+    if (i != g->rank)
+      shmap__wake(&g->devs[g->members[i]].waiter);
+}
+
+/* The call `mine` of this device as seen by member m: an error message in
+ * `why` when they disagree. */
+static bool member_agrees(const shmap_ctx *ctx, const group *g, int m,
+                          const shmap__call *mine, char *why, size_t n)
+{
+  const shmap_mesh *mesh = ctx->rt->mesh;
+  const shmap__dev *d = &g->devs[m];
+  uint32_t a = atomic_load(&d->arrive);
+  char me[96], other[96], cm[256], co[256];
+  shmap__mesh_devname(mesh, ctx->dev, me, sizeof me);
+  shmap__mesh_devname(mesh, m, other, sizeof other);
+  call_format(mesh, mine, cm, sizeof cm);
+  if (a < g->k) {
+    snprintf(why, n,
+             "%s called %s as its collective call #%u, but %s returned from "
+             "its body after %u collective call%s",
+             me, cm, g->k, other, a, a == 1 ? "" : "s");
+    return false;
+  }
+  if (a - g->k >= SHMAP__HIST) {
+    snprintf(why, n,
+             "%s called %s as its collective call #%u, but %s had already "
+             "completed its call #%u with a different group of devices",
+             me, cm, g->k, other, g->k);
+    return false;
+  }
+  const shmap__call *theirs = &d->calls[g->k % SHMAP__HIST];
+  if (a == g->k && call_equal(mine, theirs))
+    return true;
+  call_format(mesh, theirs, co, sizeof co);
+  snprintf(why, n,
+           "collective call #%u differs between devices: %s called %s but %s "
+           "called %s",
+           g->k, me, cm, other, co);
+  return false;
+}
+
+static int arrive(shmap_ctx *ctx, const char *op, const shmap__call *call,
+                  group *g)
+{
+  shmap__runtime *rt = ctx->rt;
+  if (atomic_load(&rt->abort))
+    return shmap__canceled(ctx, op);
+  g->devs = rt->devs;
+  g->members = ctx->members;
+  g->n = shmap__group(rt->mesh, call->axes, call->naxes, ctx->dev,
+                      ctx->members, &g->rank);
+  g->k = ++ctx->seq;
+  shmap__dev *self = &rt->devs[ctx->dev];
+  self->calls[g->k % SHMAP__HIST] = *call;
+  atomic_store(&self->arrive, g->k);
+  wake_group(g);
+  if (!shmap__wait(rt, &self->waiter, all_arrived, g, &rt->abort))
+    return shmap__canceled(ctx, op);
+  for (int i = 0; i < g->n; i++) {
+    char why[SHMAP__MSG_MAX - 200];
+    if (i != g->rank && !member_agrees(ctx, g, g->members[i], call, why, sizeof why))
+      return shmap__dev_fail(ctx, op, SHMAP_EMISMATCH, "%s", why);
+  }
+  return 0;
+}
+
+/* No abort here: every member that arrived moves data without waiting for
+ * anything, so departures always come; leaving early would let a buffer
+ * change while a peer still reads it. */
+static void depart(shmap_ctx *ctx, group *g)
+{
+  shmap__runtime *rt = ctx->rt;
+  shmap__dev *self = &rt->devs[ctx->dev];
+  atomic_store(&self->depart, g->k);
+  wake_group(g);
+  shmap__wait(rt, &self->waiter, all_departed, g, NULL);
+}
+
+static const shmap__call *peer(const group *g, int r)
+{
+  return &g->devs[g->members[r]].calls[g->k % SHMAP__HIST];
+}
+
+/* ---- argument checks ---------------------------------------------------- */
+
+typedef struct prep {
+  char op[160]; /* "psum over 'j'" */
+  shmap__call call;
+  int n, rank;  /* group size and this device's rank */
+} prep;
+
+static int prepare(shmap_ctx *ctx, const char *name, int kind,
+                   const shmap_block *x, const char *axes, prep *p)
+{
+  snprintf(p->op, sizeof p->op, "%s", name);
+  int rc = shmap__ctx_check(ctx, name);
+  if (rc)
+    return rc;
+  memset(&p->call, 0, sizeof p->call);
+  p->call.kind = kind;
+  if ((rc = shmap__axes_parse(ctx->rt->mesh, name, axes, p->call.axes,
+                              &p->call.naxes))) {
+    char text[SHMAP__MSG_MAX];
+    snprintf(text, sizeof text, "%s", shmap__errbuf());
+    return shmap__dev_fail(ctx, name, rc, "%s", text);
+  }
+  char af[128];
+  shmap__axes_format(ctx->rt->mesh, p->call.axes, p->call.naxes, af, sizeof af);
+  snprintf(p->op, sizeof p->op, "%s over %s", name, af);
+  if ((rc = shmap__block_check(ctx, p->op, "the input", x)))
+    return rc;
+  p->call.dtype = x->dtype;
+  p->call.rank = x->rank;
+  memcpy(p->call.shape, x->shape, sizeof p->call.shape);
+  p->call.src = x->data;
+  p->n = shmap__group(ctx->rt->mesh, p->call.axes, p->call.naxes, ctx->dev,
+                      NULL, &p->rank);
+  return 0;
+}
+
+/* Normalise a possibly negative dimension into [0, limit). */
+static int norm_dim(shmap_ctx *ctx, const prep *p, const char *what, int dim,
+                    int limit, int *out)
+{
+  int d = dim < 0 ? dim + limit : dim;
+  if (d < 0 || d >= limit)
+    return shmap__dev_fail(ctx, p->op, SHMAP_EINVAL,
+                           "%s %d is out of range [%d, %d) for a block of rank "
+                           "%d",
+                           what, dim, -limit, limit, p->call.rank);
+  *out = d;
+  return 0;
+}
+
+static int block_shape_msg(const prep *p, char *buf, size_t n)
+{
+  shmap__shape_format((shmap_dtype)p->call.dtype, p->call.rank, p->call.shape,
+                      buf, n);
+  return 0;
+}
+
+static int split_check(shmap_ctx *ctx, const prep *p, const char *what, int d,
+                       int tiled)
+{
+  int64_t size = p->call.shape[d];
+  char s[128];
+  block_shape_msg(p, s, sizeof s);
+  if (tiled && size % p->n != 0)
+    return shmap__dev_fail(ctx, p->op, SHMAP_ESHAPE,
+                           "%s %d of the %s block has size %lld, not divisible "
+                           "by the group size %d",
+                           what, d, s, (long long)size, p->n);
+  if (!tiled && size != p->n)
+    return shmap__dev_fail(ctx, p->op, SHMAP_ESHAPE,
+                           "untiled: %s %d of the %s block has size %lld but "
+                           "must equal the group size %d",
+                           what, d, s, (long long)size, p->n);
+  return 0;
+}
+
+static shmap_block *result_block(shmap_ctx *ctx, const prep *p, int rank,
+                                 const int64_t shape[])
+{
+  shmap__chunk *c = shmap__arena_alloc(ctx, (shmap_dtype)p->call.dtype, rank,
+                                       shape, SHMAP__CHUNK_SCRATCH, false);
+  if (!c) {
+    char text[SHMAP__MSG_MAX];
+    snprintf(text, sizeof text, "%s", shmap__errbuf());
+    shmap__dev_fail(ctx, p->op, SHMAP_ENOMEM, "%s", text);
+    return NULL;
+  }
+  return &c->block;
+}
+
+/* ---- queries -------------------------------------------------------------- */
+
+static int group_query(shmap_ctx *ctx, const char *name, const char *axes,
+                       int *rank)
+{
+  int rc = shmap__ctx_check(ctx, name);
+  if (rc)
+    return rc;
+  int ax[SHMAP_MAX_AXES], nax;
+  if ((rc = shmap__axes_parse(ctx->rt->mesh, name, axes, ax, &nax))) {
+    char text[SHMAP__MSG_MAX];
+    snprintf(text, sizeof text, "%s", shmap__errbuf());
+    return shmap__dev_fail(ctx, name, rc, "%s", text);
+  }
+  return shmap__group(ctx->rt->mesh, ax, nax, ctx->dev, NULL, rank);
+}
+
+SHMAP_EXTERN int shmap_axis_index(shmap_ctx *ctx, const char *axes)
+{
+  int rank = 0;
+  int rc = group_query(ctx, "axis_index", axes, &rank);
+  return rc < 0 ? rc : rank;
+}
+
+SHMAP_EXTERN int shmap_axis_size(shmap_ctx *ctx, const char *axes)
+{
+  int rank;
+  return group_query(ctx, "axis_size", axes, &rank);
+}
+
+/* ---- reductions in place -------------------------------------------------- */
+
+/* Bytes of the stack buffer a member folds one piece of its chunk into. */
+#define PIECE_BYTES 8192
+
+static int reduce_inplace(shmap_ctx *ctx, shmap_block *x, const char *axes,
+                          int kind, const char *name)
+{
+  prep p;
+  int rc = prepare(ctx, name, kind, x, axes, &p);
+  if (rc)
+    return rc;
+  if (kind == SHMAP__PMEAN && x->dtype != SHMAP_F32 && x->dtype != SHMAP_F64)
+    return shmap__dev_fail(ctx, p.op, SHMAP_EDTYPE,
+                           "pmean needs a float dtype (f32 or f64), got %s",
+                           shmap_dtype_name(x->dtype));
+  p.call.dst = x->data;
+  group g;
+  if ((rc = arrive(ctx, p.op, &p.call, &g)))
+    return rc;
+  /* Fused reduce-scatter + all-gather: member r folds chunk r of every
+   * member's buffer in rank order and writes the result back to all. */
+  size_t es = shmap_dtype_size(x->dtype);
+  size_t numel = (size_t)shmap_block_numel(x);
+  size_t align = 64 / es;
+  size_t chunk = (numel + (size_t)g.n - 1) / (size_t)g.n;
+  chunk = (chunk + align - 1) / align * align;
+  size_t lo = chunk * (size_t)g.rank, hi = lo + chunk;
+  if (hi > numel)
+    hi = numel;
+  shmap__reduce_fn fold = shmap__reducer(kind, x->dtype);
+  _Alignas(64) unsigned char tmp[PIECE_BYTES];
+  size_t piece = PIECE_BYTES / es;
+  for (size_t off = lo; off < hi; off += piece) {
+    size_t len = hi - off < piece ? hi - off : piece;
+    memcpy(tmp, (const char *)peer(&g, 0)->src + off * es, len * es);
+    for (int r = 1; r < g.n; r++)
+      fold(tmp, (const char *)peer(&g, r)->src + off * es, len);
+    if (kind == SHMAP__PMEAN)
+      shmap__divide(tmp, len, x->dtype, g.n);
+    for (int r = 0; r < g.n; r++)
+      memcpy((char *)peer(&g, r)->dst + off * es, tmp, len * es);
+  }
+  depart(ctx, &g);
+  return 0;
+}
+
+SHMAP_EXTERN int shmap_psum(shmap_ctx *ctx, shmap_block *x, const char *axes)
+{
+  return reduce_inplace(ctx, x, axes, SHMAP__PSUM, "psum");
+}
+
+SHMAP_EXTERN int shmap_pmax(shmap_ctx *ctx, shmap_block *x, const char *axes)
+{
+  return reduce_inplace(ctx, x, axes, SHMAP__PMAX, "pmax");
+}
+
+SHMAP_EXTERN int shmap_pmin(shmap_ctx *ctx, shmap_block *x, const char *axes)
+{
+  return reduce_inplace(ctx, x, axes, SHMAP__PMIN, "pmin");
+}
+
+SHMAP_EXTERN int shmap_pmean(shmap_ctx *ctx, shmap_block *x, const char *axes)
+{
+  return reduce_inplace(ctx, x, axes, SHMAP__PMEAN, "pmean");
+}
+
+/* ---- psum_scatter --------------------------------------------------------- */
+
+SHMAP_EXTERN int shmap_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
+                                    const char *axes, int scatter_dimension,
+                                    int tiled, shmap_block **out)
+{
+  prep p;
+  int rc = prepare(ctx, "psum_scatter", SHMAP__PSUM_SCATTER, x, axes, &p);
+  if (rc)
+    return rc;
+  if (!out)
+    return shmap__dev_fail(ctx, p.op, SHMAP_EINVAL, "out is NULL");
+  *out = NULL;
+  int d = 0;
+  if ((rc = norm_dim(ctx, &p, "scatter_dimension", scatter_dimension, x->rank, &d)) ||
+      (rc = split_check(ctx, &p, "scatter_dimension", d, tiled)))
+    return rc;
+  p.call.p1 = d;
+  p.call.tiled = tiled != 0;
+  /* View the block as [outer, S, inner]; rank r keeps rows [r*m, (r+1)*m). */
+  int64_t m = x->shape[d] / p.n;
+  int64_t outer = shmap__numel(d, x->shape);
+  int64_t inner = shmap__numel(x->rank - d - 1, x->shape + d + 1);
+  int64_t oshape[SHMAP_MAX_RANK];
+  int orank = 0;
+  for (int i = 0; i < x->rank; i++) {
+    if (i == d && !tiled)
+      continue;
+    oshape[orank++] = i == d ? m : x->shape[i];
+  }
+  shmap_block *res = result_block(ctx, &p, orank, oshape);
+  if (!res)
+    return ctx->err;
+  p.call.dst = res->data;
+  group g;
+  if ((rc = arrive(ctx, p.op, &p.call, &g))) {
+    shmap__arena_free(ctx, shmap__arena_find(ctx, res));
+    return rc;
+  }
+  size_t es = shmap_dtype_size(x->dtype);
+  shmap__reduce_fn fold = shmap__reducer(SHMAP__PSUM, x->dtype);
+  size_t run = (size_t)(m * inner), piece = PIECE_BYTES / es;
+  for (int64_t o = 0; o < outer; o++) {
+    char *dst = (char *)res->data + (size_t)o * run * es;
+    size_t src_off = ((size_t)o * (size_t)x->shape[d] + (size_t)(g.rank * m)) *
+                     (size_t)inner * es;
+    for (size_t off = 0; off < run; off += piece) {
+      size_t len = run - off < piece ? run - off : piece;
+      memcpy(dst + off * es, (const char *)peer(&g, 0)->src + src_off + off * es,
+             len * es);
+      for (int r = 1; r < g.n; r++)
+        fold(dst + off * es, (const char *)peer(&g, r)->src + src_off + off * es,
+             len);
+    }
+  }
+  depart(ctx, &g);
+  *out = res;
+  return 0;
+}
+
+/* ---- all_gather ----------------------------------------------------------- */
+
+SHMAP_EXTERN int shmap_all_gather(shmap_ctx *ctx, const shmap_block *x,
+                                  const char *axes, int axis, int tiled,
+                                  shmap_block **out)
+{
+  prep p;
+  int rc = prepare(ctx, "all_gather", SHMAP__ALL_GATHER, x, axes, &p);
+  if (rc)
+    return rc;
+  if (!out)
+    return shmap__dev_fail(ctx, p.op, SHMAP_EINVAL, "out is NULL");
+  *out = NULL;
+  if (!tiled && x->rank == SHMAP_MAX_RANK)
+    return shmap__dev_fail(ctx, p.op, SHMAP_ESHAPE,
+                           "untiled all_gather would make a block of rank %d "
+                           "(at most %d)", x->rank + 1, SHMAP_MAX_RANK);
+  if (tiled && x->rank == 0)
+    return shmap__dev_fail(ctx, p.op, SHMAP_ESHAPE,
+                           "tiled all_gather needs a block of rank >= 1");
+  int a = 0;
+  if ((rc = norm_dim(ctx, &p, "axis", axis, tiled ? x->rank : x->rank + 1, &a)))
+    return rc;
+  p.call.p1 = a;
+  p.call.tiled = tiled != 0;
+  int64_t oshape[SHMAP_MAX_RANK];
+  int orank = tiled ? x->rank : x->rank + 1;
+  for (int i = 0, j = 0; i < orank; i++) {
+    if (!tiled && i == a)
+      oshape[i] = p.n;
+    else
+      oshape[i] = x->shape[j++] * (tiled && i == a ? p.n : 1);
+  }
+  shmap_block *res = result_block(ctx, &p, orank, oshape);
+  if (!res)
+    return ctx->err;
+  p.call.dst = res->data;
+  group g;
+  if ((rc = arrive(ctx, p.op, &p.call, &g))) {
+    shmap__arena_free(ctx, shmap__arena_find(ctx, res));
+    return rc;
+  }
+  /* Member s's block lands at position s along `a` of the result. */
+  size_t es = shmap_dtype_size(x->dtype);
+  int64_t ostr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK], xstr[SHMAP_MAX_RANK];
+  shmap__strides(orank, oshape, ostr);
+  shmap__strides(x->rank, x->shape, xstr);
+  for (int i = 0, j = 0; i < orank; i++)
+    if (tiled || i != a)
+      dstr[j++] = ostr[i];
+  int64_t step = tiled ? x->shape[a] * ostr[a] : ostr[a];
+  for (int s = 0; s < g.n; s++)
+    shmap__copy_box((char *)res->data + (size_t)(s * step) * es, dstr,
+                    peer(&g, s)->src, xstr, x->rank, x->shape, es);
+  depart(ctx, &g);
+  *out = res;
+  return 0;
+}
+
+/* ---- all_to_all ----------------------------------------------------------- */
+
+SHMAP_EXTERN int shmap_all_to_all(shmap_ctx *ctx, const shmap_block *x,
+                                  const char *axes, int split_axis,
+                                  int concat_axis, int tiled,
+                                  shmap_block **out)
+{
+  prep p;
+  int rc = prepare(ctx, "all_to_all", SHMAP__ALL_TO_ALL, x, axes, &p);
+  if (rc)
+    return rc;
+  if (!out)
+    return shmap__dev_fail(ctx, p.op, SHMAP_EINVAL, "out is NULL");
+  *out = NULL;
+  int sa = 0, ca = 0;
+  if ((rc = norm_dim(ctx, &p, "split_axis", split_axis, x->rank, &sa)) ||
+      (rc = norm_dim(ctx, &p, "concat_axis", concat_axis, x->rank, &ca)) ||
+      (rc = split_check(ctx, &p, "split_axis", sa, tiled)))
+    return rc;
+  p.call.p1 = sa;
+  p.call.p2 = ca;
+  p.call.tiled = tiled != 0;
+  int rank = x->rank;
+  /* The chunk each member sends to each other: tiled, the block with
+   * dimension sa divided by n; untiled, the block without dimension sa. */
+  int64_t cshape[SHMAP_MAX_RANK], xstr[SHMAP_MAX_RANK], sstr[SHMAP_MAX_RANK];
+  shmap__strides(rank, x->shape, xstr);
+  int crank = 0;
+  for (int i = 0; i < rank; i++) {
+    if (!tiled && i == sa)
+      continue;
+    cshape[crank] = i == sa ? x->shape[i] / p.n : x->shape[i];
+    sstr[crank++] = xstr[i];
+  }
+  int64_t oshape[SHMAP_MAX_RANK], ostr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK];
+  if (tiled) {
+    memcpy(oshape, cshape, sizeof(int64_t) * (size_t)rank);
+    oshape[ca] *= p.n;
+  } else {
+    for (int i = 0, j = 0; i < rank; i++)
+      oshape[i] = i == ca ? p.n : cshape[j++];
+  }
+  shmap__strides(rank, oshape, ostr);
+  for (int i = 0, j = 0; i < rank; i++)
+    if (tiled || i != ca)
+      dstr[j++] = ostr[i];
+  shmap_block *res = result_block(ctx, &p, rank, oshape);
+  if (!res)
+    return ctx->err;
+  p.call.dst = res->data;
+  group g;
+  if ((rc = arrive(ctx, p.op, &p.call, &g))) {
+    shmap__arena_free(ctx, shmap__arena_find(ctx, res));
+    return rc;
+  }
+  size_t es = shmap_dtype_size(x->dtype);
+  int64_t src_step = (tiled ? x->shape[sa] / g.n : 1) * xstr[sa];
+  int64_t dst_step = (tiled ? cshape[ca] : 1) * ostr[ca];
+  for (int s = 0; s < g.n; s++)
+    shmap__copy_box((char *)res->data + (size_t)(s * dst_step) * es, dstr,
+                    (const char *)peer(&g, s)->src + (size_t)(g.rank * src_step) * es,
+                    sstr, crank, cshape, es);
+  depart(ctx, &g);
+  *out = res;
+  return 0;
+}
+
+/* ---- ppermute ------------------------------------------------------------- */
+
+SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,
+                                const char *axes, int npairs,
+                                const int pairs[][2])
+{
+  prep p;
+  int rc = prepare(ctx, "ppermute", SHMAP__PPERMUTE, x, axes, &p);
+  if (rc)
+    return rc;
+  if (npairs < 0 || (npairs > 0 && !pairs))
+    return shmap__dev_fail(ctx, p.op, SHMAP_EINVAL,
+                           npairs < 0 ? "npairs is negative (%d)"
+                                      : "pairs is NULL but npairs is %d",
+                           npairs);
+  /* from[dst] = src: checks uniqueness and gives an order-free hash. */
+  int *from = malloc(sizeof(int) * (size_t)p.n);
+  if (!from)
+    return shmap__dev_fail(ctx, p.op, SHMAP_ENOMEM, "out of memory");
+  for (int i = 0; i < p.n; i++)
+    from[i] = -1;
+  for (int i = 0; i < npairs; i++) {
+    int s = pairs[i][0], t = pairs[i][1];
+    const char *bad = NULL;
+    if (s < 0 || s >= p.n || t < 0 || t >= p.n)
+      bad = "has a rank outside [0, group size)";
+    else if (from[t] >= 0)
+      bad = "repeats a destination";
+    else
+      for (int j = 0; j < i && !bad; j++)
+        if (pairs[j][0] == s)
+          bad = "repeats a source";
+    if (bad) {
+      free(from);
+      return shmap__dev_fail(ctx, p.op, SHMAP_EINVAL,
+                             "pair %d (%d, %d) %s (group size %d)", i, s, t,
+                             bad, p.n);
+    }
+    from[t] = s;
+  }
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < p.n; i++) {
+    h ^= (uint64_t)(uint32_t)from[i];
+    h *= 1099511628211ull;
+  }
+  p.call.npairs = npairs;
+  p.call.pairs_hash = h;
+  size_t bytes = shmap_block_nbytes(x);
+  int src = from[p.rank];
+  free(from);
+  void *tmp = NULL;
+  if (src >= 0 && bytes && !(tmp = malloc(bytes)))
+    return shmap__dev_fail(ctx, p.op, SHMAP_ENOMEM, "out of memory (%zu bytes)",
+                           bytes);
+  p.call.dst = x->data;
+  group g;
+  if ((rc = arrive(ctx, p.op, &p.call, &g))) {
+    free(tmp);
+    return rc;
+  }
+  if (tmp)
+    memcpy(tmp, peer(&g, src)->src, bytes);
+  depart(ctx, &g);
+  /* Every member has read what it needs: now overwrite in place. */
+  if (tmp)
+    memcpy(x->data, tmp, bytes);
+  else if (bytes)
+    memset(x->data, 0, bytes);
+  free(tmp);
+  return 0;
+}

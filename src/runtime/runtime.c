@@ -1,1 +1,341 @@
-#include "internal.h"
+/* runtime.c - persistent device threads, parking, waiting and waking. */
+#include "runtime/runtime.h"
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uv.h>
+
+#ifdef __linux__
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
+
+static _Thread_local shmap_ctx *current;
+
+shmap_ctx *shmap__current(void) { return current; }
+void shmap__set_current(shmap_ctx *ctx) { current = ctx; }
+
+/* ---- sleeping and waking ----------------------------------------------- */
+
+#ifdef __linux__
+static void waiter_init(shmap__waiter *w) { (void)w; }
+static void waiter_fini(shmap__waiter *w) { (void)w; }
+static void sleep_on(shmap__waiter *w, uint32_t seen)
+{
+  syscall(SYS_futex, &w->word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+}
+static void wake_one(shmap__waiter *w)
+{
+  syscall(SYS_futex, &w->word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+#else
+static void waiter_init(shmap__waiter *w)
+{
+  w->mutex = malloc(sizeof(uv_mutex_t));
+  w->cond = malloc(sizeof(uv_cond_t));
+  if (!w->mutex || !w->cond)
+    abort(); /* fallback platforms only; tiny allocation at startup */
+  uv_mutex_init(w->mutex);
+  uv_cond_init(w->cond);
+}
+static void waiter_fini(shmap__waiter *w)
+{
+  uv_mutex_destroy(w->mutex);
+  uv_cond_destroy(w->cond);
+  free(w->mutex);
+  free(w->cond);
+}
+static void sleep_on(shmap__waiter *w, uint32_t seen)
+{
+  uv_mutex_lock(w->mutex);
+  while (atomic_load(&w->word) == seen)
+    uv_cond_wait(w->cond, w->mutex);
+  uv_mutex_unlock(w->mutex);
+}
+static void wake_one(shmap__waiter *w)
+{
+  uv_mutex_lock(w->mutex);
+  uv_cond_broadcast(w->cond);
+  uv_mutex_unlock(w->mutex);
+}
+#endif
+
+void shmap__wake(shmap__waiter *w)
+{
+  /* Paired with the sleeper's store of `sleeping` followed by its re-check
+   * of the condition (both sequentially consistent): either it sees our
+   * change, or we see that it sleeps and bump its word. */
+  if (atomic_load(&w->sleeping)) {
+    atomic_fetch_add(&w->word, 1);
+    wake_one(w);
+  }
+}
+
+void shmap__wake_all(shmap__runtime *rt)
+{
+  if (rt->devs)
+    for (int d = 0; d < rt->ndev; d++)
+      shmap__wake(&rt->devs[d].waiter);
+}
+
+bool shmap__wait(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
+                 void *arg, _Atomic int *abort)
+{
+  /* The condition is checked before the abort flag: a condition that holds
+   * (e.g. every peer arrived) must win, so that all members of a group take
+   * the same branch. */
+  for (int i = 0; i < rt->spin; i++) {
+    if (pred(arg))
+      return true;
+    if (abort && atomic_load(abort))
+      return false;
+    cpu_relax();
+  }
+  for (;;) {
+    uint32_t seen = atomic_load(&w->word);
+    atomic_store(&w->sleeping, 1);
+    if (pred(arg)) {
+      atomic_store(&w->sleeping, 0);
+      return true;
+    }
+    if (abort && atomic_load(abort)) {
+      atomic_store(&w->sleeping, 0);
+      return false;
+    }
+    sleep_on(w, seen);
+    atomic_store(&w->sleeping, 0);
+  }
+}
+
+/* ---- failure ----------------------------------------------------------- */
+
+int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg)
+{
+  int expected = -1;
+  if (atomic_compare_exchange_strong(&rt->failed_dev, &expected, dev)) {
+    rt->fail_code = code;
+    snprintf(rt->fail_msg, sizeof rt->fail_msg, "%s", msg);
+    atomic_store(&rt->abort, 1); /* publishes fail_code and fail_msg */
+    shmap__wake_all(rt);
+  }
+  return code;
+}
+
+int shmap__canceled(shmap_ctx *ctx, const char *op)
+{
+  shmap__runtime *rt = ctx->rt;
+  char me[96];
+  shmap__mesh_devname(rt->mesh, ctx->dev, me, sizeof me);
+  int code = rt->fail_code == SHMAP_EMISMATCH ? SHMAP_EMISMATCH
+                                               : SHMAP_ECANCELED;
+  if (!ctx->err)
+    ctx->err = code;
+  return shmap__err(code, "%s on %s: canceled because another device failed: %s",
+                    op, me, rt->fail_msg);
+}
+
+/* ---- threads ----------------------------------------------------------- */
+
+static bool epoch_changed(void *arg)
+{
+  shmap__dev *d = arg;
+  return atomic_load(&d->rt->epoch) != d->seen_epoch;
+}
+
+static bool all_done(void *arg)
+{
+  shmap__runtime *rt = arg;
+  return atomic_load(&rt->done) == rt->ndev;
+}
+
+static void device_main(void *arg)
+{
+  shmap__dev *d = arg;
+  shmap__runtime *rt = d->rt;
+#ifdef HAVE_PTHREAD_SETNAME_NP
+  pthread_setname_np(pthread_self(), d->name);
+#endif
+  for (;;) {
+    shmap__wait(rt, &d->waiter, epoch_changed, d, NULL);
+    d->seen_epoch = atomic_load(&rt->epoch);
+    if (atomic_load(&rt->stop))
+      return;
+    rt->run(rt->job, d->id);
+    if (atomic_fetch_add(&rt->done, 1) + 1 == rt->ndev)
+      shmap__wake(&rt->host);
+  }
+}
+
+static int spin_default(int ndev)
+{
+  const char *env = getenv("SHMAP_SPIN");
+  if (env && *env)
+    return atoi(env) < 0 ? 0 : atoi(env);
+  /* Spinning only pays when every device (and the host) has a core. */
+  int ncpu = (int)uv_available_parallelism();
+  return ndev < ncpu ? 4000 : 50;
+}
+
+int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh)
+{
+  shmap__runtime *rt = calloc(1, sizeof *rt);
+  uv_mutex_t *lock = malloc(sizeof *lock);
+  if (!rt || !lock || uv_mutex_init(lock) != 0) {
+    free(rt);
+    free(lock);
+    return shmap__err(SHMAP_ENOMEM, "out of memory creating a mesh runtime");
+  }
+  rt->mesh = mesh;
+  rt->ndev = mesh->ndev;
+  rt->lock = lock;
+  rt->spin = spin_default(mesh->ndev);
+  atomic_init(&rt->failed_dev, -1);
+  waiter_init(&rt->host);
+  *out = rt;
+  return 0;
+}
+
+static void join_all(shmap__runtime *rt, int n)
+{
+  atomic_store(&rt->stop, 1);
+  atomic_fetch_add(&rt->epoch, 1);
+  for (int d = 0; d < n; d++)
+    shmap__wake(&rt->devs[d].waiter);
+  for (int d = 0; d < n; d++) {
+    uv_thread_t t = (uv_thread_t)rt->devs[d].thread;
+    uv_thread_join(&t);
+  }
+}
+
+static size_t stack_size(void)
+{
+  const char *env = getenv("SHMAP_STACK_SIZE");
+  long long v = env ? atoll(env) : 0;
+  return v > 0 ? (size_t)v : 0;
+}
+
+static int start_threads(shmap__runtime *rt)
+{
+  shmap_mesh *mesh = rt->mesh;
+  rt->devs = aligned_alloc(SHMAP__CACHELINE, sizeof(shmap__dev) * (size_t)rt->ndev);
+  if (!rt->devs)
+    return shmap__err(SHMAP_ENOMEM, "out of memory starting %d device threads",
+                      rt->ndev);
+  memset(rt->devs, 0, sizeof(shmap__dev) * (size_t)rt->ndev);
+  uv_thread_options_t opts = {0};
+  size_t ss = stack_size();
+  if (ss) {
+    opts.flags = UV_THREAD_HAS_STACK_SIZE;
+    opts.stack_size = ss;
+  }
+  for (int d = 0; d < rt->ndev; d++) {
+    shmap__dev *dev = &rt->devs[d];
+    dev->rt = rt;
+    dev->id = d;
+    dev->seen_epoch = atomic_load(&rt->epoch);
+    waiter_init(&dev->waiter);
+    dev->members = malloc(sizeof(int) * (size_t)rt->ndev);
+    if (!dev->members) {
+      join_all(rt, d);
+      for (int k = 0; k <= d; k++) {
+        waiter_fini(&rt->devs[k].waiter);
+        free(rt->devs[k].members);
+      }
+      free(rt->devs);
+      rt->devs = NULL;
+      atomic_store(&rt->stop, 0);
+      return shmap__err(SHMAP_ENOMEM, "out of memory starting device threads");
+    }
+    /* gdb's "info threads" shows this name: number and coordinates,
+     * within the kernel's 15 characters. */
+    int c[SHMAP_MAX_AXES];
+    shmap__mesh_coords(mesh, d, c);
+    char name[64];
+    snprintf(name, sizeof name, "d%d(", d);
+    for (int a = 0; a < mesh->naxes; a++)
+      shmap__cat(name, sizeof name, "%s%d", a ? "," : "", c[a]);
+    shmap__cat(name, sizeof name, ")");
+    memcpy(dev->name, name, sizeof dev->name - 1); /* truncated to 15 */
+    dev->name[sizeof dev->name - 1] = '\0';
+    uv_thread_t t;
+    int rc = uv_thread_create_ex(&t, &opts, device_main, dev);
+    if (rc != 0) {
+      join_all(rt, d);
+      for (int k = 0; k <= d; k++) {
+        waiter_fini(&rt->devs[k].waiter);
+        free(rt->devs[k].members);
+      }
+      free(rt->devs);
+      rt->devs = NULL;
+      atomic_store(&rt->stop, 0);
+      return shmap__err(SHMAP_ESYS, "cannot start device thread %d of %d: %s",
+                        d, rt->ndev, uv_strerror(rc));
+    }
+    dev->thread = (uintptr_t)t;
+  }
+  rt->started = 1;
+  return 0;
+}
+
+void shmap__runtime_destroy(shmap__runtime *rt)
+{
+  if (!rt)
+    return;
+  if (rt->started) {
+    join_all(rt, rt->ndev);
+    for (int d = 0; d < rt->ndev; d++) {
+      waiter_fini(&rt->devs[d].waiter);
+      free(rt->devs[d].members);
+    }
+  }
+  free(rt->devs);
+  waiter_fini(&rt->host);
+  uv_mutex_destroy(rt->lock);
+  free(rt->lock);
+  free(rt);
+}
+
+void shmap__runtime_lock(shmap__runtime *rt) { uv_mutex_lock(rt->lock); }
+void shmap__runtime_unlock(shmap__runtime *rt) { uv_mutex_unlock(rt->lock); }
+
+int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
+                       shmap__run_fn run)
+{
+  if (!rt->started) {
+    int rc = start_threads(rt);
+    if (rc)
+      return rc;
+  }
+  /* The devices are parked: reset their collective state before any of
+   * them can look at a peer's. */
+  for (int d = 0; d < rt->ndev; d++) {
+    atomic_store(&rt->devs[d].arrive, 0);
+    atomic_store(&rt->devs[d].depart, 0);
+    atomic_store(&rt->devs[d].finished, 0);
+  }
+  atomic_store(&rt->abort, 0);
+  atomic_store(&rt->failed_dev, -1);
+  rt->fail_code = 0;
+  rt->fail_msg[0] = '\0';
+  atomic_store(&rt->done, 0);
+  rt->job = job;
+  rt->run = run;
+  atomic_fetch_add(&rt->epoch, 1);
+  for (int d = 0; d < rt->ndev; d++)
+    shmap__wake(&rt->devs[d].waiter);
+  shmap__wait(rt, &rt->host, all_done, rt, NULL);
+  return 0;
+}

@@ -1,0 +1,165 @@
+/*
+ * runtime.h - device threads, waiting and waking, and the state one map call
+ * shares between its devices.
+ *
+ * Each device of a mesh is a persistent thread, parked between map calls.
+ * A waiting thread spins briefly and then sleeps on a word of its own (a
+ * futex on Linux), so devices that outnumber the cores do not burn them.
+ * Whoever changes what a device may be waiting for wakes it, and only when
+ * it announced that it sleeps.
+ */
+#ifndef SHMAP_RUNTIME_H
+#define SHMAP_RUNTIME_H
+
+#include "internal.h"
+
+#include <stdalign.h>
+#include <stdatomic.h>
+
+#define SHMAP__CACHELINE 64
+/* Call descriptors each device keeps, indexed by call number. */
+#define SHMAP__HIST 8
+
+/* A place one thread sleeps on. */
+typedef struct shmap__waiter {
+  _Atomic uint32_t word;  /* bumped by every wake while sleeping */
+  _Atomic int sleeping;   /* set while the owner may sleep */
+#ifndef __linux__
+  void *mutex, *cond;     /* uv_mutex_t / uv_cond_t fallback */
+#endif
+} shmap__waiter;
+
+/* What a device announces about one collective call; peers compare their
+ * own with it to detect mismatched calls. */
+enum shmap__kind {
+  SHMAP__PSUM = 1, SHMAP__PMAX, SHMAP__PMIN, SHMAP__PMEAN,
+  SHMAP__PSUM_SCATTER, SHMAP__ALL_GATHER, SHMAP__ALL_TO_ALL, SHMAP__PPERMUTE
+};
+
+typedef struct shmap__call {
+  int kind;
+  int naxes;
+  int axes[SHMAP_MAX_AXES];
+  int dtype;
+  int rank;
+  int64_t shape[SHMAP_MAX_RANK];
+  int p1, p2;          /* scatter_dimension / axis / split and concat axes */
+  int tiled;
+  int npairs;
+  uint64_t pairs_hash;
+  /* Data of the call, read by peers between arrival and departure. */
+  const void *src;
+  void *dst;
+} shmap__call;
+
+/* One device of a runtime.  The first part is written only by the device
+ * and read by its peers; the waiter is written by peers. */
+typedef struct shmap__dev {
+  alignas(SHMAP__CACHELINE) _Atomic uint32_t arrive; /* calls entered */
+  _Atomic uint32_t depart;   /* calls whose data peers finished reading */
+  _Atomic int finished;      /* body returned */
+  alignas(SHMAP__CACHELINE) shmap__call calls[SHMAP__HIST];
+  alignas(SHMAP__CACHELINE) shmap__waiter waiter;
+  alignas(SHMAP__CACHELINE) struct shmap__runtime *rt;
+  int id;
+  uint32_t seen_epoch;
+  struct shmap_ctx *ctx; /* during a map: the device's context */
+  int *members;          /* scratch for a group's devices (ndev) */
+  char name[16];
+  uintptr_t thread; /* uv_thread_t, stored opaquely */
+} shmap__dev;
+
+struct shmap__job;
+typedef void (*shmap__run_fn)(struct shmap__job *job, int dev);
+
+typedef struct shmap__runtime {
+  shmap_mesh *mesh;
+  int ndev;
+  int spin;                /* spin iterations before sleeping */
+  void *lock;              /* uv_mutex_t: one map at a time per mesh */
+  shmap__dev *devs;        /* NULL until the first map */
+  int started;             /* threads running */
+  _Atomic uint32_t epoch;  /* bumped to start a job (or to stop) */
+  _Atomic int stop;
+  struct shmap__job *job;
+  shmap__run_fn run;
+  /* The current job's failure: first failing device, code and message. */
+  _Atomic int abort;
+  _Atomic int failed_dev;
+  int fail_code;
+  char fail_msg[SHMAP__MSG_MAX];
+  _Atomic int done;        /* devices finished with the job */
+  shmap__waiter host;      /* the thread that called the map */
+} shmap__runtime;
+
+/* The context of one device during one map call. */
+struct shmap__chunk;
+struct shmap_ctx {
+  shmap__runtime *rt;
+  struct shmap__job *job;
+  int dev;
+  int coords[SHMAP_MAX_AXES];
+  shmap_block **in;           /* nin blocks */
+  shmap_block **out;          /* nout blocks, NULL until declared */
+  struct shmap__chunk *arena; /* every block this device allocated */
+  int *members;               /* scratch: a group's devices (ndev) */
+  uint32_t seq;               /* collective calls entered */
+  int err;                    /* first error this device reported */
+};
+
+int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh);
+void shmap__runtime_destroy(shmap__runtime *rt);
+/* Run job on every device and return when all are done.  Starts the
+ * threads on first use.  Caller holds the runtime lock. */
+int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
+                       shmap__run_fn run);
+void shmap__runtime_lock(shmap__runtime *rt);
+void shmap__runtime_unlock(shmap__runtime *rt);
+
+/* The context of the body running on the calling thread, or NULL. */
+shmap_ctx *shmap__current(void);
+void shmap__set_current(shmap_ctx *ctx);
+
+/* Waiting: returns when pred(arg) holds (true), or when *abort is set
+ * first (false; abort may be NULL). */
+typedef bool (*shmap__pred)(void *arg);
+bool shmap__wait(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
+                 void *arg, _Atomic int *abort);
+void shmap__wake(shmap__waiter *w);
+void shmap__wake_all(shmap__runtime *rt);
+
+/* Record a failure of device `dev`: the first one becomes the job's error
+ * and releases every waiting device.  Returns code. */
+int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg);
+/* What a device released by another's failure returns: ECANCELED (or
+ * EMISMATCH when the failure was a mismatch), message set. */
+int shmap__canceled(shmap_ctx *ctx, const char *op);
+
+/* ---- the device arena (map.c) ------------------------------------------ */
+
+enum shmap__chunk_kind { SHMAP__CHUNK_IN, SHMAP__CHUNK_OUT, SHMAP__CHUNK_SCRATCH };
+
+typedef struct shmap__chunk {
+  struct shmap__chunk *prev, *next;
+  int kind;
+  shmap_block block; /* data follows the header, 64-byte aligned */
+} shmap__chunk;
+
+/* A new block in the device's arena; NULL (message set) on failure. */
+shmap__chunk *shmap__arena_alloc(shmap_ctx *ctx, shmap_dtype dtype, int rank,
+                                 const int64_t shape[], int kind, bool zero);
+void shmap__arena_free(shmap_ctx *ctx, shmap__chunk *c);
+/* The arena chunk holding `block`, or NULL when it is not one of ours. */
+shmap__chunk *shmap__arena_find(shmap_ctx *ctx, const shmap_block *block);
+
+/* Check a block argument (`name` describes it in messages). */
+int shmap__block_check(shmap_ctx *ctx, const char *op, const char *name,
+                       const shmap_block *b);
+/* Check that ctx is the context of the body running on this thread. */
+int shmap__ctx_check(shmap_ctx *ctx, const char *op);
+/* A library error on a device during its body: message "<op> on device N
+ * (coords): <text>", recorded as the job's failure; returns code. */
+int shmap__dev_fail(shmap_ctx *ctx, const char *op, int code,
+                    const char *fmt, ...) SHMAP__PRINTF(4, 5);
+
+#endif /* SHMAP_RUNTIME_H */
