@@ -11,6 +11,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -119,7 +120,8 @@ SHMAP_EXTERN int shmap_spec_check(const shmap_mesh *mesh, const char *spec,
 
 typedef struct shmap_array shmap_array;
 
-/* Copy `data` (row-major, `shape`, `dtype`) into a new global array. */
+/* Copy `data` (row-major, `shape`, `dtype`) into a new host array: one
+ * contiguous copy, split into blocks by each map that reads it. */
 SHMAP_EXTERN int shmap_array_from_host(shmap_array **array, shmap_dtype dtype,
                                        int rank, const int64_t shape[],
                                        const void *data);
@@ -149,6 +151,74 @@ typedef struct shmap_block {
 
 SHMAP_EXTERN int64_t shmap_block_numel(const shmap_block *block);
 SHMAP_EXTERN size_t shmap_block_nbytes(const shmap_block *block);
+
+/* ---- sharded arrays on a mesh ------------------------------------------ */
+
+/*
+ * An array made by a map (its outputs), by the functions below, or by
+ * shmap_array_reshard() lives on a mesh: each device keeps its own block,
+ * laid out by a spec (devices along axes the spec leaves out hold equal
+ * copies), and the blocks stay there between maps.  Passing such an array
+ * to a map whose in_spec equals its spec hands each body the very same
+ * block memory (read-only, no copy); another in_spec reshards on the way
+ * in.  An array keeps its mesh alive until the array is destroyed.
+ */
+
+/* Import host data (row-major) straight into the given sharding. */
+SHMAP_EXTERN int shmap_array_from_host_sharded(shmap_array **array,
+                                               shmap_mesh *mesh,
+                                               const char *spec,
+                                               shmap_dtype dtype, int rank,
+                                               const int64_t shape[],
+                                               const void *data);
+/* Arrays created on the devices, with no host copy of the whole. */
+SHMAP_EXTERN int shmap_array_zeros(shmap_array **array, shmap_mesh *mesh,
+                                   const char *spec, shmap_dtype dtype,
+                                   int rank, const int64_t shape[]);
+/* Every element equal to *value (one element of the dtype). */
+SHMAP_EXTERN int shmap_array_fill(shmap_array **array, shmap_mesh *mesh,
+                                  const char *spec, shmap_dtype dtype,
+                                  int rank, const int64_t shape[],
+                                  const void *value);
+/* Fills one device's block: `offset` is the block's position in the global
+ * array (elements, per dimension).  Runs on the device's thread; returns 0
+ * or an error. Devices holding copies of one block must fill them alike. */
+typedef int (*shmap_init_fn)(shmap_block *block, int device,
+                             const int coords[], const int64_t offset[],
+                             void *arg);
+SHMAP_EXTERN int shmap_array_init(shmap_array **array, shmap_mesh *mesh,
+                                  const char *spec, shmap_dtype dtype,
+                                  int rank, const int64_t shape[],
+                                  shmap_init_fn init, void *arg);
+/* A new sharded array with the same values laid out by `spec` on the same
+ * mesh, moving the fewest bytes between devices. */
+SHMAP_EXTERN int shmap_array_reshard(shmap_array **out,
+                                     const shmap_array *array,
+                                     const char *spec);
+/* The mesh of a sharded array, or NULL for a host array. */
+SHMAP_EXTERN shmap_mesh *shmap_array_mesh(const shmap_array *array);
+/* The array's spec in canonical JAX form, e.g. "P('i', None)"; host
+ * arrays have none (SHMAP_EINVAL).  Returns the length, like snprintf. */
+SHMAP_EXTERN int shmap_array_spec(const shmap_array *array, char *buf,
+                                  size_t len);
+/* A view of device `device`'s block (data points into the array; do not
+ * write it while a map may read it) and its offset in the global array. */
+SHMAP_EXTERN int shmap_array_block(const shmap_array *array, int device,
+                                   shmap_block *block, int64_t offset[]);
+/* Print which devices hold which block, as a text grid (rank 1 or 2). */
+SHMAP_EXTERN int shmap_array_visualize(const shmap_array *array, FILE *out);
+
+/* Data movement counted per mesh since creation or the last reset. */
+typedef struct shmap_stats {
+  uint64_t maps;            /* map calls that ran */
+  uint64_t blocks_shared;   /* input blocks handed to a body without a copy */
+  uint64_t blocks_built;    /* input or resharded blocks built by copying */
+  uint64_t bytes_host;      /* bytes copied between host memory and blocks */
+  uint64_t bytes_local;     /* bytes a device copied from its own blocks */
+  uint64_t bytes_moved;     /* bytes a device copied from another's blocks */
+} shmap_stats;
+SHMAP_EXTERN int shmap_mesh_stats(const shmap_mesh *mesh, shmap_stats *stats);
+SHMAP_EXTERN void shmap_mesh_stats_reset(shmap_mesh *mesh);
 
 /* ---- the map ----------------------------------------------------------- */
 
@@ -182,7 +252,8 @@ SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
 SHMAP_EXTERN int shmap_ctx_device(const shmap_ctx *ctx);
 SHMAP_EXTERN const shmap_mesh *shmap_ctx_mesh(const shmap_ctx *ctx);
 
-/* This device's block of input k (a private copy; NULL on error). */
+/* This device's block of input k (NULL on error).  Read-only: it may be the
+ * block a sharded array keeps on this device. */
 SHMAP_EXTERN const shmap_block *shmap_in(shmap_ctx *ctx, int k);
 /* Declare output k as a new block of the given dtype and shape (NULL on
  * error).  Its contents start as zeros. */

@@ -94,7 +94,7 @@ int shmap__array_new(shmap_array **out, shmap_dtype dtype, int rank,
 /* Large copies are split over OpenMP threads: the device threads are parked
  * while the host imports or exports, so the cores are free.  Under
  * ThreadSanitizer the copy stays serial (libgomp is not instrumented). */
-static void bulk_copy(void *dst, const void *src, size_t bytes)
+void shmap__bulk_copy(void *dst, const void *src, size_t bytes)
 {
 #if defined(_OPENMP) && !defined(__SANITIZE_THREAD__)
   const size_t piece = (size_t)1 << 20;
@@ -129,7 +129,7 @@ SHMAP_EXTERN int shmap_array_from_host(shmap_array **array, shmap_dtype dtype,
   rc = shmap__array_new(&a, dtype, rank, shape, false);
   if (rc)
     return rc;
-  bulk_copy(a->data, data, (size_t)numel * shmap_dtype_size(dtype));
+  shmap__bulk_copy(a->data, data, (size_t)numel * shmap_dtype_size(dtype));
   *array = a;
   return 0;
 }
@@ -138,7 +138,11 @@ SHMAP_EXTERN int shmap_array_to_host(const shmap_array *array, void *data)
 {
   if (!array || (!data && array->numel > 0))
     return shmap__err(SHMAP_EINVAL, "shmap_array_to_host: NULL argument");
-  bulk_copy(data, array->data, (size_t)array->numel * shmap_dtype_size(array->dtype));
+  if (array->data)
+    shmap__bulk_copy(data, array->data,
+                     (size_t)array->numel * shmap_dtype_size(array->dtype));
+  else
+    shmap__array_assemble(array, data);
   return 0;
 }
 
@@ -146,8 +150,173 @@ SHMAP_EXTERN void shmap_array_destroy(shmap_array *array)
 {
   if (!array)
     return;
+  if (array->mesh) {
+    for (int d = 0; d < array->mesh->ndev; d++)
+      free(array->mem[d]);
+    free(array->mem);
+    free(array->blocks);
+    shmap__mesh_release(array->mesh);
+  }
   free(array->data);
   free(array);
+}
+
+/* ---- sharded arrays: layout and movement ------------------------------- */
+
+bool shmap__spec_same(const shmap__spec *a, const shmap__spec *b, int rank)
+{
+  for (int d = 0; d < rank; d++) {
+    int na = d < a->ndims ? a->naxes[d] : 0;
+    int nb = d < b->ndims ? b->naxes[d] : 0;
+    if (na != nb || (na && memcmp(a->axes[d], b->axes[d], sizeof(int) * (size_t)na)))
+      return false;
+  }
+  return true;
+}
+
+void shmap__gather_block(const shmap_array *a, const shmap_mesh *mesh,
+                         const shmap__spec *to, const int64_t bshape[],
+                         int dev, void *dst, shmap__moved *count)
+{
+  int rank = a->rank;
+  size_t es = shmap_dtype_size(a->dtype);
+  if (shmap__numel(rank, bshape) == 0)
+    return;
+  int c[SHMAP_MAX_AXES];
+  shmap__mesh_coords(mesh, dev, c);
+  int64_t off[SHMAP_MAX_RANK];
+  shmap__block_offset(mesh, to, rank, bshape, c, off);
+  /* A host array is one block that every device can read. */
+  static const shmap__spec whole;
+  const bool host = a->data != NULL;
+  const shmap__spec *from = host ? &whole : &a->spec;
+  const int64_t *sb = host ? a->shape : a->bshape;
+  int64_t lo[SHMAP_MAX_RANK], hi[SHMAP_MAX_RANK], i[SHMAP_MAX_RANK];
+  int64_t sstr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK];
+  shmap__strides(rank, sb, sstr);
+  shmap__strides(rank, bshape, dstr);
+  for (int d = 0; d < rank; d++) {
+    lo[d] = i[d] = off[d] / sb[d];
+    hi[d] = (off[d] + bshape[d] - 1) / sb[d];
+  }
+  /* Visit every source block the target block overlaps; take it from the
+   * device that holds it and shares this device's other coordinates, so
+   * a piece this device already holds is never fetched from a peer. */
+  for (;;) {
+    int sc[SHMAP_MAX_AXES];
+    memcpy(sc, c, sizeof sc);
+    for (int d = 0; d < from->ndims; d++) {
+      int64_t rem = i[d];
+      for (int k = from->naxes[d] - 1; k >= 0; k--) {
+        int ax = from->axes[d][k];
+        sc[ax] = (int)(rem % mesh->sizes[ax]);
+        rem /= mesh->sizes[ax];
+      }
+    }
+    int s = 0;
+    for (int ax = 0; ax < mesh->naxes; ax++)
+      s += sc[ax] * mesh->strides[ax];
+    const char *src = host ? a->data : a->blocks[s].data;
+    char *out = dst;
+    int64_t box[SHMAP_MAX_RANK];
+    for (int d = 0; d < rank; d++) {
+      int64_t b0 = i[d] * sb[d];
+      int64_t start = off[d] > b0 ? off[d] : b0;
+      int64_t end = off[d] + bshape[d] < b0 + sb[d] ? off[d] + bshape[d] : b0 + sb[d];
+      box[d] = end - start;
+      src += (start - b0) * sstr[d] * (int64_t)es;
+      out += (start - off[d]) * dstr[d] * (int64_t)es;
+    }
+    shmap__copy_box(out, dstr, src, sstr, rank, box, es);
+    uint64_t bytes = (uint64_t)shmap__numel(rank, box) * es;
+    if (host)
+      count->host += bytes;
+    else if (s == dev)
+      count->local += bytes;
+    else
+      count->moved += bytes;
+    int d = rank - 1;
+    for (; d >= 0; d--) {
+      if (++i[d] <= hi[d])
+        break;
+      i[d] = lo[d];
+    }
+    if (d < 0)
+      return;
+  }
+}
+
+void shmap__array_assemble(const shmap_array *a, void *dst)
+{
+  const shmap_mesh *mesh = a->mesh;
+  unsigned mask = shmap__spec_axes_mask(&a->spec);
+  size_t es = shmap_dtype_size(a->dtype);
+  int64_t gstr[SHMAP_MAX_RANK], bstr[SHMAP_MAX_RANK];
+  shmap__strides(a->rank, a->shape, gstr);
+  shmap__strides(a->rank, a->bshape, bstr);
+  bool big = (size_t)a->numel * es >= ((size_t)4 << 20);
+  (void)big;
+#if defined(_OPENMP) && !defined(__SANITIZE_THREAD__)
+#pragma omp parallel for schedule(dynamic) if (big)
+#endif
+  for (int d = 0; d < mesh->ndev; d++) {
+    if (shmap__representative(mesh, mask, d) != d)
+      continue;
+    int c[SHMAP_MAX_AXES];
+    int64_t off[SHMAP_MAX_RANK];
+    shmap__mesh_coords(mesh, d, c);
+    shmap__block_offset(mesh, &a->spec, a->rank, a->bshape, c, off);
+    char *out = dst;
+    for (int i = 0; i < a->rank; i++)
+      out += off[i] * gstr[i] * (int64_t)es;
+    shmap__copy_box(out, gstr, a->blocks[d].data, bstr, a->rank, a->bshape, es);
+  }
+}
+
+SHMAP_EXTERN shmap_mesh *shmap_array_mesh(const shmap_array *array)
+{
+  if (!array) {
+    shmap__err(SHMAP_EINVAL, "shmap_array_mesh: array is NULL");
+    return NULL;
+  }
+  return array->mesh;
+}
+
+SHMAP_EXTERN int shmap_array_spec(const shmap_array *array, char *buf,
+                                  size_t len)
+{
+  if (!array || (!buf && len))
+    return shmap__err(SHMAP_EINVAL, "shmap_array_spec: NULL argument");
+  if (!array->mesh)
+    return shmap__err(SHMAP_EINVAL,
+                      "shmap_array_spec: a host array has no sharding");
+  char tmp[512];
+  shmap__spec_format(array->mesh, &array->spec, tmp, sizeof tmp);
+  if (len)
+    snprintf(buf, len, "%s", tmp);
+  return (int)strlen(tmp);
+}
+
+SHMAP_EXTERN int shmap_array_block(const shmap_array *array, int device,
+                                   shmap_block *block, int64_t offset[])
+{
+  if (!array || !block)
+    return shmap__err(SHMAP_EINVAL, "shmap_array_block: NULL argument");
+  if (!array->mesh)
+    return shmap__err(SHMAP_EINVAL,
+                      "shmap_array_block: a host array has no device blocks");
+  if (device < 0 || device >= array->mesh->ndev)
+    return shmap__err(SHMAP_EINVAL,
+                      "shmap_array_block: device %d is out of range [0, %d)",
+                      device, array->mesh->ndev);
+  *block = array->blocks[device];
+  if (offset) {
+    int c[SHMAP_MAX_AXES];
+    shmap__mesh_coords(array->mesh, device, c);
+    shmap__block_offset(array->mesh, &array->spec, array->rank, array->bshape,
+                        c, offset);
+  }
+  return 0;
 }
 
 SHMAP_EXTERN shmap_dtype shmap_array_dtype(const shmap_array *array)

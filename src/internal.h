@@ -10,6 +10,7 @@
 
 #include <shmap.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -50,7 +51,14 @@ struct shmap_mesh {
   int strides[SHMAP_MAX_AXES];
   /* Device threads, created by the first map on this mesh. */
   struct shmap__runtime *rt;
+  /* The user's reference plus one per sharded array on the mesh. */
+  _Atomic int refs;
+  /* Data movement counters (updated under the runtime lock). */
+  shmap_stats stats;
 };
+
+void shmap__mesh_retain(shmap_mesh *mesh);
+void shmap__mesh_release(shmap_mesh *mesh);
 
 /* Coordinates of `dev` (no checks). */
 void shmap__mesh_coords(const shmap_mesh *mesh, int dev, int coords[]);
@@ -145,8 +153,34 @@ struct shmap_array {
   int rank;
   int64_t shape[SHMAP_MAX_RANK];
   int64_t numel;
-  void *data; /* row-major, 64-byte aligned */
+  /* A host array: row-major data, 64-byte aligned (NULL when sharded). */
+  void *data;
+  /* A sharded array: its mesh, spec, block shape, and per device a view of
+   * its block and the allocation to free. */
+  shmap_mesh *mesh;
+  shmap__spec spec;
+  int64_t bshape[SHMAP_MAX_RANK];
+  shmap_block *blocks;
+  void **mem;
 };
+
+/* True when two resolved specs lay out an array of `rank` identically
+ * (after padding; an empty tuple equals None). */
+bool shmap__spec_same(const shmap__spec *a, const shmap__spec *b, int rank);
+
+/* Counts of one block built from an array, for the statistics. */
+typedef struct shmap__moved {
+  uint64_t host, local, moved;
+} shmap__moved;
+
+/* Build device `dev`'s block under spec `to` (block shape bshape) from
+ * array `a` (host or sharded on the same mesh) into `dst`, reading each
+ * piece from the device that holds it, itself first. */
+void shmap__gather_block(const shmap_array *a, const shmap_mesh *mesh,
+                         const shmap__spec *to, const int64_t bshape[],
+                         int dev, void *dst, shmap__moved *count);
+/* Copy a sharded array's values into row-major host memory. */
+void shmap__array_assemble(const shmap_array *a, void *dst);
 
 /* Validate dtype, rank and shape; `what` names the caller in messages. */
 int shmap__check_shape(const char *what, shmap_dtype dtype, int rank,
@@ -157,6 +191,9 @@ int shmap__array_new(shmap_array **out, shmap_dtype dtype, int rank,
 /* "f32[2,8]" into buf. */
 void shmap__shape_format(shmap_dtype dtype, int rank, const int64_t shape[],
                          char *buf, size_t n);
+
+/* Bulk memcpy, split over OpenMP threads when large. */
+void shmap__bulk_copy(void *dst, const void *src, size_t bytes);
 
 /* 64-byte aligned allocation of n bytes (n may be 0); free with free(). */
 void *shmap__alloc(size_t n, bool zero);

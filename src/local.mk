@@ -7,6 +7,8 @@ src_libshmap_core_la_SOURCES = \
 	src/spec.c \
 	src/layout.c \
 	src/array.c \
+	src/shard.c \
+	src/visualize.c \
 	src/map.c \
 	src/runtime/runtime.c \
 	src/coll/coll.c \

@@ -9,7 +9,7 @@
 typedef struct in_info {
   shmap__spec spec;
   int64_t bshape[SHMAP_MAX_RANK];
-  int64_t gstrides[SHMAP_MAX_RANK];
+  bool borrow; /* the array's blocks already have this layout */
 } in_info;
 
 typedef struct shmap__job {
@@ -55,7 +55,7 @@ shmap__chunk *shmap__arena_alloc(shmap_ctx *ctx, shmap_dtype dtype, int rank,
   return c;
 }
 
-void shmap__arena_free(shmap_ctx *ctx, shmap__chunk *c)
+void shmap__arena_unlink(shmap_ctx *ctx, shmap__chunk *c)
 {
   if (c->prev)
     c->prev->next = c->next;
@@ -63,6 +63,12 @@ void shmap__arena_free(shmap_ctx *ctx, shmap__chunk *c)
     ctx->arena = c->next;
   if (c->next)
     c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+}
+
+void shmap__arena_free(shmap_ctx *ctx, shmap__chunk *c)
+{
+  shmap__arena_unlink(ctx, c);
   free(c);
 }
 
@@ -296,8 +302,13 @@ static void run_device(shmap__job *job, int dev)
   shmap__set_current(ctx);
   bool ok = true;
   for (int k = 0; k < job->nin && ok; k++) {
-    const shmap_array *a = job->in[k];
+    shmap_array *a = job->in[k];
     const in_info *ii = &job->ins[k];
+    if (ii->borrow) {
+      ctx->in[k] = &a->blocks[dev];
+      ctx->shared++;
+      continue;
+    }
     shmap__chunk *c = shmap__arena_alloc(ctx, a->dtype, a->rank, ii->bshape,
                                          SHMAP__CHUNK_IN, false);
     if (!c) {
@@ -307,16 +318,9 @@ static void run_device(shmap__job *job, int dev)
       ok = false;
       break;
     }
-    int64_t off[SHMAP_MAX_RANK], bstr[SHMAP_MAX_RANK];
-    shmap__block_offset(job->mesh, &ii->spec, a->rank, ii->bshape,
-                        ctx->coords, off);
-    shmap__strides(a->rank, ii->bshape, bstr);
-    size_t es = shmap_dtype_size(a->dtype);
-    const char *src = a->data;
-    for (int d = 0; d < a->rank; d++)
-      src += off[d] * ii->gstrides[d] * (int64_t)es;
-    shmap__copy_box(c->block.data, bstr, src, ii->gstrides, a->rank,
-                    ii->bshape, es);
+    shmap__gather_block(a, job->mesh, &ii->spec, ii->bshape, dev,
+                        c->block.data, &ctx->moved);
+    ctx->built++;
     ctx->in[k] = &c->block;
   }
   if (ok && !atomic_load(&rt->abort)) {
@@ -453,32 +457,60 @@ static int check_replicated(shmap__job *job, int k, const char *spec_text,
   return 0;
 }
 
-static void assemble(shmap__job *job, int k, const shmap__spec *spec,
-                     shmap_array *g)
+/* Output k becomes a sharded array that keeps each device's block. */
+static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
+                        unsigned flags, shmap_array **res)
 {
   shmap_mesh *mesh = job->mesh;
-  unsigned mask = shmap__spec_axes_mask(spec);
   const shmap_block *b0 = job->ctx[0].out[k];
-  size_t es = shmap_dtype_size(g->dtype);
-  int64_t gstr[SHMAP_MAX_RANK], bstr[SHMAP_MAX_RANK];
-  shmap__strides(g->rank, g->shape, gstr);
-  shmap__strides(b0->rank, b0->shape, bstr);
-  bool big = (size_t)g->numel * es >= ((size_t)4 << 20);
-  (void)big;
-#if defined(_OPENMP) && !defined(__SANITIZE_THREAD__)
-#pragma omp parallel for schedule(dynamic) if (big)
-#endif
-  for (int d = 0; d < mesh->ndev; d++) {
-    if (shmap__representative(mesh, mask, d) != d)
-      continue;
-    const shmap_ctx *ctx = &job->ctx[d];
-    int64_t off[SHMAP_MAX_RANK];
-    shmap__block_offset(mesh, spec, g->rank, b0->shape, ctx->coords, off);
-    char *dst = g->data;
-    for (int i = 0; i < g->rank; i++)
-      dst += off[i] * gstr[i] * (int64_t)es;
-    shmap__copy_box(dst, gstr, ctx->out[k]->data, bstr, g->rank, b0->shape, es);
+  int64_t gshape[SHMAP_MAX_RANK];
+  shmap__global_shape(mesh, spec, b0->rank, b0->shape, gshape);
+  char what[32];
+  snprintf(what, sizeof what, "output %d", k);
+  int rc = shmap__check_shape(what, b0->dtype, b0->rank, gshape);
+  if (rc)
+    return rc;
+  shmap_array *a = calloc(1, sizeof *a);
+  if (a) {
+    a->blocks = calloc((size_t)mesh->ndev, sizeof *a->blocks);
+    a->mem = calloc((size_t)mesh->ndev, sizeof *a->mem);
   }
+  if (!a || !a->blocks || !a->mem) {
+    if (a) {
+      free(a->blocks);
+      free(a->mem);
+    }
+    free(a);
+    return shmap__err(SHMAP_ENOMEM, "out of memory for output %d", k);
+  }
+  a->dtype = b0->dtype;
+  a->rank = b0->rank;
+  memcpy(a->shape, gshape, sizeof gshape);
+  memcpy(a->bshape, b0->shape, sizeof a->bshape);
+  a->numel = shmap__numel(a->rank, a->shape);
+  a->spec = *spec;
+  a->mesh = mesh;
+  shmap__mesh_retain(mesh);
+  for (int d = 0; d < mesh->ndev; d++) {
+    shmap_ctx *ctx = &job->ctx[d];
+    shmap__chunk *c = shmap__arena_find(ctx, ctx->out[k]);
+    shmap__arena_unlink(ctx, c);
+    a->mem[d] = c;
+    a->blocks[d] = c->block;
+  }
+  /* Unchecked outputs: the copy at coordinate 0 of the unnamed axes is the
+   * value, so every holder gets that copy. */
+  if ((flags & SHMAP_NO_CHECK_REP) && !(flags & SHMAP__TRUSTED_REP)) {
+    unsigned mask = shmap__spec_axes_mask(spec);
+    size_t bytes = shmap_block_nbytes(&a->blocks[0]);
+    for (int d = 0; d < mesh->ndev; d++) {
+      int rep = shmap__representative(mesh, mask, d);
+      if (rep != d)
+        memcpy(a->blocks[d].data, a->blocks[rep].data, bytes);
+    }
+  }
+  *res = a;
+  return 0;
 }
 
 static int prepare_inputs(shmap__job *job, const char *const in_specs[])
@@ -489,6 +521,10 @@ static int prepare_inputs(shmap__job *job, const char *const in_specs[])
     const shmap_array *a = job->in[k];
     if (!a)
       return shmap__err(SHMAP_EINVAL, "input %d is NULL", k);
+    if (a->mesh && a->mesh != job->mesh)
+      return shmap__err(SHMAP_EINVAL,
+                        "input %d is sharded on another mesh; export it to "
+                        "the host (shmap_array_to_host) to move it", k);
     if (!in_specs[k])
       return shmap__err(SHMAP_EINVAL, "%s is NULL", what);
     in_info *ii = &job->ins[k];
@@ -500,7 +536,7 @@ static int prepare_inputs(shmap__job *job, const char *const in_specs[])
     if (rc)
       return rc;
     shmap__block_shape(job->mesh, &ii->spec, a->rank, a->shape, ii->bshape);
-    shmap__strides(a->rank, a->shape, ii->gstrides);
+    ii->borrow = a->mesh && shmap__spec_same(&a->spec, &ii->spec, a->rank);
   }
   return 0;
 }
@@ -514,11 +550,10 @@ static void free_job(shmap__job *job)
   free(job->ins);
 }
 
-SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
-                                 void *arg, int nin, shmap_array *const in[],
-                                 const char *const in_specs[], int nout,
-                                 shmap_array *out[],
-                                 const char *const out_specs[], unsigned flags)
+int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
+               shmap_array *const in[], const char *const in_specs[],
+               int nout, shmap_array *out[], const char *const out_specs[],
+               unsigned flags)
 {
   if (!mesh || !body)
     return shmap__err(SHMAP_EINVAL, "shmap_map: %s is NULL", mesh ? "body" : "mesh");
@@ -531,8 +566,6 @@ SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
   if (nout > 0 && (!out || !out_specs))
     return shmap__err(SHMAP_EINVAL, "shmap_map: nout=%d but %s is NULL", nout,
                       out ? "out_specs" : "out");
-  if (flags & ~SHMAP_NO_CHECK_REP)
-    return shmap__err(SHMAP_EINVAL, "shmap_map: unknown flags 0x%x", flags);
   if (shmap__current())
     return shmap__err(SHMAP_ESTATE,
                       "shmap_map: called from inside a body; nested maps are "
@@ -588,6 +621,18 @@ SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
   shmap__runtime *rt = mesh->rt;
   shmap__runtime_lock(rt);
   rc = shmap__runtime_run(rt, &job, run_device);
+  if (rc == 0) {
+    shmap_stats *st = &mesh->stats;
+    st->maps++;
+    for (int d = 0; d < mesh->ndev; d++) {
+      const shmap_ctx *ctx = &job.ctx[d];
+      st->blocks_shared += ctx->shared;
+      st->blocks_built += ctx->built;
+      st->bytes_host += ctx->moved.host;
+      st->bytes_local += ctx->moved.local;
+      st->bytes_moved += ctx->moved.moved;
+    }
+  }
   if (rc == 0 && atomic_load(&rt->failed_dev) >= 0) {
     rc = rt->fail_code;
     shmap__err_set(rt->fail_msg);
@@ -599,18 +644,11 @@ SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
   if ((rc = check_outputs(&job, out_specs, ospec)))
     goto done;
   for (int k = 0; k < nout; k++) {
-    const shmap_block *b0 = job.ctx[0].out[k];
-    if (!(flags & SHMAP_NO_CHECK_REP) &&
+    if (!(flags & (SHMAP_NO_CHECK_REP | SHMAP__TRUSTED_REP)) &&
         (rc = check_replicated(&job, k, out_specs[k], &ospec[k])))
       goto done;
-    int64_t gshape[SHMAP_MAX_RANK];
-    shmap__global_shape(mesh, &ospec[k], b0->rank, b0->shape, gshape);
-    char what[32];
-    snprintf(what, sizeof what, "output %d", k);
-    if ((rc = shmap__check_shape(what, b0->dtype, b0->rank, gshape)) ||
-        (rc = shmap__array_new(&res[k], b0->dtype, b0->rank, gshape, false)))
+    if ((rc = adopt_output(&job, k, &ospec[k], flags, &res[k])))
       goto done;
-    assemble(&job, k, &ospec[k], res[k]);
   }
   for (int k = 0; k < nout; k++) {
     out[k] = res[k];
@@ -625,6 +663,18 @@ done:
   free(ospec);
   free(res);
   return rc;
+}
+
+SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
+                                 void *arg, int nin, shmap_array *const in[],
+                                 const char *const in_specs[], int nout,
+                                 shmap_array *out[],
+                                 const char *const out_specs[], unsigned flags)
+{
+  if (flags & ~SHMAP_NO_CHECK_REP)
+    return shmap__err(SHMAP_EINVAL, "shmap_map: unknown flags 0x%x", flags);
+  return shmap__map(mesh, body, arg, nin, in, in_specs, nout, out, out_specs,
+                    flags);
 }
 
 SHMAP_EXTERN int shmap_map(shmap_mesh *mesh, shmap_body_fn body, void *arg,

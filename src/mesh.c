@@ -73,6 +73,7 @@ static int mesh_build(shmap_mesh **out, int naxes, const char *const names[],
     m->strides[a] = stride;
     stride *= m->sizes[a];
   }
+  atomic_init(&m->refs, 1);
   int rc = shmap__runtime_create(&m->rt, m);
   if (rc) {
     free(m);
@@ -164,12 +165,41 @@ SHMAP_EXTERN int shmap_mesh_create(shmap_mesh **mesh, const char *text)
   return mesh_build(mesh, n, names, lens, sizes, text);
 }
 
+void shmap__mesh_retain(shmap_mesh *mesh) { atomic_fetch_add(&mesh->refs, 1); }
+
+void shmap__mesh_release(shmap_mesh *mesh)
+{
+  if (atomic_fetch_sub(&mesh->refs, 1) == 1) {
+    shmap__runtime_destroy(mesh->rt);
+    free(mesh);
+  }
+}
+
+/* Sharded arrays hold references: the threads stop when the last of them
+ * and the user's handle are gone. */
 SHMAP_EXTERN void shmap_mesh_destroy(shmap_mesh *mesh)
+{
+  if (mesh)
+    shmap__mesh_release(mesh);
+}
+
+SHMAP_EXTERN int shmap_mesh_stats(const shmap_mesh *mesh, shmap_stats *stats)
+{
+  if (!mesh || !stats)
+    return shmap__err(SHMAP_EINVAL, "shmap_mesh_stats: NULL argument");
+  shmap__runtime_lock(mesh->rt);
+  *stats = mesh->stats;
+  shmap__runtime_unlock(mesh->rt);
+  return 0;
+}
+
+SHMAP_EXTERN void shmap_mesh_stats_reset(shmap_mesh *mesh)
 {
   if (!mesh)
     return;
-  shmap__runtime_destroy(mesh->rt);
-  free(mesh);
+  shmap__runtime_lock(mesh->rt);
+  memset(&mesh->stats, 0, sizeof mesh->stats);
+  shmap__runtime_unlock(mesh->rt);
 }
 
 SHMAP_EXTERN int shmap_mesh_naxes(const shmap_mesh *mesh)

@@ -105,6 +105,9 @@ struct shmap_ctx {
   int *members;               /* scratch: a group's devices (ndev) */
   uint32_t seq;               /* collective calls entered */
   int err;                    /* first error this device reported */
+  /* Input blocks shared and built, and the bytes copied to build them. */
+  uint64_t shared, built;
+  shmap__moved moved;
 };
 
 int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh);
@@ -149,6 +152,8 @@ typedef struct shmap__chunk {
 shmap__chunk *shmap__arena_alloc(shmap_ctx *ctx, shmap_dtype dtype, int rank,
                                  const int64_t shape[], int kind, bool zero);
 void shmap__arena_free(shmap_ctx *ctx, shmap__chunk *c);
+/* Take a chunk out of the arena without freeing it. */
+void shmap__arena_unlink(shmap_ctx *ctx, shmap__chunk *c);
 /* The arena chunk holding `block`, or NULL when it is not one of ours. */
 shmap__chunk *shmap__arena_find(shmap_ctx *ctx, const shmap_block *block);
 
@@ -161,5 +166,16 @@ int shmap__ctx_check(shmap_ctx *ctx, const char *op);
  * (coords): <text>", recorded as the job's failure; returns code. */
 int shmap__dev_fail(shmap_ctx *ctx, const char *op, int code,
                     const char *fmt, ...) SHMAP__PRINTF(4, 5);
+
+/* ---- maps (map.c) ---------------------------------------------------- */
+
+/* Library-internal map flag: the outputs are known to be replicated along
+ * the axes their specs leave out (no check, no copy). */
+#define SHMAP__TRUSTED_REP 0x80000000u
+
+int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
+               shmap_array *const in[], const char *const in_specs[],
+               int nout, shmap_array *out[], const char *const out_specs[],
+               unsigned flags);
 
 #endif /* SHMAP_RUNTIME_H */

@@ -1,0 +1,192 @@
+/* shard.c - sharded arrays made on the devices: import into a sharding,
+ * zeros, fill, per-device initialisers, and resharding.  Each runs as a
+ * map, so every device builds its own block on its own thread. */
+#include "runtime/runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Validate a target layout; fills the block shape. */
+static int target(const char *op, shmap_mesh *mesh, const char *spec,
+                  shmap_dtype dtype, int rank, const int64_t shape[],
+                  int64_t bshape[], shmap__spec *s)
+{
+  if (!mesh || !spec)
+    return shmap__err(SHMAP_EINVAL, "%s: %s is NULL", op, mesh ? "spec" : "mesh");
+  int rc = shmap__check_shape(op, dtype, rank, shape);
+  if (rc)
+    return rc;
+  if ((rc = shmap__spec_resolve(mesh, spec, s)))
+    return shmap__err(rc, "%s: %s", op, shmap__errbuf());
+  if ((rc = shmap__spec_fit(mesh, "spec", spec, s, rank, shape)))
+    return shmap__err(rc, "%s: %s", op, shmap__errbuf());
+  shmap__block_shape(mesh, s, rank, shape, bshape);
+  return 0;
+}
+
+/* The input block becomes the output: a block built for this map is taken
+ * over, a block shared with the source array is copied. */
+static int adopt_body(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  shmap_block *in = ctx->in[0];
+  shmap__chunk *c = shmap__arena_find(ctx, in);
+  if (c) {
+    c->kind = SHMAP__CHUNK_OUT;
+    ctx->out[0] = in;
+    return 0;
+  }
+  return shmap_out_copy(ctx, 0, in) ? 0 : ctx->err;
+}
+
+static int relayout(const char *op, shmap_array **out, shmap_mesh *mesh,
+                    shmap_array *src, const char *spec)
+{
+  int rc = shmap__map(mesh, adopt_body, NULL, 1, &src, &spec, 1, out, &spec,
+                      SHMAP__TRUSTED_REP);
+  return rc ? shmap__err(rc, "%s: %s", op, shmap__errbuf()) : 0;
+}
+
+SHMAP_EXTERN int shmap_array_from_host_sharded(shmap_array **array,
+                                               shmap_mesh *mesh,
+                                               const char *spec,
+                                               shmap_dtype dtype, int rank,
+                                               const int64_t shape[],
+                                               const void *data)
+{
+  const char *op = "shmap_array_from_host_sharded";
+  if (!array)
+    return shmap__err(SHMAP_EINVAL, "%s: array is NULL", op);
+  *array = NULL;
+  int64_t bshape[SHMAP_MAX_RANK];
+  shmap__spec s;
+  int rc = target(op, mesh, spec, dtype, rank, shape, bshape, &s);
+  if (rc)
+    return rc;
+  int64_t numel = shmap__numel(rank, shape);
+  if (!data && numel > 0)
+    return shmap__err(SHMAP_EINVAL, "%s: data is NULL", op);
+  /* The caller's memory, seen as a host array for the duration of the
+   * call: each device copies its block straight out of it. */
+  shmap_array host = {.dtype = dtype, .rank = rank, .numel = numel,
+                      .data = (void *)data};
+  if (rank)
+    memcpy(host.shape, shape, sizeof(int64_t) * (size_t)rank);
+  if (!host.data)
+    host.data = &host; /* empty array: any non-NULL pointer marks "host" */
+  return relayout(op, array, mesh, &host, spec);
+}
+
+SHMAP_EXTERN int shmap_array_reshard(shmap_array **out,
+                                     const shmap_array *array,
+                                     const char *spec)
+{
+  const char *op = "shmap_array_reshard";
+  if (!out || !array)
+    return shmap__err(SHMAP_EINVAL, "%s: NULL argument", op);
+  *out = NULL;
+  if (!array->mesh)
+    return shmap__err(SHMAP_EINVAL,
+                      "%s: a host array has no mesh; use "
+                      "shmap_array_from_host_sharded to place it", op);
+  int64_t bshape[SHMAP_MAX_RANK];
+  shmap__spec s;
+  int rc = target(op, array->mesh, spec, array->dtype, array->rank,
+                  array->shape, bshape, &s);
+  if (rc)
+    return rc;
+  return relayout(op, out, array->mesh, (shmap_array *)array, spec);
+}
+
+/* ---- arrays made on the devices ------------------------------------------ */
+
+typedef struct make_arg {
+  shmap_dtype dtype;
+  int rank;
+  const int64_t *bshape;
+  const void *value;   /* fill */
+  shmap_init_fn init;  /* init */
+  void *init_arg;
+  shmap__spec spec;
+} make_arg;
+
+static void fill_value(shmap_block *b, const void *value)
+{
+  size_t es = shmap_dtype_size(b->dtype);
+  int64_t n = shmap_block_numel(b);
+  char *p = b->data;
+  for (int64_t i = 0; i < n; i++)
+    memcpy(p + i * (int64_t)es, value, es);
+}
+
+static int make_body(shmap_ctx *ctx, void *arg)
+{
+  const make_arg *m = arg;
+  shmap_block *b = shmap_out(ctx, 0, m->dtype, m->rank, m->bshape);
+  if (!b)
+    return ctx->err;
+  if (m->value)
+    fill_value(b, m->value);
+  if (m->init) {
+    int64_t off[SHMAP_MAX_RANK];
+    shmap__block_offset(ctx->rt->mesh, &m->spec, m->rank,
+                        m->bshape, ctx->coords, off);
+    int rc = m->init(b, ctx->dev, ctx->coords, off, m->init_arg);
+    if (rc)
+      return ctx->err ? ctx->err
+                      : shmap_fail(ctx, "the init callback returned %d", rc);
+  }
+  return 0;
+}
+
+static int make(const char *op, shmap_array **array, shmap_mesh *mesh,
+                const char *spec, shmap_dtype dtype, int rank,
+                const int64_t shape[], make_arg *m, unsigned flags)
+{
+  if (!array)
+    return shmap__err(SHMAP_EINVAL, "%s: array is NULL", op);
+  *array = NULL;
+  int64_t bshape[SHMAP_MAX_RANK];
+  int rc = target(op, mesh, spec, dtype, rank, shape, bshape, &m->spec);
+  if (rc)
+    return rc;
+  m->dtype = dtype;
+  m->rank = rank;
+  m->bshape = bshape;
+  rc = shmap__map(mesh, make_body, m, 0, NULL, NULL, 1, array, &spec, flags);
+  return rc ? shmap__err(rc, "%s: %s", op, shmap__errbuf()) : 0;
+}
+
+SHMAP_EXTERN int shmap_array_zeros(shmap_array **array, shmap_mesh *mesh,
+                                   const char *spec, shmap_dtype dtype,
+                                   int rank, const int64_t shape[])
+{
+  make_arg m = {0};
+  return make("shmap_array_zeros", array, mesh, spec, dtype, rank, shape, &m,
+              SHMAP__TRUSTED_REP);
+}
+
+SHMAP_EXTERN int shmap_array_fill(shmap_array **array, shmap_mesh *mesh,
+                                  const char *spec, shmap_dtype dtype,
+                                  int rank, const int64_t shape[],
+                                  const void *value)
+{
+  if (!value)
+    return shmap__err(SHMAP_EINVAL, "shmap_array_fill: value is NULL");
+  make_arg m = {.value = value};
+  return make("shmap_array_fill", array, mesh, spec, dtype, rank, shape, &m,
+              SHMAP__TRUSTED_REP);
+}
+
+SHMAP_EXTERN int shmap_array_init(shmap_array **array, shmap_mesh *mesh,
+                                  const char *spec, shmap_dtype dtype,
+                                  int rank, const int64_t shape[],
+                                  shmap_init_fn init, void *arg)
+{
+  if (!init)
+    return shmap__err(SHMAP_EINVAL, "shmap_array_init: init is NULL");
+  make_arg m = {.init = init, .init_arg = arg};
+  /* Copies of one block come from the user's callback: checked. */
+  return make("shmap_array_init", array, mesh, spec, dtype, rank, shape, &m, 0);
+}
