@@ -314,6 +314,19 @@ SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,
                                 const char *axes, int npairs,
                                 const int pairs[][2]);
 
+/* ---- debugging ---------------------------------------------------------- */
+
+/* Every `seconds` a map runs, print each device's state (running its body,
+ * waiting in which collective over which axes, since when) to stderr.
+ * 0 turns it off (the default; SHMAP_WATCHDOG=seconds sets it too). */
+SHMAP_EXTERN int shmap_set_watchdog(double seconds);
+/* Record every device's bodies and collectives (start, end, bytes, axes)
+ * until shmap_trace_stop(), which writes them to `path` as a Chrome trace
+ * (JSON; one track per device; opens in Perfetto).  SHMAP_TRACE=path
+ * records the whole run and writes at exit. */
+SHMAP_EXTERN int shmap_trace_start(const char *path);
+SHMAP_EXTERN int shmap_trace_stop(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -25,17 +25,6 @@ SHMAP_EXTERN const char *shmap_dtype_name(shmap_dtype dtype)
   }
 }
 
-void *shmap__alloc(size_t n, bool zero)
-{
-  size_t rounded = (n + 63) & ~(size_t)63;
-  if (rounded < n)
-    return NULL;
-  void *p = aligned_alloc(64, rounded ? rounded : 64);
-  if (p && zero)
-    memset(p, 0, rounded);
-  return p;
-}
-
 void shmap__shape_format(shmap_dtype dtype, int rank, const int64_t shape[],
                          char *buf, size_t n)
 {
@@ -70,7 +59,7 @@ int shmap__check_shape(const char *what, shmap_dtype dtype, int rank,
 int shmap__array_new(shmap_array **out, shmap_dtype dtype, int rank,
                      const int64_t shape[], bool zero)
 {
-  shmap_array *a = calloc(1, sizeof *a);
+  shmap_array *a = shmap__calloc(1, sizeof *a);
   if (!a)
     return shmap__err(SHMAP_ENOMEM, "out of memory allocating an array header");
   a->dtype = dtype;

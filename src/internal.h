@@ -195,7 +195,15 @@ void shmap__shape_format(shmap_dtype dtype, int rank, const int64_t shape[],
 /* Bulk memcpy, split over OpenMP threads when large. */
 void shmap__bulk_copy(void *dst, const void *src, size_t bytes);
 
+/* ---- alloc.c: every allocation of the library ---------------------------- */
+
 /* 64-byte aligned allocation of n bytes (n may be 0); free with free(). */
 void *shmap__alloc(size_t n, bool zero);
+void *shmap__malloc(size_t n);
+void *shmap__calloc(size_t n, size_t size);
+/* Tests: make the k-th allocation from now fail (0: none), and count the
+ * failures injected since. */
+void shmap__test_fail_alloc(long k);
+long shmap__test_alloc_failures(void);
 
 #endif /* SHMAP_INTERNAL_H */

@@ -3,6 +3,7 @@
 noinst_LTLIBRARIES += src/libshmap_core.la
 src_libshmap_core_la_SOURCES = \
 	src/error.c \
+	src/alloc.c \
 	src/mesh.c \
 	src/spec.c \
 	src/layout.c \
@@ -11,6 +12,7 @@ src_libshmap_core_la_SOURCES = \
 	src/visualize.c \
 	src/map.c \
 	src/runtime/runtime.c \
+	src/runtime/debug.c \
 	src/coll/coll.c \
 	src/coll/ops.c
 noinst_HEADERS += src/internal.h src/runtime/runtime.h src/coll/coll.h

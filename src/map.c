@@ -298,8 +298,10 @@ static void run_device(shmap__job *job, int dev)
 {
   shmap_ctx *ctx = &job->ctx[dev];
   shmap__runtime *rt = ctx->rt;
-  ctx->members = rt->devs[dev].members;
+  shmap__dev *self = &rt->devs[dev];
+  ctx->members = self->members;
   shmap__set_current(ctx);
+  shmap__set_state(self, SHMAP__ST_INPUTS, 0, shmap__now());
   bool ok = true;
   for (int k = 0; k < job->nin && ok; k++) {
     shmap_array *a = job->in[k];
@@ -324,7 +326,11 @@ static void run_device(shmap__job *job, int dev)
     ctx->in[k] = &c->block;
   }
   if (ok && !atomic_load(&rt->abort)) {
+    uint64_t t0 = shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
     int rc = job->body(ctx, job->arg);
+    uint64_t t1 = shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
+    if (shmap__tracing())
+      shmap__trace_event(self, t0, t1, 0, 0, ctx->seq);
     if (rc != 0 && !ctx->err) {
       char me[96], msg[SHMAP__MSG_MAX];
       shmap__mesh_devname(job->mesh, dev, me, sizeof me);
@@ -336,6 +342,7 @@ static void run_device(shmap__job *job, int dev)
       shmap__fail(rt, dev, SHMAP_EBODY, msg);
     }
   }
+  shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
   shmap__set_current(NULL);
   /* Peers waiting for this device in a collective must learn that it
    * left; any device may be one of them. */
@@ -470,10 +477,10 @@ static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
   int rc = shmap__check_shape(what, b0->dtype, b0->rank, gshape);
   if (rc)
     return rc;
-  shmap_array *a = calloc(1, sizeof *a);
+  shmap_array *a = shmap__calloc(1, sizeof *a);
   if (a) {
-    a->blocks = calloc((size_t)mesh->ndev, sizeof *a->blocks);
-    a->mem = calloc((size_t)mesh->ndev, sizeof *a->mem);
+    a->blocks = shmap__calloc((size_t)mesh->ndev, sizeof *a->blocks);
+    a->mem = shmap__calloc((size_t)mesh->ndev, sizeof *a->mem);
   }
   if (!a || !a->blocks || !a->mem) {
     if (a) {
@@ -579,9 +586,9 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
   shmap_block **slots = NULL;
   shmap_array **res = NULL;
   int rc = 0;
-  job.ins = calloc((size_t)nin + 1, sizeof *job.ins);
-  ospec = calloc((size_t)nout + 1, sizeof *ospec);
-  res = calloc((size_t)nout + 1, sizeof *res);
+  job.ins = shmap__calloc((size_t)nin + 1, sizeof *job.ins);
+  ospec = shmap__calloc((size_t)nout + 1, sizeof *ospec);
+  res = shmap__calloc((size_t)nout + 1, sizeof *res);
   if (!job.ins || !ospec || !res) {
     rc = shmap__err(SHMAP_ENOMEM, "shmap_map: out of memory");
     goto done;
@@ -601,8 +608,8 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
 
   /* One allocation for the device contexts' block tables. */
   size_t per = (size_t)nin + (size_t)nout;
-  job.ctx = calloc((size_t)mesh->ndev, sizeof *job.ctx);
-  slots = calloc((size_t)mesh->ndev * per + 1, sizeof *slots);
+  job.ctx = shmap__calloc((size_t)mesh->ndev, sizeof *job.ctx);
+  slots = shmap__calloc((size_t)mesh->ndev * per + 1, sizeof *slots);
   if (!job.ctx || !slots) {
     rc = shmap__err(SHMAP_ENOMEM, "shmap_map: out of memory for %d devices",
                     mesh->ndev);

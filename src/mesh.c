@@ -58,7 +58,7 @@ static int mesh_build(shmap_mesh **out, int naxes, const char *const names[],
                         "mesh has more than %d devices (at axis '%.*s')%s",
                         SHMAP_MAX_DEVICES, (int)lens[a], names[a], where);
   }
-  shmap_mesh *m = calloc(1, sizeof *m);
+  shmap_mesh *m = shmap__calloc(1, sizeof *m);
   if (!m)
     return shmap__err(SHMAP_ENOMEM, "out of memory creating a mesh");
   m->naxes = naxes;

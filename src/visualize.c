@@ -46,9 +46,9 @@ SHMAP_EXTERN int shmap_array_visualize(const shmap_array *array, FILE *out)
   int64_t cols = array->rank == 0 ? 1
                  : shmap__entry_count(mesh, &array->spec, array->rank - 1);
   /* Devices per cell, in device order. */
-  int *count = calloc((size_t)(rows * cols), sizeof *count);
-  int *list = malloc(sizeof(int) * (size_t)mesh->ndev);
-  int *cell_of = malloc(sizeof(int) * (size_t)mesh->ndev);
+  int *count = shmap__calloc((size_t)(rows * cols), sizeof *count);
+  int *list = shmap__malloc(sizeof(int) * (size_t)mesh->ndev);
+  int *cell_of = shmap__malloc(sizeof(int) * (size_t)mesh->ndev);
   if (!count || !list || !cell_of) {
     free(count);
     free(list);

@@ -81,7 +81,19 @@ typedef struct group {
   const int *members; /* device numbers in rank order */
   uint32_t k;         /* this call's number */
   shmap__dev *devs;
+  uint64_t t0;        /* when this device entered the call */
+  uint64_t op;        /* packed kind and axes, for traces */
 } group;
+
+/* The device is back in its body (after a call or a failed one). */
+static int leave(shmap_ctx *ctx, const group *g, uint64_t bytes, int rc)
+{
+  shmap__dev *self = &ctx->rt->devs[ctx->dev];
+  uint64_t t1 = shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
+  if (shmap__tracing())
+    shmap__trace_event(self, g->t0, t1, g->op, bytes, g->k);
+  return rc;
+}
 
 static bool all_arrived(void *arg)
 {
@@ -153,6 +165,9 @@ static int arrive(shmap_ctx *ctx, const char *op, const shmap__call *call,
   shmap__runtime *rt = ctx->rt;
   if (atomic_load(&rt->abort))
     return shmap__canceled(ctx, op);
+  g->op = shmap__pack_op(call->kind, call->axes, call->naxes);
+  g->t0 = shmap__set_state(&rt->devs[ctx->dev], SHMAP__ST_COLL, g->op,
+                           shmap__now());
   g->devs = rt->devs;
   g->members = ctx->members;
   g->n = shmap__group(rt->mesh, call->axes, call->naxes, ctx->dev,
@@ -163,11 +178,11 @@ static int arrive(shmap_ctx *ctx, const char *op, const shmap__call *call,
   atomic_store(&self->arrive, g->k);
   wake_group(g);
   if (!shmap__wait(rt, &self->waiter, all_arrived, g, &rt->abort))
-    return shmap__canceled(ctx, op);
+    return leave(ctx, g, 0, shmap__canceled(ctx, op));
   for (int i = 0; i < g->n; i++) {
     char why[SHMAP__MSG_MAX - 200];
     if (i != g->rank && !member_agrees(ctx, g, g->members[i], call, why, sizeof why))
-      return shmap__dev_fail(ctx, op, SHMAP_EMISMATCH, "%s", why);
+      return leave(ctx, g, 0, shmap__dev_fail(ctx, op, SHMAP_EMISMATCH, "%s", why));
   }
   return 0;
 }
@@ -175,13 +190,14 @@ static int arrive(shmap_ctx *ctx, const char *op, const shmap__call *call,
 /* No abort here: every member that arrived moves data without waiting for
  * anything, so departures always come; leaving early would let a buffer
  * change while a peer still reads it. */
-static void depart(shmap_ctx *ctx, group *g)
+static void depart(shmap_ctx *ctx, group *g, uint64_t bytes)
 {
   shmap__runtime *rt = ctx->rt;
   shmap__dev *self = &rt->devs[ctx->dev];
   atomic_store(&self->depart, g->k);
   wake_group(g);
   shmap__wait(rt, &self->waiter, all_departed, g, NULL);
+  leave(ctx, g, bytes, 0);
 }
 
 static const shmap__call *peer(const group *g, int r)
@@ -353,7 +369,7 @@ static int reduce_inplace(shmap_ctx *ctx, shmap_block *x, const char *axes,
     for (int r = 0; r < g.n; r++)
       memcpy((char *)peer(&g, r)->dst + off * es, tmp, len * es);
   }
-  depart(ctx, &g);
+  depart(ctx, &g, shmap_block_nbytes(x));
   return 0;
 }
 
@@ -432,7 +448,7 @@ SHMAP_EXTERN int shmap_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
              len);
     }
   }
-  depart(ctx, &g);
+  depart(ctx, &g, shmap_block_nbytes(x));
   *out = res;
   return 0;
 }
@@ -491,7 +507,7 @@ SHMAP_EXTERN int shmap_all_gather(shmap_ctx *ctx, const shmap_block *x,
   for (int s = 0; s < g.n; s++)
     shmap__copy_box((char *)res->data + (size_t)(s * step) * es, dstr,
                     peer(&g, s)->src, xstr, x->rank, x->shape, es);
-  depart(ctx, &g);
+  depart(ctx, &g, shmap_block_nbytes(x));
   *out = res;
   return 0;
 }
@@ -558,7 +574,7 @@ SHMAP_EXTERN int shmap_all_to_all(shmap_ctx *ctx, const shmap_block *x,
     shmap__copy_box((char *)res->data + (size_t)(s * dst_step) * es, dstr,
                     (const char *)peer(&g, s)->src + (size_t)(g.rank * src_step) * es,
                     sstr, crank, cshape, es);
-  depart(ctx, &g);
+  depart(ctx, &g, shmap_block_nbytes(x));
   *out = res;
   return 0;
 }
@@ -579,7 +595,7 @@ SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,
                                       : "pairs is NULL but npairs is %d",
                            npairs);
   /* from[dst] = src: checks uniqueness and gives an order-free hash. */
-  int *from = malloc(sizeof(int) * (size_t)p.n);
+  int *from = shmap__malloc(sizeof(int) * (size_t)p.n);
   if (!from)
     return shmap__dev_fail(ctx, p.op, SHMAP_ENOMEM, "out of memory");
   for (int i = 0; i < p.n; i++)
@@ -614,7 +630,7 @@ SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,
   int src = from[p.rank];
   free(from);
   void *tmp = NULL;
-  if (src >= 0 && bytes && !(tmp = malloc(bytes)))
+  if (src >= 0 && bytes && !(tmp = shmap__malloc(bytes)))
     return shmap__dev_fail(ctx, p.op, SHMAP_ENOMEM, "out of memory (%zu bytes)",
                            bytes);
   p.call.dst = x->data;
@@ -625,7 +641,7 @@ SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,
   }
   if (tmp)
     memcpy(tmp, peer(&g, src)->src, bytes);
-  depart(ctx, &g);
+  depart(ctx, &g, shmap_block_nbytes(x));
   /* Every member has read what it needs: now overwrite in place. */
   if (tmp)
     memcpy(x->data, tmp, bytes);

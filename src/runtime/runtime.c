@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <uv.h>
 
 #ifdef __linux__
@@ -33,9 +34,12 @@ void shmap__set_current(shmap_ctx *ctx) { current = ctx; }
 #ifdef __linux__
 static void waiter_init(shmap__waiter *w) { (void)w; }
 static void waiter_fini(shmap__waiter *w) { (void)w; }
-static void sleep_on(shmap__waiter *w, uint32_t seen)
+static void sleep_on(shmap__waiter *w, uint32_t seen, uint64_t timeout_ns)
 {
-  syscall(SYS_futex, &w->word, FUTEX_WAIT_PRIVATE, seen, NULL, NULL, 0);
+  struct timespec ts = {(time_t)(timeout_ns / 1000000000u),
+                        (long)(timeout_ns % 1000000000u)};
+  syscall(SYS_futex, &w->word, FUTEX_WAIT_PRIVATE, seen,
+          timeout_ns ? &ts : NULL, NULL, 0);
 }
 static void wake_one(shmap__waiter *w)
 {
@@ -58,11 +62,15 @@ static void waiter_fini(shmap__waiter *w)
   free(w->mutex);
   free(w->cond);
 }
-static void sleep_on(shmap__waiter *w, uint32_t seen)
+static void sleep_on(shmap__waiter *w, uint32_t seen, uint64_t timeout_ns)
 {
   uv_mutex_lock(w->mutex);
-  while (atomic_load(&w->word) == seen)
-    uv_cond_wait(w->cond, w->mutex);
+  if (atomic_load(&w->word) == seen) {
+    if (timeout_ns)
+      uv_cond_timedwait(w->cond, w->mutex, timeout_ns);
+    else
+      uv_cond_wait(w->cond, w->mutex);
+  }
   uv_mutex_unlock(w->mutex);
 }
 static void wake_one(shmap__waiter *w)
@@ -91,33 +99,39 @@ void shmap__wake_all(shmap__runtime *rt)
       shmap__wake(&rt->devs[d].waiter);
 }
 
-bool shmap__wait(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
-                 void *arg, _Atomic int *abort)
+int shmap__wait_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
+                      void *arg, _Atomic int *abort, uint64_t deadline)
 {
   /* The condition is checked before the abort flag: a condition that holds
    * (e.g. every peer arrived) must win, so that all members of a group take
    * the same branch. */
   for (int i = 0; i < rt->spin; i++) {
     if (pred(arg))
-      return true;
+      return 1;
     if (abort && atomic_load(abort))
-      return false;
+      return 0;
     cpu_relax();
   }
   for (;;) {
     uint32_t seen = atomic_load(&w->word);
     atomic_store(&w->sleeping, 1);
-    if (pred(arg)) {
+    int r = pred(arg) ? 1 : abort && atomic_load(abort) ? 0 : -1;
+    uint64_t now = deadline ? shmap__now() : 0;
+    if (r < 0 && deadline && now >= deadline)
+      r = -2;
+    if (r != -1) {
       atomic_store(&w->sleeping, 0);
-      return true;
+      return r == -2 ? -1 : r;
     }
-    if (abort && atomic_load(abort)) {
-      atomic_store(&w->sleeping, 0);
-      return false;
-    }
-    sleep_on(w, seen);
+    sleep_on(w, seen, deadline ? deadline - now : 0);
     atomic_store(&w->sleeping, 0);
   }
+}
+
+bool shmap__wait(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
+                 void *arg, _Atomic int *abort)
+{
+  return shmap__wait_until(rt, w, pred, arg, abort, 0) == 1;
 }
 
 /* ---- failure ----------------------------------------------------------- */
@@ -174,6 +188,7 @@ static void device_main(void *arg)
     if (atomic_load(&rt->stop))
       return;
     rt->run(rt->job, d->id);
+    shmap__set_state(d, SHMAP__ST_PARKED, 0, shmap__now());
     if (atomic_fetch_add(&rt->done, 1) + 1 == rt->ndev)
       shmap__wake(&rt->host);
   }
@@ -191,8 +206,8 @@ static int spin_default(int ndev)
 
 int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh)
 {
-  shmap__runtime *rt = calloc(1, sizeof *rt);
-  uv_mutex_t *lock = malloc(sizeof *lock);
+  shmap__runtime *rt = shmap__calloc(1, sizeof *rt);
+  uv_mutex_t *lock = shmap__malloc(sizeof *lock);
   if (!rt || !lock || uv_mutex_init(lock) != 0) {
     free(rt);
     free(lock);
@@ -204,6 +219,7 @@ int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh)
   rt->spin = spin_default(mesh->ndev);
   atomic_init(&rt->failed_dev, -1);
   waiter_init(&rt->host);
+  shmap__registry_add(rt);
   *out = rt;
   return 0;
 }
@@ -230,7 +246,7 @@ static size_t stack_size(void)
 static int start_threads(shmap__runtime *rt)
 {
   shmap_mesh *mesh = rt->mesh;
-  rt->devs = aligned_alloc(SHMAP__CACHELINE, sizeof(shmap__dev) * (size_t)rt->ndev);
+  rt->devs = shmap__alloc(sizeof(shmap__dev) * (size_t)rt->ndev, true);
   if (!rt->devs)
     return shmap__err(SHMAP_ENOMEM, "out of memory starting %d device threads",
                       rt->ndev);
@@ -247,7 +263,7 @@ static int start_threads(shmap__runtime *rt)
     dev->id = d;
     dev->seen_epoch = atomic_load(&rt->epoch);
     waiter_init(&dev->waiter);
-    dev->members = malloc(sizeof(int) * (size_t)rt->ndev);
+    dev->members = shmap__malloc(sizeof(int) * (size_t)rt->ndev);
     if (!dev->members) {
       join_all(rt, d);
       for (int k = 0; k <= d; k++) {
@@ -294,6 +310,8 @@ void shmap__runtime_destroy(shmap__runtime *rt)
 {
   if (!rt)
     return;
+  shmap__registry_remove(rt);
+  shmap__trace_runtime_gone(rt);
   if (rt->started) {
     join_all(rt, rt->ndev);
     for (int d = 0; d < rt->ndev; d++) {
@@ -336,6 +354,15 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
   atomic_fetch_add(&rt->epoch, 1);
   for (int d = 0; d < rt->ndev; d++)
     shmap__wake(&rt->devs[d].waiter);
-  shmap__wait(rt, &rt->host, all_done, rt, NULL);
+  /* With a watchdog, wake up every period and report what each device
+   * does; the map still waits for them (a body cannot be interrupted). */
+  uint64_t period = shmap__watchdog_ns();
+  uint64_t start = period ? shmap__now() : 0;
+  uint64_t deadline = start + period;
+  while (shmap__wait_until(rt, &rt->host, all_done, rt, NULL,
+                           period ? deadline : 0) != 1) {
+    shmap__watchdog_report(rt, shmap__now() - start, stderr);
+    deadline += period;
+  }
   return 0;
 }

@@ -52,6 +52,23 @@ typedef struct shmap__call {
   void *dst;
 } shmap__call;
 
+/* What a device is doing, for the watchdog, the gdb extension and traces. */
+enum shmap__state {
+  SHMAP__ST_PARKED = 0, /* between maps */
+  SHMAP__ST_INPUTS,     /* building its input blocks */
+  SHMAP__ST_BODY,       /* running the user's body */
+  SHMAP__ST_COLL,       /* inside a collective */
+  SHMAP__ST_DONE        /* body returned; waiting for the others */
+};
+
+/* One trace event: a body or a collective on one device. */
+typedef struct shmap__tev {
+  uint64_t t0, t1; /* uv_hrtime() */
+  uint64_t op;     /* 0 for the body, else a packed collective (see pack) */
+  uint64_t bytes;
+  uint32_t seq;
+} shmap__tev;
+
 /* One device of a runtime.  The first part is written only by the device
  * and read by its peers; the waiter is written by peers. */
 typedef struct shmap__dev {
@@ -60,6 +77,14 @@ typedef struct shmap__dev {
   _Atomic int finished;      /* body returned */
   alignas(SHMAP__CACHELINE) shmap__call calls[SHMAP__HIST];
   alignas(SHMAP__CACHELINE) shmap__waiter waiter;
+  /* Written by the device, read by the watchdog and debuggers. */
+  alignas(SHMAP__CACHELINE) _Atomic int state;
+  _Atomic uint64_t since;  /* uv_hrtime() when the state began */
+  _Atomic uint64_t op;     /* in a collective: shmap__pack_op() */
+  /* Trace events of this device (owned by the device while a map runs). */
+  shmap__tev *tev;
+  size_t ntev, captev;
+  uint64_t tev_dropped;
   alignas(SHMAP__CACHELINE) struct shmap__runtime *rt;
   int id;
   uint32_t seen_epoch;
@@ -73,6 +98,8 @@ struct shmap__job;
 typedef void (*shmap__run_fn)(struct shmap__job *job, int dev);
 
 typedef struct shmap__runtime {
+  struct shmap__runtime *next; /* in the registry of live runtimes */
+  int id;                      /* registry number (trace process id) */
   shmap_mesh *mesh;
   int ndev;
   int spin;                /* spin iterations before sleeping */
@@ -128,6 +155,10 @@ void shmap__set_current(shmap_ctx *ctx);
 typedef bool (*shmap__pred)(void *arg);
 bool shmap__wait(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
                  void *arg, _Atomic int *abort);
+/* The same with an absolute deadline (shmap__now() time, 0: none):
+ * 1 condition, 0 abort, -1 deadline passed. */
+int shmap__wait_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
+                      void *arg, _Atomic int *abort, uint64_t deadline);
 void shmap__wake(shmap__waiter *w);
 void shmap__wake_all(shmap__runtime *rt);
 
@@ -137,6 +168,35 @@ int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg);
 /* What a device released by another's failure returns: ECANCELED (or
  * EMISMATCH when the failure was a mismatch), message set. */
 int shmap__canceled(shmap_ctx *ctx, const char *op);
+
+/* ---- debug.c: registry, watchdog, trace --------------------------------- */
+
+/* Every live runtime, for the gdb extension and the trace writer. */
+void shmap__registry_add(shmap__runtime *rt);
+void shmap__registry_remove(shmap__runtime *rt);
+/* Watchdog period in nanoseconds (0: off). */
+uint64_t shmap__watchdog_ns(void);
+/* Print every device's state to `out`. */
+void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out);
+/* A collective as one word: kind, number of axes and the axes. */
+uint64_t shmap__pack_op(int kind, const int axes[], int naxes);
+/* A runtime goes away: keep its events for the trace file, free them. */
+void shmap__trace_runtime_gone(shmap__runtime *rt);
+/* Whether traces are being recorded. */
+bool shmap__tracing(void);
+/* Record an event of device `d` (when tracing). */
+void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
+                        uint64_t bytes, uint32_t seq);
+/* The device changes state (and the time it did). */
+static inline uint64_t shmap__set_state(shmap__dev *d, int state, uint64_t op,
+                                        uint64_t now)
+{
+  atomic_store_explicit(&d->op, op, memory_order_relaxed);
+  atomic_store_explicit(&d->since, now, memory_order_relaxed);
+  atomic_store_explicit(&d->state, state, memory_order_release);
+  return now;
+}
+uint64_t shmap__now(void);
 
 /* ---- the device arena (map.c) ------------------------------------------ */
 

@@ -1,0 +1,54 @@
+/* alloc.c - every allocation of the library goes through here, so tests
+ * can make the k-th one fail and check that each failure path is clean. */
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Allocations left before the injected failure (0: none planned). */
+static _Atomic long countdown;
+static _Atomic long failures;
+
+void shmap__test_fail_alloc(long k)
+{
+  atomic_store(&failures, 0);
+  atomic_store(&countdown, k);
+}
+
+long shmap__test_alloc_failures(void) { return atomic_load(&failures); }
+
+static bool inject(void)
+{
+  long left = atomic_load(&countdown);
+  while (left > 0) {
+    if (atomic_compare_exchange_weak(&countdown, &left, left - 1)) {
+      if (left == 1) {
+        atomic_fetch_add(&failures, 1);
+        return true;
+      }
+      return false;
+    }
+  }
+  return false;
+}
+
+void *shmap__malloc(size_t n)
+{
+  return inject() ? NULL : malloc(n ? n : 1);
+}
+
+void *shmap__calloc(size_t n, size_t size)
+{
+  return inject() ? NULL : calloc(n ? n : 1, size ? size : 1);
+}
+
+void *shmap__alloc(size_t n, bool zero)
+{
+  size_t rounded = (n + 63) & ~(size_t)63;
+  if (rounded < n || inject())
+    return NULL;
+  void *p = aligned_alloc(64, rounded ? rounded : 64);
+  if (p && zero)
+    memset(p, 0, rounded);
+  return p;
+}
