@@ -1,1 +1,29 @@
 # bench fragment, included by the top Makefile.am
+#
+# bench/run measures the collectives against a memory roofline, a
+# hand-written OpenMP psum and, when configure found Open MPI's mpicc and
+# mpirun, Open MPI (through the helper bench/mpi_bench, built with $(MPICC)).
+# `make` builds both; `make check` does not run them.  See BENCHMARKS.md.
+
+noinst_PROGRAMS += bench/run
+bench_run_SOURCES = bench/run.c
+bench_run_CFLAGS = $(AM_CFLAGS)
+bench_run_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DBENCH_MPI_HELPER='"$(abs_top_builddir)/bench/mpi_bench"'
+bench_run_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS)
+bench_run_LDADD = src/libshmap.la -lm
+
+if HAVE_MPI
+bench_run_CPPFLAGS += -DBENCH_MPIRUN='"$(MPIRUN)"'
+# Building bench/run builds its helper too, so `make bench/run` is enough.
+EXTRA_bench_run_DEPENDENCIES = bench/mpi_bench
+CLEANFILES += bench/mpi_bench
+endif
+
+# Not an automake program: it must be compiled and linked by $(MPICC).
+bench/mpi_bench: $(srcdir)/bench/mpi_bench.c
+	@$(MKDIR_P) bench
+	$(AM_V_CCLD)$(MPICC) -std=c11 -D_GNU_SOURCE $(WARN_CFLAGS) $(CFLAGS) \
+	  -o $@ $(srcdir)/bench/mpi_bench.c
+
+EXTRA_DIST += bench/mpi_bench.c BENCHMARKS.md

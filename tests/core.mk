@@ -1,1 +1,37 @@
 # tests fragment, included by the top Makefile.am
+# Core tests: mesh, specs, layout math, the map, and property tests of the
+# map against a serial reference model (tests/refmodel.c).  Each links the
+# convenience library to reach internal (shmap__) functions.
+#
+# test_map_prop runs SHMAP_PROP_CASES random maps (default 3000) from seed
+# SHMAP_PROP_SEED (printed at the start); both may be set in the environment.
+
+CORE_TESTS = \
+	tests/test_mesh \
+	tests/test_spec \
+	tests/test_layout \
+	tests/test_map \
+	tests/test_map_prop
+check_PROGRAMS += $(CORE_TESTS)
+TESTS += $(CORE_TESTS)
+
+tests_test_mesh_SOURCES = tests/test_mesh.c tests/refmodel.c tests/refmodel.h
+tests_test_mesh_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_mesh_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+tests_test_spec_SOURCES = tests/test_spec.c tests/refmodel.h
+tests_test_spec_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_spec_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+tests_test_layout_SOURCES = tests/test_layout.c tests/refmodel.c tests/refmodel.h
+tests_test_layout_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_layout_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+tests_test_map_SOURCES = tests/test_map.c tests/refmodel.c tests/refmodel.h
+tests_test_map_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_map_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+tests_test_map_prop_SOURCES = tests/test_map_prop.c tests/refmodel.c \
+	tests/refmodel.h
+tests_test_map_prop_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_map_prop_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)

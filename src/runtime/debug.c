@@ -146,7 +146,9 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
                                             : "not started yet");
       break;
     }
-    fprintf(out, "  %s: %s for %.1f s\n", name, what, secs);
+    bool past = strncmp(what, "returned", 8) == 0;
+    fprintf(out, "  %s: %s %s%.1f s%s\n", name, what, past ? "" : "for ", secs,
+            past ? " ago" : "");
   }
   funlockfile(out);
   fflush(out);

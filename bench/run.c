@@ -1,0 +1,845 @@
+/*
+ * run.c - libshmap's benchmark: the collectives against a memory roofline,
+ * a hand-written OpenMP psum and Open MPI, in one run.  BENCHMARKS.md says
+ * what each column means and how it is measured.
+ *
+ * Output: a header line starting with '#', then one line per case,
+ *   op=psum P=8 bytes=4194304 shmap_us=... omp_us=... mpi_us=... roofline_us=...
+ * with medians in microseconds and NA where a column does not apply.
+ * Progress goes to stderr.
+ *
+ * `bytes` is the per-device size of the full f32 buffer of the collective:
+ * the input of psum, psum_scatter, all_to_all and ppermute, and the output
+ * of all_gather (whose input is bytes/P).
+ */
+#include <shmap.h>
+
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef BENCH_MPIRUN
+#define BENCH_MPIRUN ""
+#endif
+#ifndef BENCH_MPI_HELPER
+#define BENCH_MPI_HELPER "bench/mpi_bench"
+#endif
+
+enum { OP_PSUM, OP_PSUM_SCATTER, OP_ALL_GATHER, OP_ALL_TO_ALL, OP_PPERMUTE,
+       OP_EMPTY, NOPS };
+static const char *const op_names[NOPS] = {
+    "psum", "psum_scatter", "all_gather", "all_to_all", "ppermute", "empty"};
+
+#define MAXLIST 32
+#define NA NAN
+
+/* ---- options ------------------------------------------------------------ */
+
+static struct {
+  int quick;
+  size_t sizes[MAXLIST];
+  int nsizes;
+  int ps[MAXLIST];
+  int nps;
+  int extra[MAXLIST]; /* P of the extra psum-of-64-floats lines */
+  int nextra;
+  int ops; /* bit mask */
+  int reps;
+  double target_ms;
+  int mpi, omp, verbose;
+  const char *mpirun, *helper;
+} opt;
+
+static void die(const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "bench/run: ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+  exit(1);
+}
+
+static void progress(const char *fmt, ...)
+{
+  if (!opt.verbose)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "[bench] ");
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\n");
+  va_end(ap);
+}
+
+/* "4K", "16M", "256" -> bytes. */
+static size_t parse_size(const char *s)
+{
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno || end == s)
+    die("bad size '%s'", s);
+  if (*end == 'k' || *end == 'K')
+    v <<= 10, end++;
+  else if (*end == 'm' || *end == 'M')
+    v <<= 20, end++;
+  else if (*end == 'g' || *end == 'G')
+    v <<= 30, end++;
+  if (*end == 'i' || *end == 'I')
+    end++;
+  if (*end == 'b' || *end == 'B')
+    end++;
+  if (*end)
+    die("bad size '%s'", s);
+  return (size_t)v;
+}
+
+/* Comma-separated list; returns the count. */
+static int parse_list(const char *s, const char *what, size_t out[],
+                      int is_size)
+{
+  int n = 0;
+  char buf[1024];
+  snprintf(buf, sizeof buf, "%s", s);
+  for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+    if (n == MAXLIST)
+      die("too many %s", what);
+    if (is_size) {
+      out[n++] = parse_size(tok);
+    } else {
+      char *end;
+      long v = strtol(tok, &end, 10);
+      if (*end || v < 1 || v > SHMAP_MAX_DEVICES)
+        die("bad %s '%s'", what, tok);
+      out[n++] = (size_t)v;
+    }
+  }
+  return n;
+}
+
+static int parse_ints(const char *s, const char *what, int out[])
+{
+  size_t tmp[MAXLIST];
+  if (strcmp(s, "none") == 0)
+    return 0;
+  int n = parse_list(s, what, tmp, 0);
+  for (int i = 0; i < n; i++)
+    out[i] = (int)tmp[i];
+  return n;
+}
+
+static void usage(FILE *f)
+{
+  fprintf(f,
+          "usage: bench/run [options]\n"
+          "  --quick            short run: sizes 256,64K,1M, 3 samples, 5 ms each\n"
+          "  --sizes LIST       per-device bytes, e.g. 256,4K,64K,1M,4M,16M\n"
+          "  --P LIST           device counts, e.g. 2,4,8\n"
+          "  --extra LIST|none  device counts of the psum-of-64-floats lines "
+          "(default 64,256)\n"
+          "  --ops LIST         psum,psum_scatter,all_gather,all_to_all,"
+          "ppermute,empty\n"
+          "  --reps K           samples per case (median reported)\n"
+          "  --target-ms T      length of one sample in milliseconds\n"
+          "  --no-mpi, --no-omp skip a comparison column (NA)\n"
+          "  --quiet            no progress on stderr\n"
+          "environment: BENCH_MPIRUN, BENCH_MPI_HELPER override the mpirun "
+          "and bench/mpi_bench paths\n");
+}
+
+static void parse_args(int argc, char **argv)
+{
+  static const size_t full_sizes[] = {256, 4 << 10, 64 << 10, 1 << 20,
+                                      4 << 20, 16 << 20};
+  static const size_t quick_sizes[] = {256, 64 << 10, 1 << 20};
+  const char *sizes = NULL, *ps = NULL, *extra = NULL, *ops = NULL;
+  opt.reps = -1;
+  opt.target_ms = -1;
+  opt.mpi = opt.omp = opt.verbose = 1;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+#define ARG() (i + 1 < argc ? argv[++i] : (die("%s needs a value", a), ""))
+    if (strcmp(a, "--quick") == 0)
+      opt.quick = 1;
+    else if (strcmp(a, "--sizes") == 0)
+      sizes = ARG();
+    else if (strcmp(a, "--P") == 0 || strcmp(a, "-P") == 0)
+      ps = ARG();
+    else if (strcmp(a, "--extra") == 0)
+      extra = ARG();
+    else if (strcmp(a, "--ops") == 0)
+      ops = ARG();
+    else if (strcmp(a, "--reps") == 0)
+      opt.reps = atoi(ARG());
+    else if (strcmp(a, "--target-ms") == 0)
+      opt.target_ms = atof(ARG());
+    else if (strcmp(a, "--no-mpi") == 0)
+      opt.mpi = 0;
+    else if (strcmp(a, "--no-omp") == 0)
+      opt.omp = 0;
+    else if (strcmp(a, "--quiet") == 0)
+      opt.verbose = 0;
+    else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+      usage(stdout);
+      exit(0);
+    } else {
+      usage(stderr);
+      die("unknown option '%s'", a);
+    }
+#undef ARG
+  }
+  if (sizes) {
+    opt.nsizes = parse_list(sizes, "sizes", opt.sizes, 1);
+  } else {
+    const size_t *src = opt.quick ? quick_sizes : full_sizes;
+    opt.nsizes = opt.quick ? 3 : 6;
+    memcpy(opt.sizes, src, (size_t)opt.nsizes * sizeof *src);
+  }
+  for (int i = 0; i < opt.nsizes; i++)
+    if (opt.sizes[i] < 4 || opt.sizes[i] % 4)
+      die("size %zu is not a whole number of f32 elements", opt.sizes[i]);
+  if (ps) {
+    opt.nps = parse_ints(ps, "P", opt.ps);
+  } else {
+    opt.nps = 3;
+    opt.ps[0] = 2, opt.ps[1] = 4, opt.ps[2] = 8;
+  }
+  if (extra) {
+    opt.nextra = parse_ints(extra, "extra P", opt.extra);
+  } else {
+    opt.nextra = 2;
+    opt.extra[0] = 64, opt.extra[1] = 256;
+  }
+  if (ops) {
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", ops);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+      int k;
+      for (k = 0; k < NOPS && strcmp(tok, op_names[k]); k++)
+        ;
+      if (k == NOPS)
+        die("unknown op '%s'", tok);
+      opt.ops |= 1 << k;
+    }
+  } else {
+    opt.ops = (1 << NOPS) - 1;
+  }
+  if (opt.reps < 1)
+    opt.reps = opt.quick ? 3 : 5;
+  if (opt.target_ms <= 0)
+    opt.target_ms = opt.quick ? 5 : 20;
+  const char *env = getenv("BENCH_MPIRUN");
+  opt.mpirun = env && *env ? env : BENCH_MPIRUN;
+  env = getenv("BENCH_MPI_HELPER");
+  opt.helper = env && *env ? env : BENCH_MPI_HELPER;
+  if (!*opt.mpirun || access(opt.helper, X_OK) != 0)
+    opt.mpi = 0;
+}
+
+/* ---- helpers ------------------------------------------------------------- */
+
+static double now_us(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Three significant digits, at most three decimals, or NA. */
+static const char *fmt_us(double v, char *buf, size_t n)
+{
+  if (isnan(v))
+    snprintf(buf, n, "NA");
+  else if (v >= 100)
+    snprintf(buf, n, "%.0f", v);
+  else if (v >= 10)
+    snprintf(buf, n, "%.1f", v);
+  else if (v >= 1)
+    snprintf(buf, n, "%.2f", v);
+  else
+    snprintf(buf, n, "%.3f", v);
+  return buf;
+}
+
+static void *xalloc(size_t bytes)
+{
+  void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p)
+    die("out of memory (%zu bytes)", bytes);
+  return p;
+}
+
+/*
+ * Repetition count for a sample of about target_ms: `sample(R)` returns
+ * the time of one repetition (us) measured over R back-to-back ones.
+ * Grows R tenfold until a calibration sample lasts a fifth of the target.
+ */
+typedef double (*sample_fn)(void *ctx, int R);
+
+static int calibrate(sample_fn sample, void *ctx)
+{
+  double target = opt.target_ms * 1e3;
+  int r = 1;
+  for (;;) {
+    double per = sample(ctx, r);
+    if (per * r >= target / 5 || r >= 100000) {
+      double want = per > 0 ? target / per : 100000;
+      return want < 1 ? 1 : want > 1e6 ? 1000000 : (int)want;
+    }
+    r *= 10;
+  }
+}
+
+/* Median over opt.reps samples of about target_ms each. */
+static double measure(sample_fn sample, void *ctx)
+{
+  int R = calibrate(sample, ctx);
+  double v[64];
+  int k = opt.reps < 64 ? opt.reps : 64;
+  for (int i = 0; i < k; i++)
+    v[i] = sample(ctx, R);
+  return median(v, k);
+}
+
+/* ---- the memory roofline --------------------------------------------------- */
+
+/* Bytes per microsecond read+written by 2 threads each copying n bytes
+ * between two buffers of its own; best of `runs`. */
+static double measure_bandwidth(size_t n, int runs)
+{
+  double best = 0;
+  char *buf[2][2];
+  for (int t = 0; t < 2; t++)
+    for (int k = 0; k < 2; k++)
+      buf[t][k] = xalloc(n);
+#pragma omp parallel num_threads(2)
+  {
+    int t = omp_get_thread_num();
+    /* First touch by the owner. */
+    memset(buf[t][0], 1, n);
+    memset(buf[t][1], 2, n);
+    for (int r = 0; r < runs; r++) {
+      double t0 = 0;
+#pragma omp barrier
+#pragma omp master
+      t0 = now_us();
+      memcpy(buf[t][r & 1], buf[t][!(r & 1)], n);
+#pragma omp barrier
+#pragma omp master
+      {
+        double bw = 4.0 * (double)n / (now_us() - t0);
+        if (bw > best)
+          best = bw;
+      }
+    }
+  }
+  for (int t = 0; t < 2; t++)
+    for (int k = 0; k < 2; k++)
+      free(buf[t][k]);
+  return best;
+}
+
+/* Minimum bytes read + written by op over P devices of n bytes each. */
+static double min_traffic(int op, int P, size_t n)
+{
+  double pn = (double)P * (double)n;
+  switch (op) {
+  case OP_PSUM_SCATTER: return pn + (double)n;
+  case OP_EMPTY: return NA;
+  default: return 2 * pn; /* psum, all_gather, all_to_all, ppermute */
+  }
+}
+
+/* ---- libshmap ----------------------------------------------------------------- */
+
+typedef struct sjob {
+  int op, P, R, K;
+  int64_t len;      /* f32 elements of each device's input block */
+  double *t0, *t1;  /* [K][P] sample start and end per device */
+  int (*pairs)[2];  /* ring shift by one */
+} sjob;
+
+static int one_op(shmap_ctx *ctx, const sjob *j, shmap_block *x)
+{
+  shmap_block *out = NULL;
+  int rc;
+  switch (j->op) {
+  case OP_PSUM:
+    return shmap_psum(ctx, x, "i");
+  case OP_PPERMUTE:
+    return shmap_ppermute(ctx, x, "i", j->P, (const int(*)[2])j->pairs);
+  case OP_PSUM_SCATTER:
+    rc = shmap_psum_scatter(ctx, x, "i", 0, 1, &out);
+    break;
+  case OP_ALL_GATHER:
+    rc = shmap_all_gather(ctx, x, "i", 0, 1, &out);
+    break;
+  case OP_ALL_TO_ALL:
+    rc = shmap_all_to_all(ctx, x, "i", 0, 0, 1, &out);
+    break;
+  default:
+    return shmap_fail(ctx, "bad op %d", j->op);
+  }
+  /* Results of shape-changing collectives are freed at once, as a loop
+   * that uses them and moves on would; they are not kept R times. */
+  if (rc == 0)
+    rc = shmap_block_free(ctx, out);
+  return rc;
+}
+
+/*
+ * One warm-up call, then K samples: a psum of one float lines the devices
+ * up, and each device times R back-to-back calls.
+ */
+static int coll_body(shmap_ctx *ctx, void *arg)
+{
+  const sjob *j = arg;
+  int d = shmap_ctx_device(ctx);
+  shmap_block *x = shmap_block_alloc(ctx, SHMAP_F32, 1, &j->len);
+  shmap_block *bar = shmap_block_alloc(ctx, SHMAP_F32, 1, (int64_t[]){1});
+  if (!x || !bar)
+    return shmap_fail(ctx, "shmap_block_alloc: %s", shmap_errmsg());
+  float *v = x->data;
+  for (int64_t e = 0; e < j->len; e++)
+    v[e] = (float)((e + d) % 7) * 0.125f;
+  int rc = one_op(ctx, j, x);
+  for (int k = 0; k < j->K && rc == 0; k++) {
+    if ((rc = shmap_psum(ctx, bar, "i")))
+      break;
+    j->t0[k * j->P + d] = now_us();
+    for (int r = 0; r < j->R && rc == 0; r++)
+      rc = one_op(ctx, j, x);
+    j->t1[k * j->P + d] = now_us();
+  }
+  return rc;
+}
+
+static int empty_body(shmap_ctx *ctx, void *arg)
+{
+  (void)ctx;
+  (void)arg;
+  return 0;
+}
+
+typedef struct scase {
+  shmap_mesh *mesh;
+  int op, P;
+  size_t bytes;
+  int (*pairs)[2];
+} scase;
+
+static void map_or_die(int rc, const char *what)
+{
+  if (rc)
+    die("%s failed: %s: %s", what, shmap_strerror(rc), shmap_errmsg());
+}
+
+/* Time of one repetition: from the first device starting the sample to the
+ * last one finishing it, divided by R. */
+static double shmap_sample(void *arg, int R)
+{
+  scase *c = arg;
+  if (c->op == OP_EMPTY) {
+    double t0 = now_us();
+    for (int r = 0; r < R; r++)
+      map_or_die(shmap_map(c->mesh, empty_body, NULL, 0, NULL, NULL, 0, NULL,
+                           NULL),
+                 "shmap_map(empty)");
+    return (now_us() - t0) / R;
+  }
+  double t0[MAXLIST], t1[MAXLIST];
+  double *b0 = c->P <= MAXLIST ? t0 : xalloc(sizeof(double) * (size_t)c->P);
+  double *b1 = c->P <= MAXLIST ? t1 : xalloc(sizeof(double) * (size_t)c->P);
+  size_t n = c->bytes / 4;
+  sjob j = {.op = c->op, .P = c->P, .R = R, .K = 1,
+            .len = (int64_t)(c->op == OP_ALL_GATHER ? n / (size_t)c->P : n),
+            .t0 = b0, .t1 = b1, .pairs = c->pairs};
+  map_or_die(shmap_map(c->mesh, coll_body, &j, 0, NULL, NULL, 0, NULL, NULL),
+             op_names[c->op]);
+  double lo = b0[0], hi = b1[0];
+  for (int d = 1; d < c->P; d++) {
+    lo = b0[d] < lo ? b0[d] : lo;
+    hi = b1[d] > hi ? b1[d] : hi;
+  }
+  if (b0 != t0) {
+    free(b0);
+    free(b1);
+  }
+  return (hi - lo) / R;
+}
+
+/* ---- hand-written OpenMP ------------------------------------------------------ */
+
+typedef struct ocase {
+  int op, P;
+  size_t n;     /* floats per thread */
+  float **buf;  /* P buffers of n floats, one per thread */
+  float *res;   /* shared result */
+} ocase;
+
+/* The straightforward allreduce: each thread sums its chunk of everybody's
+ * buffers into a shared result, then copies the whole result back into its
+ * own buffer; barriers between the phases. */
+static double omp_sample(void *arg, int R)
+{
+  ocase *c = arg;
+  double t0 = 0, t1 = 0;
+  int P = c->P, bad = 0;
+  if (c->op == OP_EMPTY) {
+    t0 = now_us();
+    for (int r = 0; r < R; r++) {
+#pragma omp parallel num_threads(P)
+      {
+        __asm__ __volatile__("" ::: "memory");
+      }
+    }
+    return (now_us() - t0) / R;
+  }
+  size_t n = c->n;
+#pragma omp parallel num_threads(P)
+  {
+    int t = omp_get_thread_num();
+    if (omp_get_num_threads() != P)
+      bad = 1;
+    size_t chunk = (n + (size_t)P - 1) / (size_t)P;
+    size_t lo = chunk * (size_t)t < n ? chunk * (size_t)t : n;
+    size_t hi = lo + chunk < n ? lo + chunk : n;
+    float *restrict res = c->res;
+#pragma omp barrier
+#pragma omp master
+    t0 = now_us();
+    for (int r = 0; r < R && !bad; r++) {
+      const float *b0 = c->buf[0];
+      for (size_t i = lo; i < hi; i++)
+        res[i] = b0[i];
+      for (int p = 1; p < P; p++) {
+        const float *restrict bp = c->buf[p];
+        for (size_t i = lo; i < hi; i++)
+          res[i] += bp[i];
+      }
+#pragma omp barrier
+      memcpy(c->buf[t], res, n * sizeof(float));
+#pragma omp barrier
+    }
+#pragma omp master
+    t1 = now_us();
+  }
+  if (bad)
+    die("OpenMP gave fewer than %d threads", P);
+  return (t1 - t0) / R;
+}
+
+static double omp_measure(int op, int P, size_t bytes)
+{
+  ocase c = {.op = op, .P = P, .n = bytes / 4};
+  if (op == OP_EMPTY)
+    return measure(omp_sample, &c);
+  c.buf = xalloc(sizeof(float *) * (size_t)P);
+  for (int p = 0; p < P; p++)
+    c.buf[p] = xalloc(c.n * sizeof(float));
+  c.res = xalloc(c.n * sizeof(float));
+#pragma omp parallel num_threads(P)
+  {
+    int t = omp_get_thread_num();
+    if (t < P) { /* first touch by the owner */
+      for (size_t i = 0; i < c.n; i++)
+        c.buf[t][i] = (float)((i + (size_t)t) % 7) * 0.125f;
+      size_t chunk = (c.n + (size_t)P - 1) / (size_t)P;
+      size_t lo = chunk * (size_t)t < c.n ? chunk * (size_t)t : c.n;
+      size_t hi = lo + chunk < c.n ? lo + chunk : c.n;
+      if (hi > lo)
+        memset(c.res + lo, 0, (hi - lo) * sizeof(float));
+    }
+  }
+  double v = measure(omp_sample, &c);
+  for (int p = 0; p < P; p++)
+    free(c.buf[p]);
+  free(c.buf);
+  free(c.res);
+  return v;
+}
+
+/* ---- Open MPI, through bench/mpi_bench under mpirun ------------------------------- */
+
+typedef struct mres {
+  int op;
+  size_t bytes;
+  double us;
+} mres;
+
+static char mpi_library[160];
+
+/* Run the helper with P ranks for every op and size; returns the number of
+ * results stored in out (0 when the run failed). */
+static int mpi_run(int P, const size_t sizes[], int nsizes, int ops, mres out[],
+                   int max)
+{
+  char cmd[4096], list[1024] = "", oplist[256] = "";
+  for (int i = 0; i < nsizes; i++)
+    snprintf(list + strlen(list), sizeof list - strlen(list), "%s%zu",
+             i ? "," : "", sizes[i]);
+  for (int k = 0; k < NOPS; k++)
+    if (ops & (1 << k))
+      snprintf(oplist + strlen(oplist), sizeof oplist - strlen(oplist), "%s%s",
+               *oplist ? "," : "", op_names[k]);
+  snprintf(cmd, sizeof cmd,
+           "'%s' --oversubscribe %s-np %d '%s' --sizes %s --ops %s --reps %d "
+           "--target-ms %g",
+           opt.mpirun, geteuid() == 0 ? "--allow-run-as-root " : "", P,
+           opt.helper, list, oplist, opt.reps, opt.target_ms);
+  fflush(stdout);
+  FILE *f = popen(cmd, "r");
+  if (!f) {
+    fprintf(stderr, "bench/run: cannot run %s\n", cmd);
+    return 0;
+  }
+  char line[512];
+  int n = 0;
+  while (fgets(line, sizeof line, f)) {
+    char name[64];
+    size_t bytes;
+    double us;
+    if (strncmp(line, "# mpi_library=", 14) == 0) {
+      size_t len = strcspn(line + 14, "\n");
+      if (len >= sizeof mpi_library)
+        len = sizeof mpi_library - 1;
+      memcpy(mpi_library, line + 14, len);
+      mpi_library[len] = 0;
+    } else if (sscanf(line, "op=%63s bytes=%zu us=%lf", name, &bytes, &us) == 3 &&
+               n < max) {
+      for (int k = 0; k < NOPS; k++)
+        if (strcmp(name, op_names[k]) == 0)
+          out[n++] = (mres){k, bytes, us};
+    }
+  }
+  int st = pclose(f);
+  if (st != 0) {
+    fprintf(stderr, "bench/run: '%s' failed (status %d); mpi_us is NA for P=%d\n",
+            cmd, WIFEXITED(st) ? WEXITSTATUS(st) : -1, P);
+    return 0;
+  }
+  return n;
+}
+
+static double mpi_lookup(const mres *m, int n, int op, size_t bytes)
+{
+  for (int i = 0; i < n; i++)
+    if (m[i].op == op && m[i].bytes == bytes)
+      return m[i].us;
+  return NA;
+}
+
+/* ---- the run ------------------------------------------------------------------------ */
+
+typedef struct result {
+  int op, P, extra;
+  size_t bytes;
+  double shmap, omp, mpi, roof;
+} result;
+
+static result *results;
+static int nresults, capresults;
+
+static void add_result(result r)
+{
+  if (nresults == capresults) {
+    capresults = capresults ? 2 * capresults : 128;
+    results = realloc(results, sizeof *results * (size_t)capresults);
+    if (!results)
+      die("out of memory");
+  }
+  results[nresults++] = r;
+}
+
+static void cpu_model(char *buf, size_t n)
+{
+  snprintf(buf, n, "unknown");
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f)
+    return;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    if (strncmp(line, "model name", 10) == 0) {
+      char *p = strchr(line, ':');
+      if (p) {
+        p++;
+        while (*p == ' ' || *p == '\t')
+          p++;
+        p[strcspn(p, "\n")] = 0;
+        snprintf(buf, n, "%s", p);
+      }
+      break;
+    }
+  }
+  fclose(f);
+}
+
+static double mem_gib(void)
+{
+  long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+  return pages > 0 && psize > 0 ? (double)pages * (double)psize / 1073741824.0
+                                : 0;
+}
+
+static double loadavg(void)
+{
+  double l = NA;
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf", &l) != 1)
+      l = NA;
+    fclose(f);
+  }
+  return l;
+}
+
+static void run_shmap_case(shmap_mesh *mesh, int op, int P, size_t bytes,
+                           int (*pairs)[2], double B, const mres *m, int nm,
+                           int extra)
+{
+  scase sc = {.mesh = mesh, .op = op, .P = P, .bytes = bytes, .pairs = pairs};
+  result r = {.op = op, .P = P, .extra = extra, .bytes = bytes, .omp = NA,
+              .mpi = NA};
+  r.shmap = measure(shmap_sample, &sc);
+  if (m)
+    r.mpi = mpi_lookup(m, nm, op, bytes);
+  r.roof = min_traffic(op, P, bytes) / B;
+  add_result(r);
+}
+
+/* The OpenMP column of the results from `first` on, measured after the
+ * mesh is gone so that neither runtime's idle threads disturb the other. */
+static void run_omp_cases(int first)
+{
+  if (!opt.omp)
+    return;
+  for (int i = first; i < nresults; i++) {
+    result *r = &results[i];
+    if (r->op == OP_PSUM || r->op == OP_EMPTY)
+      r->omp = omp_measure(r->op, r->P, r->bytes);
+  }
+}
+
+static shmap_mesh *make_mesh(int P, int (**pairs)[2])
+{
+  char text[64];
+  snprintf(text, sizeof text, "i=%d", P);
+  shmap_mesh *mesh;
+  map_or_die(shmap_mesh_create(&mesh, text), "shmap_mesh_create");
+  *pairs = xalloc(sizeof **pairs * (size_t)P);
+  for (int q = 0; q < P; q++) {
+    (*pairs)[q][0] = q;
+    (*pairs)[q][1] = (q + 1) % P;
+  }
+  return mesh;
+}
+
+int main(int argc, char **argv)
+{
+  parse_args(argc, argv);
+  double t_start = now_us();
+  double load = loadavg();
+
+  /* Bandwidth first, while nothing else of ours runs. */
+  size_t bw_bytes = (size_t)64 << 20;
+  progress("measuring memory bandwidth (2 threads x 64 MiB memcpy)");
+  double B = measure_bandwidth(bw_bytes, opt.quick ? 6 : 12); /* bytes/us */
+
+  for (int pi = 0; pi < opt.nps; pi++) {
+    int P = opt.ps[pi];
+    for (int s = 0; s < opt.nsizes; s++)
+      if (opt.sizes[s] % (4 * (size_t)P))
+        die("size %zu is not divisible into %d f32 chunks", opt.sizes[s], P);
+  }
+
+  for (int pi = 0; pi < opt.nps; pi++) {
+    int P = opt.ps[pi];
+    mres m[MAXLIST * NOPS];
+    int nm = 0;
+    if (opt.mpi) {
+      progress("P=%d: Open MPI (%d ranks through mpirun)", P, P);
+      nm = mpi_run(P, opt.sizes, opt.nsizes, opt.ops, m, MAXLIST * NOPS);
+    }
+    int first = nresults;
+    int (*pairs)[2];
+    shmap_mesh *mesh = make_mesh(P, &pairs);
+    for (int op = 0; op < NOPS; op++) {
+      if (!(opt.ops & (1 << op)))
+        continue;
+      progress("P=%d: %s", P, op_names[op]);
+      if (op == OP_EMPTY) {
+        run_shmap_case(mesh, op, P, 0, pairs, B, opt.mpi ? m : NULL, nm, 0);
+        continue;
+      }
+      for (int s = 0; s < opt.nsizes; s++)
+        run_shmap_case(mesh, op, P, opt.sizes[s], pairs, B, opt.mpi ? m : NULL,
+                       nm, 0);
+    }
+    shmap_mesh_destroy(mesh);
+    free(pairs);
+    progress("P=%d: OpenMP", P);
+    run_omp_cases(first);
+  }
+
+  /* psum of 64 floats on many devices. */
+  for (int e = 0; e < opt.nextra; e++) {
+    int P = opt.extra[e];
+    progress("P=%d: psum of 64 floats", P);
+    int (*pairs)[2];
+    shmap_mesh *mesh = make_mesh(P, &pairs);
+    int first = nresults;
+    run_shmap_case(mesh, OP_PSUM, P, 256, pairs, B, NULL, 0, 1);
+    shmap_mesh_destroy(mesh);
+    free(pairs);
+    run_omp_cases(first);
+  }
+
+  char cpu[256];
+  cpu_model(cpu, sizeof cpu);
+  printf("# libshmap %d.%d.%d bench: nproc=%ld cpu=\"%s\" mem=%.0fGiB "
+         "bandwidth=%.2fGB/s (read+write, 2 threads x 64 MiB memcpy, best of "
+         "%d) loadavg=%.2f mpi=\"%s\" samples=%d sample_ms=%g%s\n",
+         SHMAP_VERSION_MAJOR, SHMAP_VERSION_MINOR, SHMAP_VERSION_PATCH,
+         sysconf(_SC_NPROCESSORS_ONLN), cpu, mem_gib(), B * 1e-3,
+         opt.quick ? 6 : 12, load,
+         opt.mpi ? (*mpi_library ? mpi_library : "?") : "NA", opt.reps,
+         opt.target_ms, opt.quick ? " quick" : "");
+  /* Grouped by op, then P, then size; the many-device lines last. */
+  for (int op = 0; op <= NOPS; op++)
+    for (int i = 0; i < nresults; i++) {
+      const result *r = &results[i];
+      if (op < NOPS ? r->extra || r->op != op : !r->extra)
+        continue;
+      char a[32], b[32], c[32], d[32];
+      printf("op=%s P=%d bytes=%zu shmap_us=%s omp_us=%s mpi_us=%s "
+             "roofline_us=%s\n",
+             op_names[r->op], r->P, r->bytes, fmt_us(r->shmap, a, sizeof a),
+             fmt_us(r->omp, b, sizeof b), fmt_us(r->mpi, c, sizeof c),
+             fmt_us(r->roof, d, sizeof d));
+    }
+  progress("done in %.0f s", (now_us() - t_start) * 1e-6);
+  free(results);
+  return 0;
+}
