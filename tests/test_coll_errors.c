@@ -1006,6 +1006,75 @@ START_TEST(t_equivalent_dims_match)
 }
 END_TEST
 
+/* A device fails while the devices of other groups are in the middle of
+ * collectives: every map must return the failure promptly (no member of a
+ * healthy group may be left waiting for a peer that gave up). */
+typedef struct storm_arg {
+  int iter;
+  ref_cap *cap;
+} storm_arg;
+
+static int body_fail_during_others(shmap_ctx *ctx, void *arg)
+{
+  storm_arg *p = arg;
+  int dev = shmap_ctx_device(ctx);
+  /* mesh g=2, r=4: the 'r' groups are {0..3} and {4..7}; device 5 fails
+   * after a few calls, the others keep calling psum/all_gather. */
+  double v[8];
+  for (int k = 0; k < 8; k++)
+    v[k] = dev + k;
+  shmap_block x = {v, SHMAP_F64, 1, {8}};
+  int rc = 0;
+  for (int step = 0; step < 40 && rc == 0; step++) {
+    if (dev == 5 && step == 1 + p->iter % 7)
+      return shmap_fail(ctx, "device 5 fails at step %d", step);
+    if (step % 2) {
+      rc = shmap_psum(ctx, &x, "r");
+    } else {
+      shmap_block *g = NULL;
+      rc = shmap_all_gather(ctx, &x, "r", 0, 1, &g);
+      if (rc == 0)
+        rc = shmap_block_free(ctx, g);
+    }
+  }
+  ref_cap_rc(p->cap, dev, rc);
+  return rc;
+}
+
+START_TEST(t_failure_during_other_group)
+{
+  shmap_mesh *mesh = mesh_new("g=2, r=4");
+  int wrong = 0;
+  char first_wrong[REF_MSG_MAX + 128] = "";
+  for (int it = 0; it < 60; it++) {
+    storm_arg p = {it, ref_cap_new(8)};
+    const char *subs[] = {"device 5 fails", NULL};
+    char what[64];
+    snprintf(what, sizeof what, "iteration %d", it);
+    expect_map_error(mesh, body_fail_during_others, &p, SHMAP_EBODY, subs,
+                     what);
+    /* Codes are checked after the loop, so that a hang in a later
+     * iteration is not hidden by a wrong code in an earlier one. */
+    for (int d = 0; d < 8; d++)
+      if (d != 5 && p.cap->rc[d] != 0 && p.cap->rc[d] != 1 &&
+          p.cap->rc[d] != CA) {
+        if (!wrong++)
+          snprintf(first_wrong, sizeof first_wrong,
+                   "%s: device %d's collective returned %d (%s): %s", what, d,
+                   p.cap->rc[d], shmap_strerror(p.cap->rc[d]),
+                   p.cap->msg[d]);
+      }
+    ref_cap_free(p.cap);
+  }
+  expect_healthy(mesh, "failures during other groups' collectives");
+  shmap_mesh_destroy(mesh);
+  ck_assert_msg(wrong == 0,
+                "%d collective calls released by device 5's failure returned "
+                "another code than SHMAP_ECANCELED; first: %s",
+                wrong, first_wrong);
+}
+END_TEST
+
 /* Failures and correct maps alternate many times on one mesh. */
 START_TEST(t_mismatch_repeated)
 {
@@ -1051,6 +1120,7 @@ int main(void)
   tcase_add_test(tc, t_pairs_order_matches);
   tcase_add_test(tc, t_equivalent_dims_match);
   tcase_add_test(tc, t_mismatch_repeated);
+  tcase_add_test(tc, t_failure_during_other_group);
   suite_add_tcase(s, tc);
 
   SRunner *sr = srunner_create(s);

@@ -11,7 +11,7 @@
  * e.g. "i=4, j=2|P('i', None)|8,4|('i','j')".  The mesh text goes to
  * shmap_mesh_create(); the spec text to shmap__spec_parse(),
  * shmap__spec_resolve() and shmap_spec_check() against that mesh (when it
- * parses) and against a fixed mesh; the shape (integers, any separators)
+ * parses) and against two fixed meshes; the shape (integers, any separators)
  * gives the rank and shape for shmap_spec_check(); the axes text goes to
  * shmap__axes_parse() (the spec text when there is no fourth field).  An
  * input without '|' is tried as all three kinds of text.
@@ -40,6 +40,16 @@ static const char *const fixed_names[] = {"i", "j", "k", "P", "data", "model",
                                           "x_1", "PartitionSpec"};
 static const int fixed_sizes[] = {2, 3, 2, 1, 2, 1, 1, 2};
 #define FIXED_NAXES 8
+
+/* And against eight axes with names of the longest length (31), where the
+ * formatted texts are longest (tests/fuzz/run.sh puts them in the
+ * dictionary). */
+static const char *const long_names[] = {
+    "long_axis_name_0_abcdefghijklmn", "long_axis_name_1_abcdefghijklmn",
+    "long_axis_name_2_abcdefghijklmn", "long_axis_name_3_abcdefghijklmn",
+    "long_axis_name_4_abcdefghijklmn", "long_axis_name_5_abcdefghijklmn",
+    "long_axis_name_6_abcdefghijklmn", "long_axis_name_7_abcdefghijklmn"};
+static const int long_sizes[] = {2, 1, 2, 1, 1, 3, 1, 2};
 
 /* Op name given to shmap__axes_parse(). */
 #define AXES_OP "shmap_psum"
@@ -712,16 +722,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   int rc = shmap_mesh_create_axes(&fixed, FIXED_NAXES, fixed_names,
                                   fixed_sizes);
   CHECK(rc == 0, "the fixed mesh fails: %d", rc);
+  shmap_mesh *longm = NULL;
+  rc = shmap_mesh_create_axes(&longm, FIXED_NAXES, long_names, long_sizes);
+  CHECK(rc == 0, "the mesh of long names fails: %d", rc);
   shmap_mesh *mesh = fuzz_mesh(mesh_text);
 
   check_spec(fixed, spec_text, rank, shape);
   check_axes(fixed, axes_text);
+  check_spec(longm, spec_text, rank, shape);
+  check_axes(longm, axes_text);
   if (mesh) {
     check_spec(mesh, spec_text, rank, shape);
     check_axes(mesh, axes_text);
   }
 
   shmap_mesh_destroy(mesh);
+  shmap_mesh_destroy(longm);
   shmap_mesh_destroy(fixed);
   free(mesh_text);
   free(spec_text);

@@ -113,6 +113,10 @@ cat >"$tmp/dict" <<'EOF'
 "=4096"
 "abcdefghijklmnopqrstuvwxyz01234"
 EOF
+# The axis names of the second fixed mesh of fuzz_parse.c.
+for k in 0 1 2 3 4 5 6 7; do
+  echo "\"long_axis_name_${k}_abcdefghijklmn\""
+done >>"$tmp/dict"
 
 opts=(-max_total_time="$secs" -max_len=512 -timeout=10 -rss_limit_mb=2048
       -dict="$tmp/dict" -artifact_prefix="$tmp/artifacts/" -print_final_stats=1)
