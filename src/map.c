@@ -300,6 +300,7 @@ static void run_device(shmap__job *job, int dev)
   shmap__runtime *rt = ctx->rt;
   shmap__dev *self = &rt->devs[dev];
   ctx->members = self->members;
+  self->ctx = ctx;
   shmap__set_current(ctx);
   shmap__set_state(self, SHMAP__ST_INPUTS, 0, shmap__now());
   bool ok = true;
@@ -344,6 +345,7 @@ static void run_device(shmap__job *job, int dev)
   }
   shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
   shmap__set_current(NULL);
+  self->ctx = NULL;
   /* Peers waiting for this device in a collective must learn that it
    * left; any device may be one of them. */
   atomic_store(&rt->devs[dev].finished, 1);

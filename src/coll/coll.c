@@ -119,7 +119,7 @@ static void wake_group(const group *g)
 {
   for (int i = 0; i < g->n; i++)
     if (i != g->rank)
-      shmap__wake(&g->devs[g->members[i]].waiter);
+      shmap__dev_wake(&g->devs[g->members[i]]);
 }
 
 /* The call `mine` of this device as seen by member m: an error message in
@@ -177,7 +177,7 @@ static int arrive(shmap_ctx *ctx, const char *op, const shmap__call *call,
   self->calls[g->k % SHMAP__HIST] = *call;
   atomic_store(&self->arrive, g->k);
   wake_group(g);
-  if (!shmap__wait(rt, &self->waiter, all_arrived, g, &rt->abort))
+  if (!shmap__dev_wait(rt, self, all_arrived, g, &rt->abort))
     return leave(ctx, g, 0, shmap__canceled(ctx, op));
   for (int i = 0; i < g->n; i++) {
     char why[SHMAP__MSG_MAX - 200];
@@ -196,7 +196,7 @@ static void depart(shmap_ctx *ctx, group *g, uint64_t bytes)
   shmap__dev *self = &rt->devs[ctx->dev];
   atomic_store(&self->depart, g->k);
   wake_group(g);
-  shmap__wait(rt, &self->waiter, all_departed, g, NULL);
+  shmap__dev_wait(rt, self, all_departed, g, NULL);
   leave(ctx, g, bytes, 0);
 }
 
