@@ -85,6 +85,8 @@ int shmap__array_new(shmap_array **out, shmap_dtype dtype, int rank,
  * ThreadSanitizer the copy stays serial (libgomp is not instrumented). */
 void shmap__bulk_copy(void *dst, const void *src, size_t bytes)
 {
+  if (bytes == 0)
+    return;
 #if defined(_OPENMP) && !defined(__SANITIZE_THREAD__)
   const size_t piece = (size_t)1 << 20;
   if (bytes >= 4 * piece) {

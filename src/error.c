@@ -52,6 +52,17 @@ int shmap__err(int code, const char *fmt, ...)
   return code;
 }
 
+int shmap__err_prefix(int code, const char *fmt, ...)
+{
+  char prefix[256], old[SHMAP__MSG_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(prefix, sizeof prefix, fmt, ap);
+  va_end(ap);
+  snprintf(old, sizeof old, "%s", shmap__errbuf());
+  return shmap__err(code, "%s: %s", prefix, old);
+}
+
 void shmap__err_set(const char *msg)
 {
   char *buf = shmap__errbuf();

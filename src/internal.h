@@ -31,6 +31,8 @@
 /* Set the calling thread's detailed message and return `code`. */
 int shmap__err(int code, const char *fmt, ...) SHMAP__PRINTF(2, 3);
 int shmap__verr(int code, const char *fmt, va_list ap);
+/* Prefix the calling thread's current message ("<prefix>: <message>"). */
+int shmap__err_prefix(int code, const char *fmt, ...) SHMAP__PRINTF(2, 3);
 /* Copy a finished message into the calling thread's buffer. */
 void shmap__err_set(const char *msg);
 /* The calling thread's message buffer (SHMAP__MSG_MAX bytes). */

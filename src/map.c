@@ -191,16 +191,12 @@ static shmap_block *new_block(shmap_ctx *ctx, const char *op, shmap_dtype dtype,
 {
   int rc = shmap__check_shape(op, dtype, rank, shape);
   if (rc) {
-    char text[SHMAP__MSG_MAX];
-    snprintf(text, sizeof text, "%s", shmap__errbuf());
-    shmap__dev_fail(ctx, op, rc, "%s", text);
+    shmap__dev_fail(ctx, op, rc, "%s", shmap__errbuf());
     return NULL;
   }
   shmap__chunk *c = shmap__arena_alloc(ctx, dtype, rank, shape, kind, true);
   if (!c) {
-    char text[SHMAP__MSG_MAX];
-    snprintf(text, sizeof text, "%s", shmap__errbuf());
-    shmap__dev_fail(ctx, op, SHMAP_ENOMEM, "%s", text);
+    shmap__dev_fail(ctx, op, SHMAP_ENOMEM, "%s", shmap__errbuf());
     return NULL;
   }
   return &c->block;
@@ -315,9 +311,7 @@ static void run_device(shmap__job *job, int dev)
     shmap__chunk *c = shmap__arena_alloc(ctx, a->dtype, a->rank, ii->bshape,
                                          SHMAP__CHUNK_IN, false);
     if (!c) {
-      char text[SHMAP__MSG_MAX];
-      snprintf(text, sizeof text, "%s", shmap__errbuf());
-      shmap__dev_fail(ctx, "input", SHMAP_ENOMEM, "%s", text);
+      shmap__dev_fail(ctx, "input", SHMAP_ENOMEM, "%s", shmap__errbuf());
       ok = false;
       break;
     }
@@ -539,7 +533,7 @@ static int prepare_inputs(shmap__job *job, const char *const in_specs[])
     in_info *ii = &job->ins[k];
     int rc = shmap__spec_resolve(job->mesh, in_specs[k], &ii->spec);
     if (rc)
-      return shmap__err(rc, "%s: %s", what, shmap__errbuf());
+      return shmap__err_prefix(rc, "%s", what);
     rc = shmap__spec_fit(job->mesh, what, in_specs[k], &ii->spec, a->rank,
                          a->shape);
     if (rc)
@@ -575,10 +569,11 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
   if (nout > 0 && (!out || !out_specs))
     return shmap__err(SHMAP_EINVAL, "shmap_map: nout=%d but %s is NULL", nout,
                       out ? "out_specs" : "out");
-  if (shmap__current())
-    return shmap__err(SHMAP_ESTATE,
-                      "shmap_map: called from inside a body; nested maps are "
-                      "not supported");
+  shmap_ctx *outer = shmap__current();
+  if (outer)
+    return shmap__dev_fail(outer, "shmap_map", SHMAP_ESTATE,
+                           "called from inside a body; nested maps are not "
+                           "supported");
   for (int k = 0; k < nout; k++)
     out[k] = NULL;
 
@@ -603,7 +598,7 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
       goto done;
     }
     if ((rc = shmap__spec_resolve(mesh, out_specs[k], &ospec[k]))) {
-      rc = shmap__err(rc, "out_specs[%d]: %s", k, shmap__errbuf());
+      rc = shmap__err_prefix(rc, "out_specs[%d]", k);
       goto done;
     }
   }

@@ -18,9 +18,9 @@ static int target(const char *op, shmap_mesh *mesh, const char *spec,
   if (rc)
     return rc;
   if ((rc = shmap__spec_resolve(mesh, spec, s)))
-    return shmap__err(rc, "%s: %s", op, shmap__errbuf());
+    return shmap__err_prefix(rc, "%s", op);
   if ((rc = shmap__spec_fit(mesh, "spec", spec, s, rank, shape)))
-    return shmap__err(rc, "%s: %s", op, shmap__errbuf());
+    return shmap__err_prefix(rc, "%s", op);
   shmap__block_shape(mesh, s, rank, shape, bshape);
   return 0;
 }
@@ -45,7 +45,7 @@ static int relayout(const char *op, shmap_array **out, shmap_mesh *mesh,
 {
   int rc = shmap__map(mesh, adopt_body, NULL, 1, &src, &spec, 1, out, &spec,
                       SHMAP__TRUSTED_REP);
-  return rc ? shmap__err(rc, "%s: %s", op, shmap__errbuf()) : 0;
+  return rc ? shmap__err_prefix(rc, "%s", op) : 0;
 }
 
 SHMAP_EXTERN int shmap_array_from_host_sharded(shmap_array **array,
@@ -155,7 +155,7 @@ static int make(const char *op, shmap_array **array, shmap_mesh *mesh,
   m->rank = rank;
   m->bshape = bshape;
   rc = shmap__map(mesh, make_body, m, 0, NULL, NULL, 1, array, &spec, flags);
-  return rc ? shmap__err(rc, "%s: %s", op, shmap__errbuf()) : 0;
+  return rc ? shmap__err_prefix(rc, "%s", op) : 0;
 }
 
 SHMAP_EXTERN int shmap_array_zeros(shmap_array **array, shmap_mesh *mesh,

@@ -300,7 +300,7 @@ int shmap__axes_parse(const shmap_mesh *mesh, const char *op, const char *text,
     return shmap__err(SHMAP_EINVAL, "%s: axes is NULL", op);
   int rc = parse(text, "axes", &ps);
   if (rc)
-    return shmap__err(rc, "%s: %s", op, shmap__errbuf());
+    return shmap__err_prefix(rc, "%s", op);
   /* Either one entry (a name or a tuple) or a flat list of names. */
   int n = 0;
   char(*names)[SHMAP__NAME_MAX] = NULL;

@@ -11,6 +11,7 @@
  */
 #include <check.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -822,6 +823,87 @@ START_TEST(t_reduce_scalar)
 }
 END_TEST
 
+/* Integer sums wrap around as unsigned arithmetic does (no undefined
+ * behaviour: the sanitizer builds would stop on a signed overflow). */
+static int body_int_wrap(shmap_ctx *ctx, void *arg)
+{
+  ref_cap *cap = arg;
+  int dev = shmap_ctx_device(ctx);
+  int32_t a[2] = {INT32_MAX, INT32_MIN};
+  int64_t b[2] = {INT64_MAX, INT64_MIN};
+  shmap_block xa = {a, SHMAP_I32, 1, {2}};
+  shmap_block xb = {b, SHMAP_I64, 1, {2}};
+  int rc = shmap_psum(ctx, &xa, "i");
+  if (rc)
+    return rc;
+  rc = shmap_psum(ctx, &xb, "i");
+  if (rc)
+    return rc;
+  /* 3 * MAX wraps to MAX - 2 (mod 2^w); 3 * MIN wraps to MIN. */
+  cap->val[dev] = (a[0] != INT32_MAX - 2) + (a[1] != INT32_MIN) +
+                  (b[0] != INT64_MAX - 2) + (b[1] != INT64_MIN);
+  snprintf(cap->msg[dev], REF_MSG_MAX,
+           "i32 {%" PRId32 ", %" PRId32 "}, i64 {%" PRId64 ", %" PRId64 "}",
+           a[0], a[1], b[0], b[1]);
+  return 0;
+}
+
+START_TEST(t_psum_int_wrap)
+{
+  shmap_mesh *mesh = mesh_new("i=3");
+  ref_cap *cap = ref_cap_new(3);
+  int rc = shmap_map(mesh, body_int_wrap, cap, 0, NULL, NULL, 0, NULL, NULL);
+  ck_assert_msg(rc == 0, "shmap_map = %d: %s", rc, shmap_errmsg());
+  for (int d = 0; d < 3; d++)
+    ck_assert_msg(cap->val[d] == 0,
+                  "device %d: wrapped sums wrong: %s (want i32 {%d, %d}, "
+                  "i64 {%" PRId64 ", %" PRId64 "})",
+                  d, cap->msg[d], INT32_MAX - 2, INT32_MIN, INT64_MAX - 2,
+                  INT64_MIN);
+  ref_cap_free(cap);
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
+/* pmax/pmin: a NaN on any member makes the result NaN at that position. */
+static int body_nan(shmap_ctx *ctx, void *arg)
+{
+  ref_cap *cap = arg;
+  int dev = shmap_ctx_device(ctx);
+  int bad = 0;
+  for (int op = 0; op < 2; op++) {
+    float f[3] = {(float)dev, dev == 1 ? NAN : 1.0f, dev == 0 ? NAN : 2.0f};
+    double g[3] = {(double)dev, dev == 2 ? NAN : 1.0, dev == 3 ? NAN : 2.0};
+    shmap_block xf = {f, SHMAP_F32, 1, {3}};
+    shmap_block xg = {g, SHMAP_F64, 1, {3}};
+    int rc = op ? shmap_pmin(ctx, &xf, "i") : shmap_pmax(ctx, &xf, "i");
+    if (rc)
+      return rc;
+    rc = op ? shmap_pmin(ctx, &xg, "i") : shmap_pmax(ctx, &xg, "i");
+    if (rc)
+      return rc;
+    bad += f[0] != (op ? 0.0f : 3.0f) || !isnan(f[1]) || !isnan(f[2]);
+    bad += g[0] != (op ? 0.0 : 3.0) || !isnan(g[1]) || !isnan(g[2]);
+  }
+  cap->val[dev] = bad;
+  return 0;
+}
+
+START_TEST(t_pmax_pmin_nan)
+{
+  shmap_mesh *mesh = mesh_new("i=4");
+  ref_cap *cap = ref_cap_new(4);
+  int rc = shmap_map(mesh, body_nan, cap, 0, NULL, NULL, 0, NULL, NULL);
+  ck_assert_msg(rc == 0, "shmap_map = %d: %s", rc, shmap_errmsg());
+  for (int d = 0; d < 4; d++)
+    ck_assert_msg(cap->val[d] == 0,
+                  "device %d: a NaN on a member did not give NaN (%d wrong)",
+                  d, cap->val[d]);
+  ref_cap_free(cap);
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
 /* ---- shape-changing collectives ----------------------------------------------- */
 
 typedef struct shape_case {
@@ -1406,6 +1488,8 @@ static Suite *coll_suite(void)
   tcase_add_test(tc, t_pmean_dtypes);
   tcase_add_test(tc, t_psum_replicated);
   tcase_add_test(tc, t_reduce_scalar);
+  tcase_add_test(tc, t_psum_int_wrap);
+  tcase_add_test(tc, t_pmax_pmin_nan);
   suite_add_tcase(s, tc);
 
   tc = tcase("shape_changing");

@@ -972,6 +972,40 @@ START_TEST(t_pairs_order_matches)
 }
 END_TEST
 
+/* The same dimension written as a negative and a positive number is the
+ * same call. */
+static int body_equiv_dims(shmap_ctx *ctx, void *arg)
+{
+  ref_cap *cap = arg;
+  int dev = shmap_ctx_device(ctx);
+  float buf[4] = {1, 2, 3, 4};
+  shmap_block x = {buf, SHMAP_F32, 2, {2, 2}};
+  shmap_block *r = NULL;
+  int neg = dev == 1;
+  int rc = shmap_all_gather(ctx, &x, "i", neg ? -1 : 1, 1, &r);
+  if (!rc)
+    rc = shmap_psum_scatter(ctx, &x, "i", neg ? -2 : 0, 1, &r);
+  if (!rc)
+    rc = shmap_all_to_all(ctx, &x, "i", neg ? -1 : 1, neg ? -2 : 0, 1, &r);
+  ref_cap_rc(cap, dev, rc);
+  return rc;
+}
+
+START_TEST(t_equivalent_dims_match)
+{
+  shmap_mesh *mesh = mesh_new("i=2");
+  ref_cap *cap = ref_cap_new(2);
+  int rc = shmap_map(mesh, body_equiv_dims, cap, 0, NULL, NULL, 0, NULL,
+                     NULL);
+  ck_assert_msg(rc == 0,
+                "axis -1 and axis 1 of a rank-2 block should be the same "
+                "call: %d (%s): %s",
+                rc, shmap_strerror(rc), shmap_errmsg());
+  ref_cap_free(cap);
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
 /* Failures and correct maps alternate many times on one mesh. */
 START_TEST(t_mismatch_repeated)
 {
@@ -1015,6 +1049,7 @@ int main(void)
   tcase_add_loop_test(tc, t_mismatch, 0,
                       (int)(sizeof mcases / sizeof mcases[0]));
   tcase_add_test(tc, t_pairs_order_matches);
+  tcase_add_test(tc, t_equivalent_dims_match);
   tcase_add_test(tc, t_mismatch_repeated);
   suite_add_tcase(s, tc);
 

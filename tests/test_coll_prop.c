@@ -26,7 +26,7 @@
 
 #define DEFAULT_SEED 0x5eedc011u
 #define DEFAULT_CASES 300
-#define TIMEOUT 120
+#define TIMEOUT 60
 
 static uint64_t g_seed;
 static int g_cases;

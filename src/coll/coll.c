@@ -224,9 +224,7 @@ static int prepare(shmap_ctx *ctx, const char *name, int kind,
   p->call.kind = kind;
   if ((rc = shmap__axes_parse(ctx->rt->mesh, name, axes, p->call.axes,
                               &p->call.naxes))) {
-    char text[SHMAP__MSG_MAX];
-    snprintf(text, sizeof text, "%s", shmap__errbuf());
-    return shmap__dev_fail(ctx, name, rc, "%s", text);
+    return shmap__dev_fail(ctx, name, rc, "%s", shmap__errbuf());
   }
   char af[128];
   shmap__axes_format(ctx->rt->mesh, p->call.axes, p->call.naxes, af, sizeof af);
@@ -288,9 +286,7 @@ static shmap_block *result_block(shmap_ctx *ctx, const prep *p, int rank,
   shmap__chunk *c = shmap__arena_alloc(ctx, (shmap_dtype)p->call.dtype, rank,
                                        shape, SHMAP__CHUNK_SCRATCH, false);
   if (!c) {
-    char text[SHMAP__MSG_MAX];
-    snprintf(text, sizeof text, "%s", shmap__errbuf());
-    shmap__dev_fail(ctx, p->op, SHMAP_ENOMEM, "%s", text);
+    shmap__dev_fail(ctx, p->op, SHMAP_ENOMEM, "%s", shmap__errbuf());
     return NULL;
   }
   return &c->block;
@@ -306,9 +302,7 @@ static int group_query(shmap_ctx *ctx, const char *name, const char *axes,
     return rc;
   int ax[SHMAP_MAX_AXES], nax;
   if ((rc = shmap__axes_parse(ctx->rt->mesh, name, axes, ax, &nax))) {
-    char text[SHMAP__MSG_MAX];
-    snprintf(text, sizeof text, "%s", shmap__errbuf());
-    return shmap__dev_fail(ctx, name, rc, "%s", text);
+    return shmap__dev_fail(ctx, name, rc, "%s", shmap__errbuf());
   }
   return shmap__group(ctx->rt->mesh, ax, nax, ctx->dev, NULL, rank);
 }

@@ -1,0 +1,115 @@
+/*
+ * gdb_target.c - the program tests/test_gdb.sh debugs, and a small program
+ * to try the gdb extension (gdb/shmap-gdb.py), the watchdog and the trace on.
+ *
+ *   gdb_target [SECONDS]
+ *
+ * On the mesh i=2, j=2 a 4x16 f32 array (element (r, c) = 16r + c) is
+ * placed on the devices with P('i', 'j'), so each device holds a 2x8 block
+ * (device 3, at (1, 1), holds 40..47 and 56..63).  The body copies its block
+ * to its output and adds it up over 'j' with shmap_psum.  Device 3 sleeps
+ * SECONDS (default 0.2) before its psum, so device 2 waits for it in the
+ * psum while devices 0 and 1 finish: with SHMAP_WATCHDOG=1 and SECONDS=2.5
+ * the watchdog reports it.  main() checks the result and exits 0.
+ *
+ * Built with -O0 -g (the pragma below keeps -O0 even when CFLAGS says -O2)
+ * so that gdb sees every local variable.
+ */
+#if defined(__clang__)
+#pragma clang optimize off
+#elif defined(__GNUC__)
+#pragma GCC optimize("O0")
+#endif
+
+#include <shmap.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+#define ROWS 4
+#define COLS 16
+
+struct target {
+  shmap_array *host;    /* the data on the host */
+  shmap_array *sharded; /* the same data on the mesh, P('i', 'j') */
+  double delay;         /* seconds device 3 sleeps before its psum */
+};
+
+static void check(int rc, const char *what)
+{
+  if (rc < 0) {
+    fprintf(stderr, "gdb_target: %s failed: %s: %s\n", what,
+            shmap_strerror(rc), shmap_errmsg());
+    exit(1);
+  }
+}
+
+static void sleep_seconds(double s)
+{
+  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+    ;
+}
+
+static int body(shmap_ctx *ctx, void *arg)
+{
+  struct target *t = arg;
+  int dev = shmap_ctx_device(ctx);
+  const shmap_block *x = shmap_in(ctx, 0);
+  if (x == NULL)
+    return shmap_fail(ctx, "shmap_in(0) returned NULL");
+  shmap_block *y = shmap_out_copy(ctx, 0, x);
+  if (y == NULL)
+    return shmap_fail(ctx, "shmap_out_copy failed");
+  if (dev == 3)
+    sleep_seconds(t->delay);
+  int rc = shmap_psum(ctx, y, "j"); /* gdb-test: break here */
+  if (rc != 0)
+    return rc;
+  return 0;
+}
+
+int main(int argc, char **argv)
+{
+  struct target t = {NULL, NULL, argc > 1 ? atof(argv[1]) : 0.2};
+  shmap_mesh *mesh;
+  check(shmap_mesh_create(&mesh, "i=2, j=2"), "shmap_mesh_create");
+
+  float data[ROWS][COLS];
+  for (int r = 0; r < ROWS; r++)
+    for (int c = 0; c < COLS; c++)
+      data[r][c] = (float)(COLS * r + c);
+  const int64_t shape[2] = {ROWS, COLS};
+  check(shmap_array_from_host(&t.host, SHMAP_F32, 2, shape, data),
+        "shmap_array_from_host");
+  check(shmap_array_from_host_sharded(&t.sharded, mesh, "P('i', 'j')",
+                                      SHMAP_F32, 2, shape, data),
+        "shmap_array_from_host_sharded");
+
+  shmap_array *out;
+  const char *in_specs[] = {"P('i', 'j')"}, *out_specs[] = {"P('i')"};
+  check(shmap_map(mesh, body, &t, 1, &t.sharded, in_specs, 1, &out,
+                  out_specs),
+        "shmap_map");
+
+  /* Row r of the result is the sum of the two column halves of row r. */
+  float sum[ROWS][COLS / 2];
+  check(shmap_array_to_host(out, sum), "shmap_array_to_host");
+  int bad = 0;
+  for (int r = 0; r < ROWS; r++)
+    for (int c = 0; c < COLS / 2; c++)
+      if (sum[r][c] != data[r][c] + data[r][c + COLS / 2])
+        bad++;
+  shmap_array_destroy(out);
+  shmap_array_destroy(t.sharded);
+  shmap_array_destroy(t.host);
+  shmap_mesh_destroy(mesh);
+  if (bad) {
+    fprintf(stderr, "gdb_target: %d wrong elements in the result\n", bad);
+    return 1;
+  }
+  printf("gdb_target: ok\n");
+  return 0;
+}
