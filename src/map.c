@@ -180,6 +180,17 @@ static int block_check(shmap_ctx *ctx, const char *op, const char *name,
   return 0;
 }
 
+bool shmap__block_valid(const shmap_block *b)
+{
+  if (!b || shmap_dtype_size(b->dtype) == 0 || b->rank < 0 ||
+      b->rank > SHMAP_MAX_RANK)
+    return false;
+  for (int d = 0; d < b->rank; d++)
+    if (b->shape[d] < 0)
+      return false;
+  return b->data || shmap__numel(b->rank, b->shape) == 0;
+}
+
 int shmap__block_check(shmap_ctx *ctx, const char *op, const char *name,
                        const shmap_block *b)
 {

@@ -75,10 +75,12 @@ static void *initial_sp(void *stack, size_t size, void (*fn)(void *), void *arg)
    * that the call in shmap__fiber_start sees the ABI's alignment. */
   uint64_t *ret = (uint64_t *)(top - 24);
   uint64_t *sp = ret - 7;
-  uint32_t csr[2];
-  __asm__ volatile("stmxcsr %0" : "=m"(csr[0]));
-  __asm__ volatile("fnstcw %0" : "=m"(*(uint16_t *)&csr[1]));
-  memcpy(sp, csr, 8);
+  uint32_t mxcsr;
+  uint16_t fpucw;
+  __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
+  __asm__ volatile("fnstcw %0" : "=m"(fpucw));
+  uint64_t csr = mxcsr | (uint64_t)fpucw << 32;
+  memcpy(sp, &csr, 8);
   sp[1] = 0;                   /* r15 */
   sp[2] = 0;                   /* r14 */
   sp[3] = (uint64_t)(uintptr_t)fn;  /* r13 */

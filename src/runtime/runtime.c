@@ -454,7 +454,7 @@ static int start(shmap__runtime *rt)
       wk->id = w;
       wk->seen_epoch = atomic_load(&rt->epoch);
       waiter_init(&wk->waiter);
-      snprintf(wk->name, sizeof wk->name, "shmap-w%d", w);
+      snprintf(wk->name, sizeof wk->name, "shmap-w%d", w & 0xffff);
     }
     for (int d = 0; d < rt->ndev; d++) {
       shmap__dev *dev = &rt->devs[d];
@@ -539,9 +539,11 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
   /* The devices are parked: reset their collective state before any of
    * them can look at a peer's. */
   for (int d = 0; d < rt->ndev; d++) {
-    atomic_store(&rt->devs[d].arrive, 0);
-    atomic_store(&rt->devs[d].depart, 0);
-    atomic_store(&rt->devs[d].finished, 0);
+    shmap__dev *dev = &rt->devs[d];
+    atomic_store(&dev->arrive, 0);
+    atomic_store(&dev->finished, 0);
+    for (int i = 0; i < SHMAP__SLOTS; i++)
+      atomic_store(&dev->bslot[i].word, 0);
   }
   atomic_store(&rt->abort, 0);
   atomic_store(&rt->failed_dev, -1);

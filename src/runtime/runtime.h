@@ -100,14 +100,22 @@ enum shmap__mode {
 enum { SHMAP__F_START = 1, SHMAP__F_RUN, SHMAP__F_WAIT, SHMAP__F_DONE };
 
 struct shmap__worker;
+typedef bool (*shmap__pred)(void *arg);
+
+/* A rendezvous slot a group leader keeps for one call (coll.c). */
+#define SHMAP__SLOTS 16
+typedef struct shmap__bslot {
+  alignas(SHMAP__CACHELINE) _Atomic uint64_t word;
+  _Atomic uint64_t gkey;
+} shmap__bslot;
 
 /* One device of a runtime.  The first part is written only by the device
  * and read by its peers; the waiter is written by peers. */
 typedef struct shmap__dev {
   alignas(SHMAP__CACHELINE) _Atomic uint32_t arrive; /* calls entered */
-  _Atomic uint32_t depart;   /* calls whose data peers finished reading */
   _Atomic int finished;      /* body returned */
   alignas(SHMAP__CACHELINE) shmap__call calls[SHMAP__HIST];
+  shmap__bslot bslot[SHMAP__SLOTS]; /* as a group leader */
   alignas(SHMAP__CACHELINE) shmap__waiter waiter;
   /* Fiber mode: the device's context, its worker, and what it waits for. */
   alignas(SHMAP__CACHELINE) shmap__fiber fiber;
@@ -132,14 +140,16 @@ typedef struct shmap__dev {
   uint32_t seen_epoch;
   struct shmap_ctx *ctx; /* during a map: the device's context */
   int *members;          /* scratch for a group's devices (ndev) */
+  /* The last axes text this device's collectives parsed, and the result. */
+  char axes_text[48];
+  int axes_parsed[SHMAP_MAX_AXES];
+  int axes_n;
   char name[16];
   uintptr_t thread; /* uv_thread_t, stored opaquely */
 } shmap__dev;
 
 struct shmap__job;
 typedef void (*shmap__run_fn)(struct shmap__job *job, int dev);
-
-typedef bool (*shmap__pred)(void *arg);
 
 /* A worker thread running several device fibers (fiber mode). */
 typedef struct shmap__worker {
@@ -279,6 +289,8 @@ void shmap__arena_unlink(shmap_ctx *ctx, shmap__chunk *c);
 /* The arena chunk holding `block`, or NULL when it is not one of ours. */
 shmap__chunk *shmap__arena_find(shmap_ctx *ctx, const shmap_block *block);
 
+/* Whether a block argument is well formed (cheap; no message). */
+bool shmap__block_valid(const shmap_block *b);
 /* Check a block argument (`name` describes it in messages). */
 int shmap__block_check(shmap_ctx *ctx, const char *op, const char *name,
                        const shmap_block *b);
