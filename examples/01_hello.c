@@ -67,7 +67,7 @@ static int hello(shmap_ctx *ctx, void *arg)
   if (i < 0 || j < 0 || rc < 0)
     return shmap_fail(ctx, "could not read the device's coordinates");
 
-  /* The local block of input 0: a private copy of this device's piece. */
+  /* This device's block of input 0 (read-only). */
   const shmap_block *x = shmap_in(ctx, 0);
   if (x == NULL)
     return shmap_fail(ctx, "shmap_in(0) returned NULL");

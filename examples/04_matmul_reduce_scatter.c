@@ -8,8 +8,10 @@
  *   reduce-scatter) adds the same partial products but leaves each device
  *   only its own chunk of the result: with scatter_dimension 1 and tiled,
  *   the f32[2,32] partial sums become f32[2,16] blocks, the device with
- *   axis_index('j') = r keeping columns 16r..16r+15.  It moves half as much
- *   data as the psum and the result stays sharded over j.
+ *   axis_index('j') = r keeping columns 16r..16r+15.  An allreduce is a
+ *   reduce-scatter followed by an all-gather, so stopping after the first
+ *   half saves the second half's traffic, and the result stays sharded
+ *   over j, ready for a next step that works on column blocks.
  *
  *   Because every device now holds a different piece, the out spec names j
  *   as well: P('i','j') puts block (i, j) at rows 2i.., columns 16j.., and

@@ -45,9 +45,10 @@
  *      ring; the price is n-1 extra steps while the pipeline fills.
  *      The result is equal to shmap_psum bit for bit, and we check that.
  *
- *   The input values have very different magnitudes, so the order of the
- *   additions does change the result; the program checks that too, so the
- *   bitwise comparison is not trivially true.
+ *   The input values use every bit of a float's mantissa and have very
+ *   different magnitudes, so the order of the additions does change many
+ *   results; the program checks that too, so the bitwise comparisons are
+ *   not trivially true.
  */
 #include <shmap.h>
 
@@ -58,7 +59,7 @@
 
 #define NI 4        /* ring size: devices along axis i */
 #define NJ 2        /* number of independent rings */
-#define C 3         /* elements per chunk */
+#define C 8         /* elements per chunk */
 #define L (NI * C)  /* elements per device */
 #define MAX_RING 64 /* largest ring the bodies support */
 
@@ -199,17 +200,17 @@ static int body(shmap_ctx *ctx, void *arg)
   return rc;
 }
 
-/* A reproducible input: odd integers scaled by powers of two from 2^-12 to
- * 2^12, with both signs, so that sums of four of them round differently
- * depending on the order of the additions. */
+/* A reproducible input: random 24-bit mantissas (all a float holds), both
+ * signs, scaled by powers of two from 2^-4 to 2^4.  Adding four of them
+ * rounds, and the rounding depends on the order of the additions. */
 static float input_value(unsigned *state)
 {
   *state = *state * 1103515245u + 12345u;
-  int mant = (int)((*state >> 8) % 2001u) - 1000; /* -1000..1000 */
-  mant |= 1;                                      /* odd: never zero */
+  long mant = (long)(*state >> 8) | (1L << 23); /* 2^23 .. 2^24-1 */
   *state = *state * 1103515245u + 12345u;
-  int expo = (int)((*state >> 8) % 25u) - 12;
-  return ldexpf((float)mant, expo);
+  int expo = (int)((*state >> 8) % 9u) - 4 - 23;
+  float v = ldexpf((float)mant, expo);
+  return (*state >> 31) ? -v : v;
 }
 
 static int same_bits(float a, float b)

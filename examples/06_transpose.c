@@ -22,10 +22,12 @@
  *   cannot go unnoticed.  The example uses f64 and checks every element
  *   against a serial transpose.
  *
- *   The same map works for any R and S divisible by n, and on a 2-D mesh
- *   i=4, j=2 with the axes grouped: in spec P(('i','j'),None) and
- *   all_to_all over "('i','j')" treat the 8 devices as one group, ranked
- *   row-major (rank = 2*i + j).
+ *   The same body works for any R and S divisible by n.  main() runs it
+ *   twice: on the mesh i=8, and on the 2-D mesh i=4, j=2 with the two axes
+ *   grouped.  There the in spec P(('i','j'),None) and an all_to_all over
+ *   "('i','j')" treat the 8 devices as one group ranked row-major
+ *   (rank = 2*i + j), which is also the order P(('i','j'),None) gives the
+ *   blocks, so the result is the same.
  */
 #include <shmap.h>
 
@@ -82,7 +84,7 @@ static int transpose_body(shmap_ctx *ctx, void *arg)
 
 /* Run the transpose on `mesh` and compare with the serial transpose. */
 static int run(const char *mesh_text, const char *in_spec, const char *axes,
-               const char *out_spec, const double *a)
+               const char *axes_label, const char *out_spec, const double *a)
 {
   shmap_mesh *mesh;
   shmap_array *ga, *gt = NULL;
@@ -98,7 +100,7 @@ static int run(const char *mesh_text, const char *in_spec, const char *axes,
   printf("mesh %s: A f64[%d,%d] in %s\n", mesh_text, R, S, in_spec);
   printf("  block f64[%lld,%lld] -> all_to_all(%s, split 1, concat 0, tiled) "
          "-> f64[%lld,%lld] -> local transpose -> f64[%lld,%lld]\n",
-         (long long)seen[0][0], (long long)seen[0][1], axes,
+         (long long)seen[0][0], (long long)seen[0][1], axes_label,
          (long long)seen[1][0], (long long)seen[1][1], (long long)seen[2][0],
          (long long)seen[2][1]);
   printf("  out %s: f64[%lld,%lld]\n", out_spec, (long long)shape[0],
@@ -137,8 +139,8 @@ int main(void)
     for (int c = 0; c < S; c++)
       a[r * S + c] = r + c / 100.0;
 
-  int bad = run("i=8", "P('i',None)", "i", "P('i',None)", a);
-  bad |= run("i=4, j=2", "P(('i','j'),None)", "('i','j')",
+  int bad = run("i=8", "P('i',None)", "i", "'i'", "P('i',None)", a);
+  bad |= run("i=4, j=2", "P(('i','j'),None)", "('i','j')", "('i','j')",
              "P(('i','j'),None)", a);
   if (bad) {
     fprintf(stderr, "06_transpose: FAILED\n");

@@ -1,1 +1,31 @@
 # gdb extension
+#
+# gdb/shmap-gdb.py is installed as $(pkgdatadir)/gdb/shmap-gdb.py (with the
+# default prefix /usr/local/share/libshmap/gdb/shmap-gdb.py); gdb loads it
+# with "source <that path>" (see man/shmap-debugging.7).
+#
+# tests/test_gdb.sh debugs tests/gdb_target in gdb's batch mode with the
+# extension loaded and checks what "shmap devices", "info threads" and
+# "print *x" show.  It is skipped (exit 77) when gdb, gdb's Python or
+# ptrace is not available.
+
+shmapgdbdir = $(pkgdatadir)/gdb
+shmapgdb_DATA = gdb/shmap-gdb.py
+EXTRA_DIST += gdb/shmap-gdb.py gdb/README-debugging.md
+
+# man/shmap-debugging.7 is registered in man/local.mk (tests/check-man.sh
+# wants every page there); listing it here too would install it twice, which
+# makes "make install" fail.
+
+# -no-install: tests/gdb_target is the real executable (no libtool wrapper
+# script), so gdb can be pointed at it directly.  -O0 -g keeps every local
+# variable visible (the file also forces -O0 with a pragma, since CFLAGS
+# comes after these flags on the command line).
+check_PROGRAMS += tests/gdb_target
+tests_gdb_target_SOURCES = tests/gdb_target.c
+tests_gdb_target_CFLAGS = $(AM_CFLAGS) -O0 -g
+tests_gdb_target_LDADD = src/libshmap.la
+tests_gdb_target_LDFLAGS = $(AM_LDFLAGS) -no-install
+
+TESTS += tests/test_gdb.sh
+EXTRA_DIST += tests/test_gdb.sh

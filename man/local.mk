@@ -5,8 +5,8 @@
 # tests/check-man.sh fails when a function has no page or a page in man/ is
 # missing from this list.
 
-# Overview.
-dist_man_MANS += man/shmap.7
+# Overview, and debugging.
+dist_man_MANS += man/shmap.7 man/shmap-debugging.7
 
 # Errors and dtypes.
 dist_man_MANS += \
@@ -52,6 +52,12 @@ dist_man_MANS += \
 	man/shmap_array_visualize.3 \
 	man/shmap_mesh_stats.3 \
 	man/shmap_mesh_stats_reset.3
+
+# Debugging.
+dist_man_MANS += \
+	man/shmap_set_watchdog.3 \
+	man/shmap_trace_start.3 \
+	man/shmap_trace_stop.3
 
 # Blocks.
 dist_man_MANS += \

@@ -1154,6 +1154,59 @@ START_TEST(t_ppermute_forms)
 }
 END_TEST
 
+/* Blocks large enough to be cut in many chunks and pieces, with sizes that
+ * do not divide evenly, for every collective. */
+START_TEST(t_large_blocks)
+{
+  static const char *const names[] = {"i", "j"};
+  ref_mesh rm;
+  refmesh(&rm, 2, names, (int[]){4, 2});
+  shmap_mesh *mesh = mesh_from_ref(&rm);
+  ref_rng rng = {0x1a2b3c};
+  static const int64_t cols[] = {1, 3, 15, 17, 255, 257, 1025, 2049};
+  static const int groups[3][2] = {{0, 1}, {1, 0}, {0, -1}};
+  for (int c = 0; c < (int)(sizeof cols / sizeof cols[0]); c++)
+    for (int k = c % 2; k < 4; k += 2) {
+      shmap_dtype dt = all_dtypes[k];
+      const int *g = groups[(c + k) % 3];
+      int na = g[1] < 0 ? 1 : 2;
+      /* [8, cols]: dimension 0 divides by every group size here */
+      shmap_block **in =
+          inputs_random(&rm, &rng, dt, 2, (int64_t[]){8, cols[c]});
+      for (int kind = RK_PSUM; kind < RK_NKINDS; kind++) {
+        if (kind == RK_PMEAN && (dt == SHMAP_I32 || dt == SHMAP_I64))
+          continue;
+        ref_op op = mkop(&rm, (ref_kind)kind, g, na, 1);
+        int n = ref_axis_size(&rm, g, na);
+        int pairs[8][2];
+        for (int r = 0; r < n; r++) {
+          pairs[r][0] = r;
+          pairs[r][1] = (r * 3 + 1) % n;
+        }
+        op.tiled = 1;
+        op.dim = 0;
+        op.dim2 = 1;
+        if (kind == RK_ALL_GATHER)
+          op.dim = 1;
+        if (kind == RK_PPERMUTE) {
+          op.npairs = n == 2 ? 1 : n; /* (r*3+1)%n is a permutation */
+          op.pairs = pairs;
+          if (n == 2) {
+            pairs[0][0] = 1;
+            pairs[0][1] = 0;
+          }
+        }
+        char what[96];
+        snprintf(what, sizeof what, "%s f32/f64/i32/i64 [8,%" PRId64 "]",
+                 ref_kind_name((ref_kind)kind), cols[c]);
+        job_expect(mesh, &rm, &op, 1, in, kind & 1, 0, what);
+      }
+      inputs_free(in, 8);
+    }
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
 /* ---- blocks: body memory, output take-over, early free --------------------------- */
 
 /* A block describing a stack buffer is reduced in place, then copied out
@@ -1499,6 +1552,10 @@ static Suite *coll_suite(void)
   tcase_add_test(tc, t_all_gather_explicit);
   tcase_add_test(tc, t_ppermute_partial);
   tcase_add_test(tc, t_ppermute_forms);
+  suite_add_tcase(s, tc);
+
+  tc = tcase("large");
+  tcase_add_test(tc, t_large_blocks);
   suite_add_tcase(s, tc);
 
   tc = tcase("blocks");

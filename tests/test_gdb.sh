@@ -78,29 +78,20 @@ if test -z "$line"; then
   exit 99
 fi
 
+# (printf, not echo: some shells' echo turns \n into a newline.)
 {
-  echo 'set pagination off'
-  echo 'set confirm off'
-  echo 'set width 0'
-  echo "source $ext"
+  printf '%s\n' 'set pagination off' 'set confirm off' 'set width 0'
+  printf '%s\n' "source $ext"
   # One device only, with a condition that calls nothing in the program.
-  echo "break gdb_target.c:$line if \$shmap_device() == 3"
-  echo 'run'
-  echo 'echo @@device\n'
-  echo 'print $shmap_device()'
-  echo 'echo @@meshes\n'
-  echo 'shmap meshes'
-  echo 'echo @@devices\n'
-  echo 'shmap devices'
-  echo 'echo @@threads\n'
-  echo 'info threads'
-  echo 'echo @@print\n'
-  echo 'print *x'
-  echo 'print *t->host'
-  echo 'print *t->sharded'
-  echo 'print *ctx'
-  echo 'echo @@end\n'
-  echo 'kill'
+  printf '%s\n' "break gdb_target.c:$line if \$shmap_device() == 3"
+  printf '%s\n' 'run'
+  printf '%s\n' 'echo @@device\n' 'print $shmap_device()'
+  printf '%s\n' 'echo @@meshes\n' 'shmap meshes'
+  printf '%s\n' 'echo @@devices\n' 'shmap devices'
+  printf '%s\n' 'echo @@threads\n' 'info threads'
+  printf '%s\n' 'echo @@print\n' 'print *x' 'print *t->host' \
+    'print *t->sharded' 'print *ctx'
+  printf '%s\n' 'echo @@end\n' 'kill'
 } > "$tmp/cmds"
 
 $run_gdb -nx -batch -x "$tmp/cmds" "$prog" > "$tmp/out" 2>&1
@@ -133,14 +124,18 @@ check "the breakpoint stops device 3 in thread d3(1,1)" \
 check '$shmap_device() is 3 there' has device '^\$[0-9]+ = 3$'
 check "shmap meshes shows the mesh running a map" \
   has meshes '^mesh #[0-9]+ i=2, j=2 \(4 devices\): a map is running'
+# What a device of the target can be doing, in the watchdog's words.
+states="(running its body|waiting in psum over 'j' \(call #1\)"
+states="$states|returned from its body|building its input blocks"
+states="$states|not started yet)"
 for d in "0 0 0" "1 0 1" "2 1 0" "3 1 1"; do
   set -- $d
   check "shmap devices lists device $1 at ($2,$3) with its thread" \
-    has devices "^[* ] device $1 \(i=$2, j=$3\): +thread [0-9]+ +\"d$1\($2,$3\)\" +LWP [0-9]+ +(running its body|waiting in psum over 'j' \(call #1\)|returned from its body|building its input blocks|not started yet)"
+    has devices "^[* ] device $1 \(i=$2, j=$3\): +thread [0-9]+ +\"d$1\($2,$3\)\" +$states"
   check "info threads shows d$1($2,$3)" has threads "\"d$1\($2,$3\)\""
 done
 check "device 3 is selected and running its body" \
-  has devices "^\* device 3 \(i=1, j=1\): .*running its body for [0-9.]+ s +at gdb_target\.c:$line \(frame 0\)"
+  has devices "^\* device 3 \(i=1, j=1\): .*running its body for [0-9.]+ s +body\(\) at gdb_target\.c:$line \(frame 0\)\$"
 check "print *x shows device 3's block" \
   has print '^\$[0-9]+ = f32\[2,8\] \{40, 41, 42, 43, 44, 45, 46, 47, \.\.\.\}$'
 check "a host array prints its leading values" \

@@ -241,8 +241,12 @@ static void make_case(pcase *c, long id) {
     c->b = c->a; /* same layout, perhaps written differently */
   else if (kind <= 3)
     extend_spec(&rng, &c->m, c->rank, &c->a, &c->b);
-  else
-    random_spec(&rng, &c->m, c->rank, &c->b);
+  else /* independent; retry a few times to avoid an equal layout */
+    for (int tries = 0; tries < 3; tries++) {
+      random_spec(&rng, &c->m, c->rank, &c->b);
+      if (!same_layout(&c->a, &c->b, c->rank))
+        break;
+    }
 
   /* Shape: each dimension a multiple of both counts, rarely empty. */
   int64_t numel = 1;

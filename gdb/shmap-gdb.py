@@ -1,0 +1,777 @@
+# shmap-gdb.py - gdb support for libshmap.
+#
+# Load it in gdb (or in ~/.gdbinit) with
+#
+#     source /usr/local/share/libshmap/gdb/shmap-gdb.py
+#
+# (the file is installed in $(datadir)/libshmap/gdb/; from a source tree,
+# source gdb/shmap-gdb.py).  It adds:
+#
+#   shmap meshes            one line per live mesh: axes, devices, whether
+#                           a map is running and which body it runs
+#   shmap devices           every device of every live mesh: number,
+#                           coordinates, gdb thread, and what it does, in
+#                           the watchdog's words ("running its body for
+#                           1.2 s", "waiting in psum over 'j' (call #1)")
+#   shmap thread DEV [MESH] switch to the thread of device DEV
+#   $shmap_device()         the device number of the selected thread, or -1
+#                           (break f.c:42 if $shmap_device() == 3)
+#   set shmap values N      how many leading values the printers show
+#
+# and pretty-printers for shmap_block ("f32[2,8] {40, 41, ...}"),
+# struct shmap_array, struct shmap_mesh and struct shmap_ctx.  print/r
+# shows the raw structures.
+#
+# The extension reads the library's internal structures (src/runtime/
+# runtime.h, src/internal.h) through its debug information: libshmap must
+# be built with -g (the default CFLAGS are -g -O2).  It finds the live
+# meshes through the global list head shmap__registry.  See
+# shmap-debugging(7).
+
+import sys
+import time
+
+import gdb
+import gdb.printing
+
+# ---- constants mirrored from the library ------------------------------------
+
+# enum shmap_dtype: name, C type used to read an element.
+_DTYPES = {0: ("f32", "float"), 1: ("f64", "double"),
+           2: ("i32", "int"), 3: ("i64", "long long")}
+_MAX_RANK = 8
+_MAX_AXES = 8
+# enum shmap__kind (the collective in a packed op word).
+_KINDS = {1: "psum", 2: "pmax", 3: "pmin", 4: "pmean", 5: "psum_scatter",
+          6: "all_gather", 7: "all_to_all", 8: "ppermute"}
+# enum shmap__state.
+_ST_PARKED, _ST_INPUTS, _ST_BODY, _ST_COLL, _ST_DONE = range(5)
+# Longest list of meshes or devices walked (a corrupt list ends here).
+_MAX_MESHES = 1000
+_MAX_DEVICES = 4096
+# Devices beyond this count are listed without their body's line (finding it
+# switches to every thread and unwinds it).
+_MAX_WHERE = 256
+
+
+class _Settings:
+    values = 8  # leading values shown by the printers (None: all)
+
+
+class ShmapError(Exception):
+    pass
+
+
+# ---- reading the inferior ---------------------------------------------------
+
+def _int(v):
+    return int(v)
+
+
+def _str(v):
+    """A char array or char * field as a Python string."""
+    try:
+        return v.string(errors="replace")
+    except gdb.error:
+        return "?"
+
+
+def _registry():
+    """The first runtime of the registry (a gdb.Value pointer, maybe 0)."""
+    inf = gdb.selected_inferior()
+    if inf is None or inf.pid == 0:
+        raise ShmapError("the program is not running")
+    try:
+        head = gdb.parse_and_eval("shmap__registry")
+    except gdb.error as e:
+        raise ShmapError(
+            "cannot read shmap__registry (%s): is the program linked with "
+            "libshmap, has the library been loaded (start the program first), "
+            "and was libshmap built with -g?" % e)
+    if head.type.strip_typedefs().code != gdb.TYPE_CODE_PTR:
+        raise ShmapError("shmap__registry has no type: libshmap was built "
+                         "without debug information (-g)")
+    return head
+
+
+def _runtimes():
+    """Every live runtime, oldest first."""
+    rts = []
+    seen = set()
+    rt = _registry()
+    while _int(rt) != 0 and len(rts) < _MAX_MESHES:
+        addr = _int(rt)
+        if addr in seen:
+            break
+        seen.add(addr)
+        rts.append(rt.dereference())
+        rt = rt["next"]
+    rts.reverse()
+    return rts
+
+
+def _mesh_axes(mesh):
+    """[(name, size), ...] of a struct shmap_mesh value."""
+    n = _int(mesh["naxes"])
+    if not 0 <= n <= _MAX_AXES:
+        raise ShmapError("mesh has %d axes: not a mesh" % n)
+    return [(_str(mesh["names"][a]), _int(mesh["sizes"][a])) for a in range(n)]
+
+
+def _axes_text(axes):
+    return ", ".join("%s=%d" % a for a in axes)
+
+
+def _coords(axes, dev):
+    """Coordinates of device `dev` (row-major numbering)."""
+    c = []
+    for _, size in reversed(axes):
+        c.append(dev % size if size > 0 else 0)
+        dev = dev // size if size > 0 else 0
+    return list(reversed(c))
+
+
+def _devname(axes, dev):
+    """Like the library's messages: "device 3 (i=1, j=1)"."""
+    c = _coords(axes, dev)
+    return "device %d (%s)" % (dev, ", ".join(
+        "%s=%d" % (axes[a][0], c[a]) for a in range(len(axes))))
+
+
+def _op_text(axes, op):
+    """A packed collective as the watchdog words it: "psum over 'j'"."""
+    kind = op & 0xFF
+    n = min((op >> 8) & 0xF, _MAX_AXES)
+    ax = [(op >> (12 + 4 * k)) & 0xF for k in range(n)]
+    names = ["'%s'" % (axes[a][0] if a < len(axes) else "?") for a in ax]
+    if n == 0:
+        over = "()"
+    elif n == 1:
+        over = names[0]
+    else:
+        over = "(" + ", ".join(names) + ")"
+    return "%s over %s" % (_KINDS.get(kind, "?"), over)
+
+
+def _now_ns(since_values):
+    """The inferior's uv_hrtime() now (CLOCK_MONOTONIC).  For a core file or
+    a remote target the latest state change stands in for "now"; returns
+    (now, exact)."""
+    inf = gdb.selected_inferior()
+    conn = getattr(inf, "connection", None)
+    ctype = getattr(conn, "type", "native") if conn is not None else "native"
+    if ctype == "native":
+        return time.monotonic_ns(), True
+    return max([s for s in since_values if s] or [0]), False
+
+
+def _thread_maps():
+    """Threads of the selected inferior by pthread_t handle and by name."""
+    by_handle, by_name = {}, {}
+    for th in gdb.selected_inferior().threads():
+        try:
+            h = th.handle()
+            if h:
+                by_handle[int.from_bytes(bytes(h), sys.byteorder)] = th
+        except (gdb.error, RuntimeError, AttributeError, TypeError,
+                ValueError):
+            pass
+        if th.name:
+            by_name.setdefault(th.name, []).append(th)
+    return by_handle, by_name
+
+
+def _find_thread(dev, maps):
+    """The gdb thread of a shmap__dev value, or None."""
+    by_handle, by_name = maps
+    try:
+        th = by_handle.get(_int(dev["thread"]))
+        if th is not None and th.is_valid():
+            return th
+    except gdb.error:
+        pass
+    # The thread's name, unless several meshes use it.
+    try:
+        cands = by_name.get(_str(dev["name"]), [])
+    except gdb.error:
+        cands = []
+    return cands[0] if len(cands) == 1 else None
+
+
+def _map_running(rt):
+    try:
+        return (_int(rt["started"]) != 0 and _int(rt["devs"]) != 0 and
+                _int(rt["done"]) < _int(rt["ndev"]))
+    except gdb.error:
+        return False
+
+
+def _body_function(rt):
+    """The symbol of the running map's body, or None."""
+    try:
+        if not _map_running(rt) or _int(rt["job"]) == 0:
+            return None
+        pc = _int(rt["job"]["body"])
+        block = gdb.block_for_pc(pc)
+        while block is not None and block.function is None:
+            block = block.superblock
+        return block.function if block is not None else None
+    except (gdb.error, RuntimeError):
+        return None
+
+
+def _where_text(sal):
+    if sal is None or sal.symtab is None:
+        return None
+    return "%s:%d" % (sal.symtab.filename.rsplit("/", 1)[-1], sal.line)
+
+
+def _library_location():
+    """(objfile, source directory) of libshmap, from shmap__registry's
+    symbol: frames in either belong to the library."""
+    try:
+        sym = gdb.lookup_global_symbol("shmap__registry")
+        if sym is None or sym.symtab is None:
+            return None, None
+        # .../src/runtime/debug.c: the library's sources are under .../src.
+        root = sym.symtab.fullname().rsplit("/", 2)[0]
+        if not root.endswith("/src"):
+            root = None
+        return sym.symtab.objfile, root
+    except (gdb.error, RuntimeError):
+        return None, None
+
+
+def _user_frame(th, body, lib):
+    """Where the device's body is on thread th: (frame number, function
+    name, "file:line") of the newest frame of the program's own code
+    called from the body (the body's frame itself at the least)."""
+    if body is None or th is None:
+        return None
+    libobj, libroot = lib
+    bodyobj = body.symtab.objfile if body.symtab is not None else None
+    th.switch()
+    f = gdb.newest_frame()
+    level = 0
+    best = None
+    while f is not None and level < 10000:
+        fn = f.function()
+        if fn is not None and fn.symtab is not None:
+            in_lib = ((libroot is not None and
+                       fn.symtab.fullname().startswith(libroot + "/")) or
+                      (libobj is not None and libobj != bodyobj and
+                       fn.symtab.objfile == libobj))
+            if (best is None and not in_lib
+                    and (bodyobj is None or fn.symtab.objfile == bodyobj)):
+                best = (level, fn.name, _where_text(f.find_sal()))
+            if fn == body or fn.name == body.name:
+                return best
+        f = f.older()
+        level += 1
+    return None
+
+
+def _state_text(rt, dev, now):
+    """What the device does, worded like the watchdog, and whether the
+    duration is in the past ("... ago")."""
+    axes = _mesh_axes(rt["mesh"].dereference())
+    state = _int(dev["state"])
+    since = _int(dev["since"])
+    secs = (now - since) / 1e9 if since and now > since else 0.0
+    if state == _ST_INPUTS:
+        what = "building its input blocks"
+    elif state == _ST_BODY:
+        what = "running its body"
+    elif state == _ST_COLL:
+        what = "waiting in %s (call #%d)" % (_op_text(axes, _int(dev["op"])),
+                                            _int(dev["arrive"]))
+    elif state == _ST_DONE:
+        what = "returned from its body"
+    elif state == _ST_PARKED:
+        if not _map_running(rt):
+            when = ("for %.1f s" % secs) if since else ""
+            return "parked between maps", when
+        what = ("returned from its body" if _int(dev["finished"])
+                else "not started yet")
+    else:
+        what = "in unknown state %d" % state
+    if not since:
+        return what, ""
+    if what.startswith("returned"):
+        return what, "%.1f s ago" % secs
+    return what, "for %.1f s" % secs
+
+
+def _mesh_summary(rt):
+    mesh = rt["mesh"].dereference()
+    axes = _mesh_axes(mesh)
+    ndev = _int(rt["ndev"])
+    text = "mesh #%d %s (%d device%s)" % (_int(rt["id"]), _axes_text(axes),
+                                         ndev, "" if ndev == 1 else "s")
+    if _int(rt["devs"]) == 0 or not _int(rt["started"]):
+        status = "no map yet (device threads not started)"
+    elif _map_running(rt):
+        devs = rt["devs"]
+        finished = sum(1 for d in range(ndev) if _int(devs[d]["finished"]))
+        status = "a map is running (%d of %d bodies returned)" % (finished,
+                                                                  ndev)
+        body = _body_function(rt)
+        if body is not None:
+            loc = ""
+            if body.symtab is not None:
+                loc = " at %s:%d" % (body.symtab.filename.rsplit("/", 1)[-1],
+                                     body.line)
+            status += ", body %s()%s" % (body.name, loc)
+        if _int(rt["abort"]):
+            status += "; a device failed: %s" % _str(rt["fail_msg"])
+    else:
+        status = "idle between maps"
+    return "%s: %s  [(shmap_mesh *) 0x%x]" % (text, status, _int(rt["mesh"]))
+
+
+# ---- commands ---------------------------------------------------------------
+
+class ShmapPrefix(gdb.Command):
+    """libshmap: inspect meshes and devices.
+
+shmap meshes            -- one line per live mesh
+shmap devices [MESH]    -- every device of every live mesh (or of mesh #MESH)
+shmap thread DEV [MESH] -- switch to the thread of device DEV
+See also: set shmap values, $shmap_device(), and shmap-debugging(7)."""
+
+    def __init__(self):
+        super().__init__("shmap", gdb.COMMAND_DATA, gdb.COMPLETE_NONE, True)
+
+
+def _run(fn):
+    try:
+        fn()
+    except ShmapError as e:
+        raise gdb.GdbError("shmap: %s" % e)
+    except gdb.MemoryError as e:
+        raise gdb.GdbError("shmap: cannot read the library's state: %s" % e)
+
+
+def _parse_ints(arg, most, usage):
+    words = gdb.string_to_argv(arg)
+    if len(words) > most:
+        raise ShmapError(usage)
+    try:
+        return [int(w.lstrip("#"), 0) for w in words]
+    except ValueError:
+        raise ShmapError(usage)
+
+
+class ShmapMeshes(gdb.Command):
+    """List the live meshes of libshmap: one line per mesh.
+
+Each line shows the mesh's number (the trace's process number), its axes,
+its number of devices, whether a map is running (how many bodies returned,
+which body function) and the mesh's address."""
+
+    def __init__(self):
+        super().__init__("shmap meshes", gdb.COMMAND_DATA, gdb.COMPLETE_NONE)
+
+    def invoke(self, arg, from_tty):
+        def go():
+            rts = _runtimes()
+            if not rts:
+                gdb.write("No live mesh.\n")
+                return
+            for rt in rts:
+                gdb.write(_mesh_summary(rt) + "\n")
+        _run(go)
+
+
+class ShmapDevices(gdb.Command):
+    """List every device of every live libshmap mesh: shmap devices [MESH]
+
+For each device: its number and coordinates, the gdb thread that runs it
+(with the thread's name, d<number>(<coordinates>)), what it does in the
+watchdog's words and since when, and for a device inside a map body the
+body's frame and line.  '*' marks the selected thread.  With MESH, only
+the mesh of that number (see "shmap meshes").
+
+Times are measured from the device's last change of state to now, so they
+include the time the program has been stopped in gdb."""
+
+    def __init__(self):
+        super().__init__("shmap devices", gdb.COMMAND_DATA, gdb.COMPLETE_NONE)
+
+    def invoke(self, arg, from_tty):
+        _run(lambda: self._list(arg))
+
+    def _list(self, arg):
+        want = _parse_ints(arg, 1, "usage: shmap devices [MESH]")
+        rts = _runtimes()
+        if want:
+            rts = [rt for rt in rts if _int(rt["id"]) == want[0]]
+            if not rts:
+                raise ShmapError("no live mesh #%d (see \"shmap meshes\")"
+                                 % want[0])
+        if not rts:
+            gdb.write("No live mesh.\n")
+            return
+        sel_thread = gdb.selected_thread()
+        try:
+            sel_frame = gdb.selected_frame()
+        except gdb.error:
+            sel_frame = None
+        maps = _thread_maps()
+        since_all = []
+        for rt in rts:
+            if _int(rt["devs"]):
+                n = min(_int(rt["ndev"]), _MAX_DEVICES)
+                since_all += [_int(rt["devs"][d]["since"]) for d in range(n)]
+        now, exact = _now_ns(since_all)
+        try:
+            for rt in rts:
+                self._mesh(rt, maps, now, sel_thread)
+        finally:
+            if sel_thread is not None and sel_thread.is_valid():
+                sel_thread.switch()
+                if sel_frame is not None and sel_frame.is_valid():
+                    sel_frame.select()
+        if not exact:
+            gdb.write("(not a live process: times are counted up to the "
+                      "last change of state)\n")
+
+    def _mesh(self, rt, maps, now, sel_thread):
+        gdb.write(_mesh_summary(rt) + "\n")
+        mesh = rt["mesh"].dereference()
+        axes = _mesh_axes(mesh)
+        ndev = min(_int(rt["ndev"]), _MAX_DEVICES)
+        if _int(rt["devs"]) == 0:
+            for d in range(ndev):
+                gdb.write("  %s: not started yet (no thread)\n"
+                          % _devname(axes, d))
+            return
+        body = _body_function(rt)
+        lib = _library_location()
+        rows = []
+        for d in range(ndev):
+            dev = rt["devs"][d]
+            th = _find_thread(dev, maps)
+            what, when = _state_text(rt, dev, now)
+            tname = _str(dev["name"])
+            tcol = "thread %d" % th.num if th is not None else "no thread"
+            where = ""
+            state = _int(dev["state"])
+            if (th is not None and body is not None and ndev <= _MAX_WHERE
+                    and state in (_ST_BODY, _ST_COLL)):
+                try:
+                    uf = _user_frame(th, body, lib)
+                except gdb.error:
+                    uf = None
+                if uf is not None:
+                    where = "%s() at %s (frame %d)" % (uf[1], uf[2] or "?",
+                                                      uf[0])
+            mark = "*" if (th is not None and sel_thread is not None
+                           and th.ptid == sel_thread.ptid) else " "
+            rows.append((mark, _devname(axes, d) + ":", tcol,
+                         '"%s"' % tname if tname else "",
+                         (what + " " + when).strip(), where))
+        widths = [max(len(r[k]) for r in rows) for k in range(len(rows[0]))]
+        for r in rows:
+            cols = [r[k].ljust(widths[k]) for k in range(len(r) - 1)] + [r[-1]]
+            gdb.write((cols[0] + " " + "  ".join(cols[1:])).rstrip() + "\n")
+
+
+class ShmapThread(gdb.Command):
+    """Switch to the thread of a libshmap device: shmap thread DEV [MESH]
+
+DEV is the device number (as in "shmap devices"); MESH the mesh number,
+needed only when several meshes are live (the newest is the default)."""
+
+    def __init__(self):
+        super().__init__("shmap thread", gdb.COMMAND_RUNNING,
+                         gdb.COMPLETE_NONE)
+
+    def invoke(self, arg, from_tty):
+        _run(lambda: self._switch(arg, from_tty))
+
+    def _switch(self, arg, from_tty):
+        usage = "usage: shmap thread DEV [MESH]"
+        nums = _parse_ints(arg, 2, usage)
+        if not nums:
+            raise ShmapError(usage)
+        rts = _runtimes()
+        if len(nums) > 1:
+            rts = [rt for rt in rts if _int(rt["id"]) == nums[1]]
+        rts = [rt for rt in rts if _int(rt["devs"])]
+        if not rts:
+            raise ShmapError("no live mesh with device threads%s" % (
+                " numbered #%d" % nums[1] if len(nums) > 1 else ""))
+        rt = rts[-1]
+        if not 0 <= nums[0] < _int(rt["ndev"]):
+            raise ShmapError("mesh #%d has no device %d" % (_int(rt["id"]),
+                                                            nums[0]))
+        th = _find_thread(rt["devs"][nums[0]], _thread_maps())
+        if th is None:
+            raise ShmapError("cannot find the thread of device %d" % nums[0])
+        gdb.execute("thread %d" % th.num, from_tty)
+
+
+class ShmapDeviceFunction(gdb.Function):
+    """$shmap_device() - the libshmap device number of the selected thread,
+or -1 when it is not a device thread.  For a breakpoint in one device
+without calling into the program:  break body.c:42 if $shmap_device() == 3"""
+
+    def __init__(self):
+        super().__init__("shmap_device")
+
+    def invoke(self):
+        th = gdb.selected_thread()
+        if th is None:
+            return -1
+        try:
+            h = th.handle()
+            key = int.from_bytes(bytes(h), sys.byteorder) if h else None
+        except (gdb.error, RuntimeError, AttributeError, TypeError,
+                ValueError):
+            key = None
+        try:
+            for rt in _runtimes():
+                if _int(rt["devs"]) == 0:
+                    continue
+                devs = rt["devs"]
+                for d in range(min(_int(rt["ndev"]), _MAX_DEVICES)):
+                    dev = devs[d]
+                    if key is not None:
+                        if _int(dev["thread"]) == key:
+                            return d
+                    elif th.name and _str(dev["name"]) == th.name:
+                        return d
+        except (ShmapError, gdb.error):
+            pass
+        return -1
+
+
+class ShmapSetPrefix(gdb.Command):
+    """Settings of the libshmap extension."""
+
+    def __init__(self, name):
+        super().__init__(name, gdb.COMMAND_DATA, gdb.COMPLETE_NONE, True)
+
+
+class ShmapValues(gdb.Parameter):
+    """How many leading values the shmap printers show (unlimited: all)."""
+
+    set_doc = "Set how many leading values the shmap printers show."
+    show_doc = "Show how many leading values the shmap printers show."
+
+    def __init__(self):
+        super().__init__("shmap values", gdb.COMMAND_DATA,
+                         gdb.PARAM_UINTEGER)
+        self.value = _Settings.values
+
+    def get_set_string(self):
+        _Settings.values = self.value if self.value else None
+        return ""
+
+    def get_show_string(self, svalue):
+        return "The shmap printers show %s leading values." % svalue
+
+
+# ---- pretty-printers --------------------------------------------------------
+
+def _shape_text(dtype, rank, shape):
+    name = _DTYPES.get(dtype, ("dtype%d" % dtype,))[0]
+    return "%s[%s]" % (name, ",".join(str(s) for s in shape[:rank]))
+
+
+def _values_text(data, dtype, numel):
+    """"{0, 1, 2, ...}": the leading values at data (a pointer Value)."""
+    if dtype not in _DTYPES:
+        return "<invalid dtype %d>" % dtype
+    addr = _int(data)
+    if numel > 0 and addr == 0:
+        return "data=NULL"
+    limit = _Settings.values
+    k = numel if limit is None else min(numel, limit)
+    ctype = gdb.lookup_type(_DTYPES[dtype][1])
+    try:
+        if k > 0:
+            gdb.selected_inferior().read_memory(addr, k * ctype.sizeof)
+            ptr = data.cast(ctype.pointer())
+            vals = [ptr[i].format_string(raw=True) for i in range(k)]
+        else:
+            vals = []
+    except (gdb.MemoryError, gdb.error):
+        return "<data at 0x%x cannot be read>" % addr
+    if k < numel:
+        vals.append("...")
+    return "{" + ", ".join(vals) + "}"
+
+
+def _block_parts(val):
+    dtype = _int(val["dtype"])
+    rank = _int(val["rank"])
+    if not 0 <= rank <= _MAX_RANK:
+        raise ShmapError("rank %d" % rank)
+    shape = [_int(val["shape"][d]) for d in range(rank)]
+    if any(s < 0 for s in shape):
+        raise ShmapError("negative shape %s" % shape)
+    numel = 1
+    for s in shape:
+        numel *= s
+    return dtype, rank, shape, numel
+
+
+class BlockPrinter:
+    """shmap_block: f32[2,8] {40, 41, 42, 43, 44, 45, 46, 47, ...}"""
+
+    def __init__(self, val):
+        self.val = val
+
+    def to_string(self):
+        try:
+            dtype, rank, shape, numel = _block_parts(self.val)
+            return "%s %s" % (_shape_text(dtype, rank, shape),
+                              _values_text(self.val["data"], dtype, numel))
+        except ShmapError as e:
+            return "<invalid shmap_block: %s>" % e
+        except gdb.error as e:
+            return "<shmap_block: %s>" % e
+
+
+def _spec_text(axes, spec, rank):
+    """The canonical JAX form of a resolved spec: P('i', None)."""
+    ndims = _int(spec["ndims"])
+    if not 0 <= ndims <= _MAX_RANK:
+        raise ShmapError("spec with %d entries" % ndims)
+    parts = []
+    for d in range(ndims):
+        n = _int(spec["naxes"][d])
+        if not 0 <= n <= _MAX_AXES:
+            raise ShmapError("spec entry with %d axes" % n)
+        names = []
+        for k in range(n):
+            a = _int(spec["axes"][d][k])
+            names.append("'%s'" % (axes[a][0] if 0 <= a < len(axes) else "?"))
+        if n == 0:
+            parts.append("None")
+        elif n == 1:
+            parts.append(names[0])
+        else:
+            parts.append("(" + ", ".join(names) + ")")
+    return "P(" + ", ".join(parts) + ")"
+
+
+class ArrayPrinter:
+    """struct shmap_array: on the host, f32[4,16] on the host {0, 1, ...};
+    sharded, f32[4,16] sharded on mesh i=2, j=2 by P('i', 'j'), blocks
+    f32[2,8]."""
+
+    def __init__(self, val):
+        self.val = val
+
+    def to_string(self):
+        v = self.val
+        try:
+            dtype, rank, shape, numel = _block_parts(v)
+            text = _shape_text(dtype, rank, shape)
+            if _int(v["mesh"]) == 0:
+                return "%s on the host %s" % (
+                    text, _values_text(v["data"], dtype, numel))
+            axes = _mesh_axes(v["mesh"].dereference())
+            text += " sharded on mesh %s" % _axes_text(axes)
+            try:
+                text += " by " + _spec_text(axes, v["spec"], rank)
+            except (ShmapError, gdb.error):
+                pass
+            try:
+                bshape = [_int(v["bshape"][d]) for d in range(rank)]
+                text += ", blocks " + _shape_text(dtype, rank, bshape)
+            except gdb.error:
+                pass
+            return text
+        except ShmapError as e:
+            return "<invalid shmap_array: %s>" % e
+        except gdb.error as e:
+            return "<shmap_array: %s>" % e
+
+
+class MeshPrinter:
+    """struct shmap_mesh: mesh i=2, j=2 (4 devices)"""
+
+    def __init__(self, val):
+        self.val = val
+
+    def to_string(self):
+        try:
+            axes = _mesh_axes(self.val)
+            n = _int(self.val["ndev"])
+            return "mesh %s (%d device%s)" % (_axes_text(axes), n,
+                                              "" if n == 1 else "s")
+        except (ShmapError, gdb.error) as e:
+            return "<shmap_mesh: %s>" % e
+
+
+class CtxPrinter:
+    """struct shmap_ctx: device 3 (i=1, j=1) of mesh i=2, j=2, 1 collective
+    call so far"""
+
+    def __init__(self, val):
+        self.val = val
+
+    def to_string(self):
+        v = self.val
+        try:
+            axes = _mesh_axes(v["rt"]["mesh"].dereference())
+            dev = _int(v["dev"])
+            seq = _int(v["seq"])
+            text = "%s of mesh %s, %d collective call%s so far" % (
+                _devname(axes, dev), _axes_text(axes), seq,
+                "" if seq == 1 else "s")
+            if _int(v["err"]):
+                text += ", error %d" % _int(v["err"])
+            return text
+        except (ShmapError, gdb.error) as e:
+            return "<shmap_ctx: %s>" % e
+
+
+_PRINTERS = {"shmap_block": BlockPrinter, "shmap_array": ArrayPrinter,
+             "shmap_mesh": MeshPrinter, "shmap_ctx": CtxPrinter}
+
+
+def shmap_lookup(val):
+    """gdb pretty-printer lookup for libshmap's structures."""
+    try:
+        t = val.type.strip_typedefs().unqualified()
+    except gdb.error:
+        return None
+    if t.code != gdb.TYPE_CODE_STRUCT:
+        return None
+    cls = _PRINTERS.get(t.tag)
+    if cls is None:
+        return None
+    # An opaque declaration (shmap_array in a user's program) has no fields.
+    try:
+        if not t.fields():
+            return None
+    except TypeError:
+        return None
+    return cls(val)
+
+
+shmap_lookup.name = "libshmap"
+shmap_lookup.enabled = True
+
+
+def _install():
+    # Sourcing the file twice replaces the earlier printer.
+    gdb.pretty_printers[:] = [p for p in gdb.pretty_printers
+                              if getattr(p, "name", None) != "libshmap"]
+    gdb.pretty_printers.append(shmap_lookup)
+    ShmapPrefix()
+    ShmapMeshes()
+    ShmapDevices()
+    ShmapThread()
+    ShmapDeviceFunction()
+    ShmapSetPrefix("set shmap")
+    ShmapSetPrefix("show shmap")
+    ShmapValues()
+
+
+_install()
