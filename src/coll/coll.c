@@ -317,9 +317,14 @@ static int arrive(shmap_ctx *ctx, prep *p, group *g)
   if (!shmap__dev_wait(rt, self, succ_arrived, g, &rt->abort))
     return leave(ctx, g, 0, shmap__canceled(ctx, op_of(ctx, p)));
   char why[SHMAP__MSG_MAX - 200];
-  if (!member_agrees(ctx, g, (int)(g->succ - rt->devs), call, why, sizeof why))
+  if (!member_agrees(ctx, g, (int)(g->succ - rt->devs), call, why, sizeof why)) {
+    /* A successor that left because the map already failed is a
+     * consequence, not a second cause. */
+    if (atomic_load(&rt->abort))
+      return leave(ctx, g, 0, shmap__canceled(ctx, op_of(ctx, p)));
     return leave(ctx, g, 0, shmap__dev_fail(ctx, op_of(ctx, p), SHMAP_EMISMATCH,
                                             "%s", why));
+  }
   g->slot = &rt->devs[g->base].bslot[g->k % SHMAP__SLOTS];
   g->gkey = g->op >> 8; /* the axes and their count */
   int rc = join(ctx, p, g);
@@ -570,6 +575,8 @@ SHMAP_EXTERN int shmap_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
                                     const char *axes, int scatter_dimension,
                                     int tiled, shmap_block **out)
 {
+  if (out)
+    *out = NULL;
   prep p;
   int rc = prepare(ctx, "psum_scatter", SHMAP__PSUM_SCATTER, x, axes, &p);
   if (rc)
@@ -631,6 +638,8 @@ SHMAP_EXTERN int shmap_all_gather(shmap_ctx *ctx, const shmap_block *x,
                                   const char *axes, int axis, int tiled,
                                   shmap_block **out)
 {
+  if (out)
+    *out = NULL;
   prep p;
   int rc = prepare(ctx, "all_gather", SHMAP__ALL_GATHER, x, axes, &p);
   if (rc)
@@ -692,6 +701,8 @@ SHMAP_EXTERN int shmap_all_to_all(shmap_ctx *ctx, const shmap_block *x,
                                   int concat_axis, int tiled,
                                   shmap_block **out)
 {
+  if (out)
+    *out = NULL;
   prep p;
   int rc = prepare(ctx, "all_to_all", SHMAP__ALL_TO_ALL, x, axes, &p);
   if (rc)
