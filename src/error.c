@@ -6,7 +6,14 @@
 
 /* Each thread (user threads and device threads alike) keeps its own last
  * message, so concurrent callers never see each other's errors. */
-static _Thread_local char errbuf[SHMAP__MSG_MAX];
+static _Thread_local char own_errbuf[SHMAP__MSG_MAX];
+/* A device fiber running on this thread uses its own buffer instead, so a
+ * device never sees another device's message. */
+static _Thread_local char *errbuf_override;
+
+void shmap__errbuf_use(char *buf) { errbuf_override = buf; }
+
+char *shmap__errbuf(void) { return errbuf_override ? errbuf_override : own_errbuf; }
 
 SHMAP_EXTERN const char *shmap_strerror(int code)
 {
@@ -28,13 +35,11 @@ SHMAP_EXTERN const char *shmap_strerror(int code)
   }
 }
 
-SHMAP_EXTERN const char *shmap_errmsg(void) { return errbuf; }
-
-char *shmap__errbuf(void) { return errbuf; }
+SHMAP_EXTERN const char *shmap_errmsg(void) { return shmap__errbuf(); }
 
 int shmap__verr(int code, const char *fmt, va_list ap)
 {
-  vsnprintf(errbuf, sizeof errbuf, fmt, ap);
+  vsnprintf(shmap__errbuf(), SHMAP__MSG_MAX, fmt, ap);
   return code;
 }
 
@@ -60,8 +65,9 @@ int shmap__err_prefix(int code, const char *fmt, ...)
 
 void shmap__err_set(const char *msg)
 {
-  if (msg != errbuf)
-    snprintf(errbuf, sizeof errbuf, "%s", msg);
+  char *buf = shmap__errbuf();
+  if (msg != buf)
+    snprintf(buf, SHMAP__MSG_MAX, "%s", msg);
 }
 
 void shmap__cat(char *buf, size_t n, const char *fmt, ...)

@@ -13,6 +13,7 @@ src_libshmap_core_la_SOURCES = \
 	src/map.c \
 	src/runtime/runtime.c \
 	src/runtime/debug.c \
+	src/runtime/fiber.c \
 	src/coll/coll.c \
 	src/coll/ops.c
 noinst_HEADERS += src/internal.h src/runtime/runtime.h src/coll/coll.h

@@ -180,6 +180,17 @@ static int block_check(shmap_ctx *ctx, const char *op, const char *name,
   return 0;
 }
 
+bool shmap__block_valid(const shmap_block *b)
+{
+  if (!b || shmap_dtype_size(b->dtype) == 0 || b->rank < 0 ||
+      b->rank > SHMAP_MAX_RANK)
+    return false;
+  for (int d = 0; d < b->rank; d++)
+    if (b->shape[d] < 0)
+      return false;
+  return b->data || shmap__numel(b->rank, b->shape) == 0;
+}
+
 int shmap__block_check(shmap_ctx *ctx, const char *op, const char *name,
                        const shmap_block *b)
 {
@@ -296,6 +307,7 @@ static void run_device(shmap__job *job, int dev)
   shmap__runtime *rt = ctx->rt;
   shmap__dev *self = &rt->devs[dev];
   ctx->members = self->members;
+  self->ctx = ctx;
   shmap__set_current(ctx);
   shmap__set_state(self, SHMAP__ST_INPUTS, 0, shmap__now());
   bool ok = true;
@@ -338,6 +350,7 @@ static void run_device(shmap__job *job, int dev)
   }
   shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
   shmap__set_current(NULL);
+  self->ctx = NULL;
   /* Peers waiting for this device in a collective must learn that it
    * left; any device may be one of them. */
   atomic_store(&rt->devs[dev].finished, 1);

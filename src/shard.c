@@ -83,9 +83,10 @@ SHMAP_EXTERN int shmap_array_reshard(shmap_array **out,
                                      const char *spec)
 {
   const char *op = "shmap_array_reshard";
+  if (out)
+    *out = NULL;
   if (!out || !array)
     return shmap__err(SHMAP_EINVAL, "%s: NULL argument", op);
-  *out = NULL;
   if (!array->mesh)
     return shmap__err(SHMAP_EINVAL,
                       "%s: a host array has no mesh; use "
@@ -172,6 +173,8 @@ SHMAP_EXTERN int shmap_array_fill(shmap_array **array, shmap_mesh *mesh,
                                   int rank, const int64_t shape[],
                                   const void *value)
 {
+  if (array)
+    *array = NULL;
   if (!value)
     return shmap__err(SHMAP_EINVAL, "shmap_array_fill: value is NULL");
   make_arg m = {.value = value};
@@ -184,6 +187,8 @@ SHMAP_EXTERN int shmap_array_init(shmap_array **array, shmap_mesh *mesh,
                                   int rank, const int64_t shape[],
                                   shmap_init_fn init, void *arg)
 {
+  if (array)
+    *array = NULL;
   if (!init)
     return shmap__err(SHMAP_EINVAL, "shmap_array_init: init is NULL");
   make_arg m = {.init = init, .init_arg = arg};

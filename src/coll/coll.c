@@ -74,16 +74,92 @@ static bool call_equal(const shmap__call *a, const shmap__call *b)
          a->npairs == b->npairs && a->pairs_hash == b->pairs_hash;
 }
 
+typedef struct prep {
+  const char *name;
+  bool axes_ok;
+  char op[160]; /* "psum over 'j'", formatted only for messages */
+  shmap__call call;
+  int n, rank;  /* group size and this device's rank */
+} prep;
+
+/* The call's name for messages: "psum over ('i', 'j')". */
+static const char *op_of(const shmap_ctx *ctx, prep *p)
+{
+  if (!p->op[0]) {
+    char af[128];
+    if (p->axes_ok)
+      shmap__axes_format(ctx->rt->mesh, p->call.axes, p->call.naxes, af,
+                         sizeof af);
+    snprintf(p->op, sizeof p->op, "%s%s%s", p->name, p->axes_ok ? " over " : "",
+             p->axes_ok ? af : "");
+  }
+  return p->op;
+}
+
 /* ---- arrive and depart ------------------------------------------------- */
+
+/*
+ * Two mechanisms keep each call O(1) per member, whatever the group size:
+ *
+ * Agreement.  Each member compares its call with its successor's (rank + 1
+ * around the group).  If every member agrees with its successor, then by
+ * induction around each ring every member of every group makes the same
+ * call; if any two disagree, some member sees its successor disagree (or
+ * leave its body, or pass the call with another group) and fails the map.
+ *
+ * Rendezvous.  The group's rank-0 member (its leader) keeps a slot per call
+ * number (mod SHMAP__SLOTS).  One word holds the call number, a cancelled
+ * bit and how many arrivals plus departures are still due (2n at first).
+ * Arriving and cancelling are both compare-and-swaps on that word, so
+ * either every member sees the arrivals complete or every member sees the
+ * call cancelled: never a mix, which would leave someone waiting for a
+ * departure that never comes.
+ */
+#define TAG(w) ((uint32_t)((w) >> 32))
+#define CANCELED ((uint64_t)1 << 31)
+#define LEFT(w) ((uint32_t)((w) & (CANCELED - 1)))
+#define CLAIMING ((uint64_t)1) /* tag 0 (no call has number 0), left 1 */
 
 typedef struct group {
   int n, rank;
-  const int *members; /* device numbers in rank order */
+  int base;           /* the rank-0 member's device number */
+  const shmap_mesh *mesh;
+  const int *axes;
+  int naxes;
+  int *members;       /* device numbers in rank order, once filled */
+  bool filled;
   uint32_t k;         /* this call's number */
   shmap__dev *devs;
+  shmap__bslot *slot; /* the leader's slot for this call */
+  uint64_t gkey;      /* the group's axes, as the leader's slot records them */
+  shmap__dev *succ;
   uint64_t t0;        /* when this device entered the call */
   uint64_t op;        /* packed kind and axes, for traces */
 } group;
+
+/* Device number of the member of rank r (O(number of axes)). */
+static int member(const group *g, int r)
+{
+  if (g->filled)
+    return g->members[r];
+  int id = g->base;
+  for (int k = g->naxes - 1; k >= 0; k--) {
+    int a = g->axes[k];
+    id += r % g->mesh->sizes[a] * g->mesh->strides[a];
+    r /= g->mesh->sizes[a];
+  }
+  return id;
+}
+
+/* Before touching every member's data: list them all once. */
+static void fill_members(group *g)
+{
+  if (!g->filled) {
+    for (int r = 0; r < g->n; r++)
+      g->members[r] = member(g, r);
+    g->filled = true;
+  }
+}
 
 /* The device is back in its body (after a call or a failed one). */
 static int leave(shmap_ctx *ctx, const group *g, uint64_t bytes, int rc)
@@ -95,31 +171,30 @@ static int leave(shmap_ctx *ctx, const group *g, uint64_t bytes, int rc)
   return rc;
 }
 
-static bool all_arrived(void *arg)
+static bool succ_arrived(void *arg)
 {
   const group *g = arg;
-  for (int i = 0; i < g->n; i++) {
-    const shmap__dev *d = &g->devs[g->members[i]];
-    if (atomic_load(&d->arrive) < g->k && !atomic_load(&d->finished))
-      return false;
-  }
-  return true;
+  return atomic_load(&g->succ->arrive) >= g->k || atomic_load(&g->succ->finished);
 }
 
-static bool all_departed(void *arg)
+static bool slot_changed(void *arg)
 {
   const group *g = arg;
-  for (int i = 0; i < g->n; i++)
-    if (atomic_load(&g->devs[g->members[i]].depart) < g->k)
-      return false;
-  return true;
+  uint64_t w = atomic_load(&g->slot->word);
+  return w == 0 || TAG(w) == g->k;
 }
 
-static void wake_group(const group *g)
+static bool arrivals_done(void *arg)
 {
-  for (int i = 0; i < g->n; i++)
-    if (i != g->rank)
-      shmap__wake(&g->devs[g->members[i]].waiter);
+  const group *g = arg;
+  uint64_t w = atomic_load(&g->slot->word);
+  return (w & CANCELED) || LEFT(w) <= (uint32_t)g->n;
+}
+
+static bool departures_done(void *arg)
+{
+  const group *g = arg;
+  return TAG(atomic_load(&g->slot->word)) != g->k;
 }
 
 /* The call `mine` of this device as seen by member m: an error message in
@@ -127,110 +202,215 @@ static void wake_group(const group *g)
 static bool member_agrees(const shmap_ctx *ctx, const group *g, int m,
                           const shmap__call *mine, char *why, size_t n)
 {
-  const shmap_mesh *mesh = ctx->rt->mesh;
   const shmap__dev *d = &g->devs[m];
   uint32_t a = atomic_load(&d->arrive);
+  const shmap__call *theirs = &d->calls[g->k % SHMAP__HIST];
+  if (a == g->k && call_equal(mine, theirs))
+    return true;
+  /* They disagree: only now is it worth describing both. */
+  const shmap_mesh *mesh = ctx->rt->mesh;
   char me[96], other[96], cm[256], co[256];
   shmap__mesh_devname(mesh, ctx->dev, me, sizeof me);
   shmap__mesh_devname(mesh, m, other, sizeof other);
   call_format(mesh, mine, cm, sizeof cm);
-  if (a < g->k) {
+  if (a < g->k)
     snprintf(why, n,
              "%s called %s as its collective call #%u, but %s returned from "
              "its body after %u collective call%s",
              me, cm, g->k, other, a, a == 1 ? "" : "s");
-    return false;
-  }
-  if (a - g->k >= SHMAP__HIST) {
+  else if (a - g->k >= SHMAP__HIST)
     snprintf(why, n,
              "%s called %s as its collective call #%u, but %s had already "
              "completed its call #%u with a different group of devices",
              me, cm, g->k, other, g->k);
-    return false;
+  else {
+    call_format(mesh, theirs, co, sizeof co);
+    snprintf(why, n,
+             "collective call #%u differs between devices: %s called %s but "
+             "%s called %s",
+             g->k, me, cm, other, co);
   }
-  const shmap__call *theirs = &d->calls[g->k % SHMAP__HIST];
-  if (a == g->k && call_equal(mine, theirs))
-    return true;
-  call_format(mesh, theirs, co, sizeof co);
-  snprintf(why, n,
-           "collective call #%u differs between devices: %s called %s but %s "
-           "called %s",
-           g->k, me, cm, other, co);
   return false;
 }
 
-static int arrive(shmap_ctx *ctx, const char *op, const shmap__call *call,
-                  group *g)
+/* Wake every member that may wait on this group's slot. */
+static void wake_members(shmap__runtime *rt, const group *g)
 {
-  shmap__runtime *rt = ctx->rt;
-  if (atomic_load(&rt->abort))
-    return shmap__canceled(ctx, op);
-  g->op = shmap__pack_op(call->kind, call->axes, call->naxes);
-  g->t0 = shmap__set_state(&rt->devs[ctx->dev], SHMAP__ST_COLL, g->op,
-                           shmap__now());
-  g->devs = rt->devs;
-  g->members = ctx->members;
-  g->n = shmap__group(rt->mesh, call->axes, call->naxes, ctx->dev,
-                      ctx->members, &g->rank);
-  g->k = ++ctx->seq;
-  shmap__dev *self = &rt->devs[ctx->dev];
-  self->calls[g->k % SHMAP__HIST] = *call;
-  atomic_store(&self->arrive, g->k);
-  wake_group(g);
-  if (!shmap__wait(rt, &self->waiter, all_arrived, g, &rt->abort))
-    return leave(ctx, g, 0, shmap__canceled(ctx, op));
-  for (int i = 0; i < g->n; i++) {
-    char why[SHMAP__MSG_MAX - 200];
-    if (i != g->rank && !member_agrees(ctx, g, g->members[i], call, why, sizeof why))
-      return leave(ctx, g, 0, shmap__dev_fail(ctx, op, SHMAP_EMISMATCH, "%s", why));
+  if (rt->workers) {
+    shmap__wake_all(rt);
+    return;
   }
-  return 0;
+  for (int i = 0; i < g->n; i++)
+    if (i != g->rank)
+      shmap__dev_wake(&g->devs[member(g, i)]);
 }
 
-/* No abort here: every member that arrived moves data without waiting for
- * anything, so departures always come; leaving early would let a buffer
- * change while a peer still reads it. */
+/* Join the leader's slot for call k.  0, or an error code. */
+static int join(shmap_ctx *ctx, prep *p, group *g)
+{
+  shmap__runtime *rt = ctx->rt;
+  shmap__dev *self = &rt->devs[ctx->dev];
+  shmap__bslot *slot = g->slot;
+  uint32_t n = (uint32_t)g->n;
+  for (;;) {
+    uint64_t w = atomic_load(&slot->word);
+    if (TAG(w) == g->k) {
+      if (w & CANCELED)
+        return shmap__canceled(ctx, op_of(ctx, p));
+      if (atomic_load(&slot->gkey) != g->gkey)
+        return shmap__dev_fail(ctx, op_of(ctx, p), SHMAP_EMISMATCH,
+                               "collective call #%u differs between devices: "
+                               "another group led by device %d makes the same "
+                               "call over different axes",
+                               g->k, g->base);
+      if (atomic_compare_exchange_weak(&slot->word, &w, w - 1)) {
+        if (LEFT(w) - 1 == n)
+          wake_members(rt, g); /* the last arrival */
+        return 0;
+      }
+    } else if (w == 0) {
+      /* Claim the free slot, describe the group, then open it. */
+      if (atomic_compare_exchange_weak(&slot->word, &w, CLAIMING)) {
+        atomic_store(&slot->gkey, g->gkey);
+        atomic_store(&slot->word, (uint64_t)g->k << 32 | (2 * n - 1));
+        wake_members(rt, g);
+        return 0;
+      }
+    } else if (w != CLAIMING) {
+      /* An earlier call still holds the slot: wait for it to leave. */
+      if (!shmap__dev_wait(rt, self, slot_changed, g, &rt->abort))
+        return shmap__canceled(ctx, op_of(ctx, p));
+    }
+  }
+}
+
+static int arrive(shmap_ctx *ctx, prep *p, group *g)
+{
+  const shmap__call *call = &p->call;
+  shmap__runtime *rt = ctx->rt;
+  if (atomic_load(&rt->abort))
+    return shmap__canceled(ctx, op_of(ctx, p));
+  shmap__dev *self = &rt->devs[ctx->dev];
+  g->op = shmap__pack_op(call->kind, call->axes, call->naxes);
+  g->t0 = shmap__set_state(self, SHMAP__ST_COLL, g->op, shmap__now());
+  g->devs = rt->devs;
+  g->members = ctx->members;
+  g->filled = false;
+  g->mesh = rt->mesh;
+  g->axes = call->axes;
+  g->naxes = call->naxes;
+  g->n = shmap__group(rt->mesh, call->axes, call->naxes, ctx->dev, NULL,
+                      &g->rank);
+  g->base = ctx->dev;
+  for (int i = 0; i < call->naxes; i++) {
+    int a = call->axes[i];
+    g->base -= ctx->coords[a] * rt->mesh->strides[a];
+  }
+  g->k = ++ctx->seq;
+  self->calls[g->k % SHMAP__HIST] = *call;
+  atomic_store(&self->arrive, g->k);
+  if (g->n == 1)
+    return 0;
+  /* The predecessor may be waiting to compare its call with ours. */
+  shmap__dev_wake(&rt->devs[member(g, (g->rank + g->n - 1) % g->n)]);
+  g->succ = &rt->devs[member(g, (g->rank + 1) % g->n)];
+  if (!shmap__dev_wait(rt, self, succ_arrived, g, &rt->abort))
+    return leave(ctx, g, 0, shmap__canceled(ctx, op_of(ctx, p)));
+  char why[SHMAP__MSG_MAX - 200];
+  if (!member_agrees(ctx, g, (int)(g->succ - rt->devs), call, why, sizeof why)) {
+    /* A successor that left because the map already failed is a
+     * consequence, not a second cause. */
+    if (atomic_load(&rt->abort))
+      return leave(ctx, g, 0, shmap__canceled(ctx, op_of(ctx, p)));
+    return leave(ctx, g, 0, shmap__dev_fail(ctx, op_of(ctx, p), SHMAP_EMISMATCH,
+                                            "%s", why));
+  }
+  g->slot = &rt->devs[g->base].bslot[g->k % SHMAP__SLOTS];
+  g->gkey = g->op >> 8; /* the axes and their count */
+  int rc = join(ctx, p, g);
+  if (rc)
+    return leave(ctx, g, 0, rc);
+  for (;;) {
+    if (shmap__dev_wait(rt, self, arrivals_done, g, &rt->abort)) {
+      if (atomic_load(&g->slot->word) & CANCELED)
+        return leave(ctx, g, 0, shmap__canceled(ctx, op_of(ctx, p)));
+      return 0;
+    }
+    /* The map failed while we wait: cancel the call for all members,
+     * unless the last arrival got there first. */
+    uint64_t w = atomic_load(&g->slot->word);
+    if (!(w & CANCELED) && LEFT(w) > (uint32_t)g->n &&
+        !atomic_compare_exchange_strong(&g->slot->word, &w, w | CANCELED))
+      continue;
+    if (w & CANCELED || LEFT(w) > (uint32_t)g->n) {
+      wake_members(rt, g);
+      return leave(ctx, g, 0, shmap__canceled(ctx, op_of(ctx, p)));
+    }
+  }
+}
+
+/* No abort here: every member that got through arrive() moves data without
+ * waiting for anything, so departures always come; leaving early would let
+ * a buffer change while a peer still reads it. */
 static void depart(shmap_ctx *ctx, group *g, uint64_t bytes)
 {
   shmap__runtime *rt = ctx->rt;
-  shmap__dev *self = &rt->devs[ctx->dev];
-  atomic_store(&self->depart, g->k);
-  wake_group(g);
-  shmap__wait(rt, &self->waiter, all_departed, g, NULL);
+  if (g->n > 1) {
+    uint64_t w = atomic_fetch_sub(&g->slot->word, 1);
+    if (LEFT(w) == 1) {
+      atomic_store(&g->slot->word, 0); /* free the slot for a later call */
+      wake_members(rt, g);
+    } else {
+      shmap__dev_wait(rt, &rt->devs[ctx->dev], departures_done, g, NULL);
+    }
+  }
   leave(ctx, g, bytes, 0);
 }
 
+/* Member r's call, with its data pointers.  Loops over every member call
+ * fill_members() first. */
 static const shmap__call *peer(const group *g, int r)
 {
-  return &g->devs[g->members[r]].calls[g->k % SHMAP__HIST];
+  return &g->devs[member(g, r)].calls[g->k % SHMAP__HIST];
 }
 
 /* ---- argument checks ---------------------------------------------------- */
 
-typedef struct prep {
-  char op[160]; /* "psum over 'j'" */
-  shmap__call call;
-  int n, rank;  /* group size and this device's rank */
-} prep;
+/* Bodies name the same axes call after call: keep the last parse. */
+static int axes_cached(shmap_ctx *ctx, const char *name, const char *text,
+                       int axes[], int *naxes)
+{
+  shmap__dev *d = &ctx->rt->devs[ctx->dev];
+  if (text && d->axes_text[0] && strcmp(text, d->axes_text) == 0) {
+    memcpy(axes, d->axes_parsed, sizeof d->axes_parsed);
+    *naxes = d->axes_n;
+    return 0;
+  }
+  int rc = shmap__axes_parse(ctx->rt->mesh, name, text, axes, naxes);
+  if (rc == 0 && strlen(text) < sizeof d->axes_text) {
+    strcpy(d->axes_text, text);
+    memcpy(d->axes_parsed, axes, sizeof d->axes_parsed);
+    d->axes_n = *naxes;
+  }
+  return rc;
+}
 
 static int prepare(shmap_ctx *ctx, const char *name, int kind,
                    const shmap_block *x, const char *axes, prep *p)
 {
-  snprintf(p->op, sizeof p->op, "%s", name);
+  p->name = name;
+  p->axes_ok = false;
+  p->op[0] = '\0';
   int rc = shmap__ctx_check(ctx, name);
   if (rc)
     return rc;
   memset(&p->call, 0, sizeof p->call);
   p->call.kind = kind;
-  if ((rc = shmap__axes_parse(ctx->rt->mesh, name, axes, p->call.axes,
-                              &p->call.naxes))) {
+  if ((rc = axes_cached(ctx, name, axes, p->call.axes, &p->call.naxes)))
     return shmap__dev_fail(ctx, name, rc, "%s", shmap__errbuf());
-  }
-  char af[128];
-  shmap__axes_format(ctx->rt->mesh, p->call.axes, p->call.naxes, af, sizeof af);
-  snprintf(p->op, sizeof p->op, "%s over %s", name, af);
-  if ((rc = shmap__block_check(ctx, p->op, "the input", x)))
-    return rc;
+  p->axes_ok = true;
+  if (!shmap__block_valid(x))
+    return shmap__block_check(ctx, op_of(ctx, p), "the input", x);
   p->call.dtype = x->dtype;
   p->call.rank = x->rank;
   memcpy(p->call.shape, x->shape, sizeof p->call.shape);
@@ -241,12 +421,12 @@ static int prepare(shmap_ctx *ctx, const char *name, int kind,
 }
 
 /* Normalise a possibly negative dimension into [0, limit). */
-static int norm_dim(shmap_ctx *ctx, const prep *p, const char *what, int dim,
+static int norm_dim(shmap_ctx *ctx, prep *p, const char *what, int dim,
                     int limit, int *out)
 {
   int d = dim < 0 ? dim + limit : dim;
   if (d < 0 || d >= limit)
-    return shmap__dev_fail(ctx, p->op, SHMAP_EINVAL,
+    return shmap__dev_fail(ctx, op_of(ctx, p), SHMAP_EINVAL,
                            "%s %d is out of range [%d, %d) for a block of rank "
                            "%d",
                            what, dim, -limit, limit, p->call.rank);
@@ -261,32 +441,32 @@ static int block_shape_msg(const prep *p, char *buf, size_t n)
   return 0;
 }
 
-static int split_check(shmap_ctx *ctx, const prep *p, const char *what, int d,
+static int split_check(shmap_ctx *ctx, prep *p, const char *what, int d,
                        int tiled)
 {
   int64_t size = p->call.shape[d];
   char s[128];
   block_shape_msg(p, s, sizeof s);
   if (tiled && size % p->n != 0)
-    return shmap__dev_fail(ctx, p->op, SHMAP_ESHAPE,
+    return shmap__dev_fail(ctx, op_of(ctx, p), SHMAP_ESHAPE,
                            "%s %d of the %s block has size %lld, not divisible "
                            "by the group size %d",
                            what, d, s, (long long)size, p->n);
   if (!tiled && size != p->n)
-    return shmap__dev_fail(ctx, p->op, SHMAP_ESHAPE,
+    return shmap__dev_fail(ctx, op_of(ctx, p), SHMAP_ESHAPE,
                            "untiled: %s %d of the %s block has size %lld but "
                            "must equal the group size %d",
                            what, d, s, (long long)size, p->n);
   return 0;
 }
 
-static shmap_block *result_block(shmap_ctx *ctx, const prep *p, int rank,
+static shmap_block *result_block(shmap_ctx *ctx, prep *p, int rank,
                                  const int64_t shape[])
 {
   shmap__chunk *c = shmap__arena_alloc(ctx, (shmap_dtype)p->call.dtype, rank,
                                        shape, SHMAP__CHUNK_SCRATCH, false);
   if (!c) {
-    shmap__dev_fail(ctx, p->op, SHMAP_ENOMEM, "%s", shmap__errbuf());
+    shmap__dev_fail(ctx, op_of(ctx, p), SHMAP_ENOMEM, "%s", shmap__errbuf());
     return NULL;
   }
   return &c->block;
@@ -333,12 +513,12 @@ static int reduce_inplace(shmap_ctx *ctx, shmap_block *x, const char *axes,
   if (rc)
     return rc;
   if (kind == SHMAP__PMEAN && x->dtype != SHMAP_F32 && x->dtype != SHMAP_F64)
-    return shmap__dev_fail(ctx, p.op, SHMAP_EDTYPE,
+    return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_EDTYPE,
                            "pmean needs a float dtype (f32 or f64), got %s",
                            shmap_dtype_name(x->dtype));
   p.call.dst = x->data;
   group g;
-  if ((rc = arrive(ctx, p.op, &p.call, &g)))
+  if ((rc = arrive(ctx, &p, &g)))
     return rc;
   /* Fused reduce-scatter + all-gather: member r folds chunk r of every
    * member's buffer in rank order and writes the result back to all. */
@@ -351,6 +531,8 @@ static int reduce_inplace(shmap_ctx *ctx, shmap_block *x, const char *axes,
   if (hi > numel)
     hi = numel;
   shmap__reduce_fn fold = shmap__reducer(kind, x->dtype);
+  if (lo < hi)
+    fill_members(&g);
   _Alignas(64) unsigned char tmp[PIECE_BYTES];
   size_t piece = PIECE_BYTES / es;
   for (size_t off = lo; off < hi; off += piece) {
@@ -393,12 +575,14 @@ SHMAP_EXTERN int shmap_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
                                     const char *axes, int scatter_dimension,
                                     int tiled, shmap_block **out)
 {
+  if (out)
+    *out = NULL;
   prep p;
   int rc = prepare(ctx, "psum_scatter", SHMAP__PSUM_SCATTER, x, axes, &p);
   if (rc)
     return rc;
   if (!out)
-    return shmap__dev_fail(ctx, p.op, SHMAP_EINVAL, "out is NULL");
+    return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_EINVAL, "out is NULL");
   *out = NULL;
   int d = 0;
   if ((rc = norm_dim(ctx, &p, "scatter_dimension", scatter_dimension, x->rank, &d)) ||
@@ -422,10 +606,11 @@ SHMAP_EXTERN int shmap_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
     return ctx->err;
   p.call.dst = res->data;
   group g;
-  if ((rc = arrive(ctx, p.op, &p.call, &g))) {
+  if ((rc = arrive(ctx, &p, &g))) {
     shmap__arena_free(ctx, shmap__arena_find(ctx, res));
     return rc;
   }
+  fill_members(&g);
   size_t es = shmap_dtype_size(x->dtype);
   shmap__reduce_fn fold = shmap__reducer(SHMAP__PSUM, x->dtype);
   size_t run = (size_t)(m * inner), piece = PIECE_BYTES / es;
@@ -453,19 +638,21 @@ SHMAP_EXTERN int shmap_all_gather(shmap_ctx *ctx, const shmap_block *x,
                                   const char *axes, int axis, int tiled,
                                   shmap_block **out)
 {
+  if (out)
+    *out = NULL;
   prep p;
   int rc = prepare(ctx, "all_gather", SHMAP__ALL_GATHER, x, axes, &p);
   if (rc)
     return rc;
   if (!out)
-    return shmap__dev_fail(ctx, p.op, SHMAP_EINVAL, "out is NULL");
+    return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_EINVAL, "out is NULL");
   *out = NULL;
   if (!tiled && x->rank == SHMAP_MAX_RANK)
-    return shmap__dev_fail(ctx, p.op, SHMAP_ESHAPE,
+    return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_ESHAPE,
                            "untiled all_gather would make a block of rank %d "
                            "(at most %d)", x->rank + 1, SHMAP_MAX_RANK);
   if (tiled && x->rank == 0)
-    return shmap__dev_fail(ctx, p.op, SHMAP_ESHAPE,
+    return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_ESHAPE,
                            "tiled all_gather needs a block of rank >= 1");
   int a = 0;
   if ((rc = norm_dim(ctx, &p, "axis", axis, tiled ? x->rank : x->rank + 1, &a)))
@@ -485,10 +672,11 @@ SHMAP_EXTERN int shmap_all_gather(shmap_ctx *ctx, const shmap_block *x,
     return ctx->err;
   p.call.dst = res->data;
   group g;
-  if ((rc = arrive(ctx, p.op, &p.call, &g))) {
+  if ((rc = arrive(ctx, &p, &g))) {
     shmap__arena_free(ctx, shmap__arena_find(ctx, res));
     return rc;
   }
+  fill_members(&g);
   /* Member s's block lands at position s along `a` of the result. */
   size_t es = shmap_dtype_size(x->dtype);
   int64_t ostr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK], xstr[SHMAP_MAX_RANK];
@@ -513,12 +701,14 @@ SHMAP_EXTERN int shmap_all_to_all(shmap_ctx *ctx, const shmap_block *x,
                                   int concat_axis, int tiled,
                                   shmap_block **out)
 {
+  if (out)
+    *out = NULL;
   prep p;
   int rc = prepare(ctx, "all_to_all", SHMAP__ALL_TO_ALL, x, axes, &p);
   if (rc)
     return rc;
   if (!out)
-    return shmap__dev_fail(ctx, p.op, SHMAP_EINVAL, "out is NULL");
+    return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_EINVAL, "out is NULL");
   *out = NULL;
   int sa = 0, ca = 0;
   if ((rc = norm_dim(ctx, &p, "split_axis", split_axis, x->rank, &sa)) ||
@@ -557,11 +747,12 @@ SHMAP_EXTERN int shmap_all_to_all(shmap_ctx *ctx, const shmap_block *x,
     return ctx->err;
   p.call.dst = res->data;
   group g;
-  if ((rc = arrive(ctx, p.op, &p.call, &g))) {
+  if ((rc = arrive(ctx, &p, &g))) {
     shmap__arena_free(ctx, shmap__arena_find(ctx, res));
     return rc;
   }
   size_t es = shmap_dtype_size(x->dtype);
+  fill_members(&g);
   int64_t src_step = (tiled ? x->shape[sa] / g.n : 1) * xstr[sa];
   int64_t dst_step = (tiled ? cshape[ca] : 1) * ostr[ca];
   for (int s = 0; s < g.n; s++)
@@ -584,14 +775,14 @@ SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,
   if (rc)
     return rc;
   if (npairs < 0 || (npairs > 0 && !pairs))
-    return shmap__dev_fail(ctx, p.op, SHMAP_EINVAL,
+    return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_EINVAL,
                            npairs < 0 ? "npairs is negative (%d)"
                                       : "pairs is NULL but npairs is %d",
                            npairs);
   /* from[dst] = src: checks uniqueness and gives an order-free hash. */
   int *from = shmap__malloc(sizeof(int) * (size_t)p.n);
   if (!from)
-    return shmap__dev_fail(ctx, p.op, SHMAP_ENOMEM, "out of memory");
+    return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_ENOMEM, "out of memory");
   for (int i = 0; i < p.n; i++)
     from[i] = -1;
   for (int i = 0; i < npairs; i++) {
@@ -607,7 +798,7 @@ SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,
           bad = "repeats a source";
     if (bad) {
       free(from);
-      return shmap__dev_fail(ctx, p.op, SHMAP_EINVAL,
+      return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_EINVAL,
                              "pair %d (%d, %d) %s (group size %d)", i, s, t,
                              bad, p.n);
     }
@@ -625,11 +816,11 @@ SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,
   free(from);
   void *tmp = NULL;
   if (src >= 0 && bytes && !(tmp = shmap__malloc(bytes)))
-    return shmap__dev_fail(ctx, p.op, SHMAP_ENOMEM, "out of memory (%zu bytes)",
+    return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_ENOMEM, "out of memory (%zu bytes)",
                            bytes);
   p.call.dst = x->data;
   group g;
-  if ((rc = arrive(ctx, p.op, &p.call, &g))) {
+  if ((rc = arrive(ctx, &p, &g))) {
     free(tmp);
     return rc;
   }

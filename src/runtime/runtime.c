@@ -94,7 +94,10 @@ void shmap__wake(shmap__waiter *w)
 
 void shmap__wake_all(shmap__runtime *rt)
 {
-  if (rt->devs)
+  if (rt->workers)
+    for (int w = 0; w < rt->nworkers; w++)
+      shmap__wake(&rt->workers[w].waiter);
+  else if (rt->devs)
     for (int d = 0; d < rt->ndev; d++)
       shmap__wake(&rt->devs[d].waiter);
 }
@@ -161,18 +164,60 @@ int shmap__canceled(shmap_ctx *ctx, const char *op)
                     op, me, rt->fail_msg);
 }
 
-/* ---- threads ----------------------------------------------------------- */
+/* ---- choosing how devices run ------------------------------------------ */
 
-static bool epoch_changed(void *arg)
+static int ncpu(void) { return (int)uv_available_parallelism(); }
+
+/* A debugger attached to the process (Linux: TracerPid in /proc). */
+static bool debugger_attached(void)
 {
-  shmap__dev *d = arg;
-  return atomic_load(&d->rt->epoch) != d->seen_epoch;
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f)
+    return false;
+  char line[256];
+  bool traced = false;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "TracerPid:", 10) == 0) {
+      traced = atoi(line + 10) != 0;
+      break;
+    }
+  fclose(f);
+  return traced;
+}
+
+/* SHMAP_SCHED=threads|fibers|auto.  Auto gives each device a thread of its
+ * own when the cores suffice or a debugger is attached (so gdb shows every
+ * device as a thread), and fibers on one worker per core otherwise. */
+static int choose_mode(int ndev)
+{
+  const char *env = getenv("SHMAP_SCHED");
+  if (env && strcmp(env, "threads") == 0)
+    return SHMAP__THREADS;
+  if (env && strcmp(env, "fibers") == 0)
+    return SHMAP__FIBERS;
+  if (ndev <= ncpu() || debugger_attached())
+    return SHMAP__THREADS;
+  return SHMAP__FIBERS;
+}
+
+static int env_int(const char *name, int dflt)
+{
+  const char *env = getenv(name);
+  return env && *env ? atoi(env) : dflt;
 }
 
 static bool all_done(void *arg)
 {
   shmap__runtime *rt = arg;
   return atomic_load(&rt->done) == rt->ndev;
+}
+
+/* ---- thread mode ---------------------------------------------------------- */
+
+static bool epoch_changed(void *arg)
+{
+  shmap__dev *d = arg;
+  return atomic_load(&d->rt->epoch) != d->seen_epoch;
 }
 
 static void device_main(void *arg)
@@ -194,14 +239,256 @@ static void device_main(void *arg)
   }
 }
 
-static int spin_default(int ndev)
+/* ---- fiber mode ----------------------------------------------------------- */
+
+static void fiber_main(void *arg)
 {
-  const char *env = getenv("SHMAP_SPIN");
-  if (env && *env)
-    return atoi(env) < 0 ? 0 : atoi(env);
-  /* Spinning only pays when every device (and the host) has a core. */
-  int ncpu = (int)uv_available_parallelism();
-  return ndev < ncpu ? 4000 : 50;
+  shmap__dev *d = arg;
+  shmap__worker *w = d->worker;
+  shmap__fiber_entered(&d->fiber, &w->self);
+  for (;;) {
+    d->rt->run(d->rt->job, d->id);
+    shmap__set_state(d, SHMAP__ST_PARKED, 0, shmap__now());
+    d->fstate = SHMAP__F_DONE;
+    shmap__fiber_switch(&d->fiber, &w->self);
+  }
+}
+
+/* Whether the worker should continue fiber d now (sets d->wres). */
+static bool fiber_ready(shmap__dev *d)
+{
+  if (d->fstate == SHMAP__F_START)
+    return true;
+  if (d->fstate != SHMAP__F_WAIT)
+    return false;
+  if (d->wpred(d->warg)) {
+    d->wres = 1;
+    return true;
+  }
+  if (d->wabort && atomic_load(d->wabort)) {
+    d->wres = 0;
+    return true;
+  }
+  return false;
+}
+
+static bool any_ready(void *arg)
+{
+  shmap__worker *w = arg;
+  shmap__runtime *rt = w->rt;
+  for (int d = w->id; d < rt->ndev; d += rt->nworkers)
+    if (fiber_ready(&rt->devs[d]))
+      return true;
+  return false;
+}
+
+static void worker_job(shmap__worker *w)
+{
+  shmap__runtime *rt = w->rt;
+  int n = 0;
+  for (int d = w->id; d < rt->ndev; d += rt->nworkers, n++)
+    rt->devs[d].fstate = SHMAP__F_START;
+  int left = n;
+  while (left > 0) {
+    bool ran = false;
+    for (int d = w->id; d < rt->ndev; d += rt->nworkers) {
+      shmap__dev *dev = &rt->devs[d];
+      if (!fiber_ready(dev))
+        continue;
+      dev->fstate = SHMAP__F_RUN;
+      /* The device's context and messages follow it onto this thread. */
+      shmap__set_current(dev->ctx);
+      shmap__errbuf_use(dev->errbuf);
+      shmap__fiber_switch(&w->self, &dev->fiber);
+      shmap__errbuf_use(NULL);
+      shmap__set_current(NULL);
+      ran = true;
+      if (dev->fstate == SHMAP__F_DONE)
+        left--;
+    }
+    if (!ran && left > 0)
+      shmap__wait(rt, &w->waiter, any_ready, w, NULL);
+  }
+  if (atomic_fetch_add(&rt->done, n) + n == rt->ndev)
+    shmap__wake(&rt->host);
+}
+
+static bool worker_epoch(void *arg)
+{
+  shmap__worker *w = arg;
+  return atomic_load(&w->rt->epoch) != w->seen_epoch;
+}
+
+static void worker_main(void *arg)
+{
+  shmap__worker *w = arg;
+  shmap__runtime *rt = w->rt;
+#ifdef HAVE_PTHREAD_SETNAME_NP
+  pthread_setname_np(pthread_self(), w->name);
+#endif
+  shmap__fiber_host_init(&w->self);
+  for (;;) {
+    shmap__wait(rt, &w->waiter, worker_epoch, w, NULL);
+    w->seen_epoch = atomic_load(&rt->epoch);
+    if (atomic_load(&rt->stop))
+      return;
+    worker_job(w);
+  }
+}
+
+bool shmap__dev_wait(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
+                     void *arg, _Atomic int *abort)
+{
+  if (rt->mode == SHMAP__THREADS)
+    return shmap__wait(rt, &d->waiter, pred, arg, abort);
+  if (pred(arg))
+    return true;
+  if (abort && atomic_load(abort))
+    return false;
+  d->wpred = pred;
+  d->warg = arg;
+  d->wabort = abort;
+  d->fstate = SHMAP__F_WAIT;
+  shmap__fiber_switch(&d->fiber, &d->worker->self);
+  return d->wres;
+}
+
+/* ---- starting and stopping ------------------------------------------------ */
+
+static size_t stack_size(void)
+{
+  const char *env = getenv("SHMAP_STACK_SIZE");
+  long long v = env ? atoll(env) : 0;
+  return v > 0 ? (size_t)v : 0;
+}
+
+/* Stop and join the first n threads (devices or workers). */
+static void join_threads(shmap__runtime *rt, int n)
+{
+  atomic_store(&rt->stop, 1);
+  atomic_fetch_add(&rt->epoch, 1);
+  for (int i = 0; i < n; i++)
+    shmap__wake(rt->mode == SHMAP__FIBERS ? &rt->workers[i].waiter
+                                          : &rt->devs[i].waiter);
+  for (int i = 0; i < n; i++) {
+    uv_thread_t t = (uv_thread_t)(rt->mode == SHMAP__FIBERS
+                                      ? rt->workers[i].thread
+                                      : rt->devs[i].thread);
+    uv_thread_join(&t);
+  }
+}
+
+static void free_devices(shmap__runtime *rt)
+{
+  if (!rt->devs)
+    return;
+  for (int d = 0; d < rt->ndev; d++) {
+    waiter_fini(&rt->devs[d].waiter);
+    shmap__fiber_destroy(&rt->devs[d].fiber);
+    free(rt->devs[d].members);
+  }
+  if (rt->workers)
+    for (int w = 0; w < rt->nworkers; w++)
+      waiter_fini(&rt->workers[w].waiter);
+  free(rt->workers);
+  free(rt->devs);
+  rt->workers = NULL;
+  rt->devs = NULL;
+}
+
+static void thread_name(const shmap_mesh *mesh, int d, char out[16])
+{
+  /* gdb's "info threads" shows this name: number and coordinates, within
+   * the kernel's 15 characters. */
+  int c[SHMAP_MAX_AXES];
+  shmap__mesh_coords(mesh, d, c);
+  char name[64];
+  snprintf(name, sizeof name, "d%d(", d);
+  for (int a = 0; a < mesh->naxes; a++)
+    shmap__cat(name, sizeof name, "%s%d", a ? "," : "", c[a]);
+  shmap__cat(name, sizeof name, ")");
+  memcpy(out, name, 15);
+  out[15] = '\0';
+}
+
+static int start(shmap__runtime *rt)
+{
+  shmap_mesh *mesh = rt->mesh;
+  rt->mode = choose_mode(rt->ndev);
+  rt->devs = shmap__alloc(sizeof(shmap__dev) * (size_t)rt->ndev, true);
+  if (!rt->devs)
+    return shmap__err(SHMAP_ENOMEM, "out of memory for %d devices", rt->ndev);
+  size_t ss = stack_size();
+  for (int d = 0; d < rt->ndev; d++) {
+    shmap__dev *dev = &rt->devs[d];
+    dev->rt = rt;
+    dev->id = d;
+    dev->seen_epoch = atomic_load(&rt->epoch);
+    dev->wq = &dev->waiter;
+    waiter_init(&dev->waiter);
+    thread_name(mesh, d, dev->name);
+    dev->members = shmap__malloc(sizeof(int) * (size_t)rt->ndev);
+    if (!dev->members) {
+      free_devices(rt);
+      return shmap__err(SHMAP_ENOMEM, "out of memory for %d devices", rt->ndev);
+    }
+  }
+  uv_thread_options_t opts = {0};
+  if (ss) {
+    opts.flags = UV_THREAD_HAS_STACK_SIZE;
+    opts.stack_size = ss;
+  }
+  int nthreads = rt->ndev;
+  if (rt->mode == SHMAP__FIBERS) {
+    int nw = env_int("SHMAP_WORKERS", ncpu());
+    rt->nworkers = nw < 1 ? 1 : nw > rt->ndev ? rt->ndev : nw;
+    nthreads = rt->nworkers;
+    rt->workers = shmap__alloc(sizeof(shmap__worker) * (size_t)rt->nworkers, true);
+    if (!rt->workers) {
+      free_devices(rt);
+      return shmap__err(SHMAP_ENOMEM, "out of memory for worker threads");
+    }
+    for (int w = 0; w < rt->nworkers; w++) {
+      shmap__worker *wk = &rt->workers[w];
+      wk->rt = rt;
+      wk->id = w;
+      wk->seen_epoch = atomic_load(&rt->epoch);
+      waiter_init(&wk->waiter);
+      snprintf(wk->name, sizeof wk->name, "shmap-w%d", w & 0xffff);
+    }
+    for (int d = 0; d < rt->ndev; d++) {
+      shmap__dev *dev = &rt->devs[d];
+      dev->worker = &rt->workers[d % rt->nworkers];
+      dev->wq = &dev->worker->waiter;
+      if (shmap__fiber_create(&dev->fiber, ss ? ss : ((size_t)1 << 20),
+                              fiber_main, dev) != 0) {
+        free_devices(rt);
+        return shmap__err(SHMAP_ESYS, "cannot allocate the stack of device %d", d);
+      }
+    }
+  }
+  for (int i = 0; i < nthreads; i++) {
+    uv_thread_t t;
+    int rc = rt->mode == SHMAP__FIBERS
+                 ? uv_thread_create_ex(&t, &opts, worker_main, &rt->workers[i])
+                 : uv_thread_create_ex(&t, &opts, device_main, &rt->devs[i]);
+    if (rc != 0) {
+      join_threads(rt, i);
+      free_devices(rt);
+      atomic_store(&rt->stop, 0);
+      return shmap__err(SHMAP_ESYS, "cannot start thread %d of %d: %s", i,
+                        nthreads, uv_strerror(rc));
+    }
+    if (rt->mode == SHMAP__FIBERS)
+      rt->workers[i].thread = (uintptr_t)t;
+    else
+      rt->devs[i].thread = (uintptr_t)t;
+  }
+  rt->spin = env_int("SHMAP_SPIN", nthreads < ncpu() ? 4000 : 50);
+  if (rt->spin < 0)
+    rt->spin = 0;
+  rt->started = 1;
+  return 0;
 }
 
 int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh)
@@ -216,93 +503,10 @@ int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh)
   rt->mesh = mesh;
   rt->ndev = mesh->ndev;
   rt->lock = lock;
-  rt->spin = spin_default(mesh->ndev);
   atomic_init(&rt->failed_dev, -1);
   waiter_init(&rt->host);
   shmap__registry_add(rt);
   *out = rt;
-  return 0;
-}
-
-static void join_all(shmap__runtime *rt, int n)
-{
-  atomic_store(&rt->stop, 1);
-  atomic_fetch_add(&rt->epoch, 1);
-  for (int d = 0; d < n; d++)
-    shmap__wake(&rt->devs[d].waiter);
-  for (int d = 0; d < n; d++) {
-    uv_thread_t t = (uv_thread_t)rt->devs[d].thread;
-    uv_thread_join(&t);
-  }
-}
-
-static size_t stack_size(void)
-{
-  const char *env = getenv("SHMAP_STACK_SIZE");
-  long long v = env ? atoll(env) : 0;
-  return v > 0 ? (size_t)v : 0;
-}
-
-static int start_threads(shmap__runtime *rt)
-{
-  shmap_mesh *mesh = rt->mesh;
-  rt->devs = shmap__alloc(sizeof(shmap__dev) * (size_t)rt->ndev, true);
-  if (!rt->devs)
-    return shmap__err(SHMAP_ENOMEM, "out of memory starting %d device threads",
-                      rt->ndev);
-  memset(rt->devs, 0, sizeof(shmap__dev) * (size_t)rt->ndev);
-  uv_thread_options_t opts = {0};
-  size_t ss = stack_size();
-  if (ss) {
-    opts.flags = UV_THREAD_HAS_STACK_SIZE;
-    opts.stack_size = ss;
-  }
-  for (int d = 0; d < rt->ndev; d++) {
-    shmap__dev *dev = &rt->devs[d];
-    dev->rt = rt;
-    dev->id = d;
-    dev->seen_epoch = atomic_load(&rt->epoch);
-    waiter_init(&dev->waiter);
-    dev->members = shmap__malloc(sizeof(int) * (size_t)rt->ndev);
-    if (!dev->members) {
-      join_all(rt, d);
-      for (int k = 0; k <= d; k++) {
-        waiter_fini(&rt->devs[k].waiter);
-        free(rt->devs[k].members);
-      }
-      free(rt->devs);
-      rt->devs = NULL;
-      atomic_store(&rt->stop, 0);
-      return shmap__err(SHMAP_ENOMEM, "out of memory starting device threads");
-    }
-    /* gdb's "info threads" shows this name: number and coordinates,
-     * within the kernel's 15 characters. */
-    int c[SHMAP_MAX_AXES];
-    shmap__mesh_coords(mesh, d, c);
-    char name[64];
-    snprintf(name, sizeof name, "d%d(", d);
-    for (int a = 0; a < mesh->naxes; a++)
-      shmap__cat(name, sizeof name, "%s%d", a ? "," : "", c[a]);
-    shmap__cat(name, sizeof name, ")");
-    memcpy(dev->name, name, sizeof dev->name - 1); /* truncated to 15 */
-    dev->name[sizeof dev->name - 1] = '\0';
-    uv_thread_t t;
-    int rc = uv_thread_create_ex(&t, &opts, device_main, dev);
-    if (rc != 0) {
-      join_all(rt, d);
-      for (int k = 0; k <= d; k++) {
-        waiter_fini(&rt->devs[k].waiter);
-        free(rt->devs[k].members);
-      }
-      free(rt->devs);
-      rt->devs = NULL;
-      atomic_store(&rt->stop, 0);
-      return shmap__err(SHMAP_ESYS, "cannot start device thread %d of %d: %s",
-                        d, rt->ndev, uv_strerror(rc));
-    }
-    dev->thread = (uintptr_t)t;
-  }
-  rt->started = 1;
   return 0;
 }
 
@@ -312,14 +516,9 @@ void shmap__runtime_destroy(shmap__runtime *rt)
     return;
   shmap__registry_remove(rt);
   shmap__trace_runtime_gone(rt);
-  if (rt->started) {
-    join_all(rt, rt->ndev);
-    for (int d = 0; d < rt->ndev; d++) {
-      waiter_fini(&rt->devs[d].waiter);
-      free(rt->devs[d].members);
-    }
-  }
-  free(rt->devs);
+  if (rt->started)
+    join_threads(rt, rt->mode == SHMAP__FIBERS ? rt->nworkers : rt->ndev);
+  free_devices(rt);
   waiter_fini(&rt->host);
   uv_mutex_destroy(rt->lock);
   free(rt->lock);
@@ -333,16 +532,18 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
                        shmap__run_fn run)
 {
   if (!rt->started) {
-    int rc = start_threads(rt);
+    int rc = start(rt);
     if (rc)
       return rc;
   }
   /* The devices are parked: reset their collective state before any of
    * them can look at a peer's. */
   for (int d = 0; d < rt->ndev; d++) {
-    atomic_store(&rt->devs[d].arrive, 0);
-    atomic_store(&rt->devs[d].depart, 0);
-    atomic_store(&rt->devs[d].finished, 0);
+    shmap__dev *dev = &rt->devs[d];
+    atomic_store(&dev->arrive, 0);
+    atomic_store(&dev->finished, 0);
+    for (int i = 0; i < SHMAP__SLOTS; i++)
+      atomic_store(&dev->bslot[i].word, 0);
   }
   atomic_store(&rt->abort, 0);
   atomic_store(&rt->failed_dev, -1);
@@ -352,8 +553,7 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
   rt->job = job;
   rt->run = run;
   atomic_fetch_add(&rt->epoch, 1);
-  for (int d = 0; d < rt->ndev; d++)
-    shmap__wake(&rt->devs[d].waiter);
+  shmap__wake_all(rt);
   /* With a watchdog, wake up every period and report what each device
    * does; the map still waits for them (a body cannot be interrupted). */
   uint64_t period = shmap__watchdog_ns();

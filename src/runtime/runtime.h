@@ -69,14 +69,64 @@ typedef struct shmap__tev {
   uint32_t seq;
 } shmap__tev;
 
+/* A user-level execution context with a stack of its own (fiber.c).  A
+ * worker's own context (its thread's stack) has no map. */
+typedef struct shmap__fiber {
+  void *sp;          /* saved context */
+  void *stack;       /* lowest address of the usable stack */
+  size_t stack_size;
+  void *map;         /* mmap'ed region (stack + guard page) */
+  size_t map_size;
+  void *tsan;        /* ThreadSanitizer's fiber handle */
+} shmap__fiber;
+
+int shmap__fiber_create(shmap__fiber *f, size_t stack_size,
+                        void (*fn)(void *), void *arg);
+void shmap__fiber_destroy(shmap__fiber *f);
+/* Describe the calling thread's own context (before switching away). */
+void shmap__fiber_host_init(shmap__fiber *host);
+/* Save the current context in `from` and continue `to`. */
+void shmap__fiber_switch(shmap__fiber *from, shmap__fiber *to);
+/* First thing a new fiber does (tells the sanitizers where it came from). */
+void shmap__fiber_entered(shmap__fiber *self, shmap__fiber *from);
+
+/* How devices are run. */
+enum shmap__mode {
+  SHMAP__THREADS = 1, /* one thread per device (gdb sees each) */
+  SHMAP__FIBERS       /* devices are fibers on a few worker threads */
+};
+
+/* States of a device fiber, as its worker sees them. */
+enum { SHMAP__F_START = 1, SHMAP__F_RUN, SHMAP__F_WAIT, SHMAP__F_DONE };
+
+struct shmap__worker;
+typedef bool (*shmap__pred)(void *arg);
+
+/* A rendezvous slot a group leader keeps for one call (coll.c). */
+#define SHMAP__SLOTS 16
+typedef struct shmap__bslot {
+  alignas(SHMAP__CACHELINE) _Atomic uint64_t word;
+  _Atomic uint64_t gkey;
+} shmap__bslot;
+
 /* One device of a runtime.  The first part is written only by the device
  * and read by its peers; the waiter is written by peers. */
 typedef struct shmap__dev {
   alignas(SHMAP__CACHELINE) _Atomic uint32_t arrive; /* calls entered */
-  _Atomic uint32_t depart;   /* calls whose data peers finished reading */
   _Atomic int finished;      /* body returned */
   alignas(SHMAP__CACHELINE) shmap__call calls[SHMAP__HIST];
+  shmap__bslot bslot[SHMAP__SLOTS]; /* as a group leader */
   alignas(SHMAP__CACHELINE) shmap__waiter waiter;
+  /* Fiber mode: the device's context, its worker, and what it waits for. */
+  alignas(SHMAP__CACHELINE) shmap__fiber fiber;
+  struct shmap__worker *worker;
+  shmap__waiter *wq; /* where to wake this device: own or worker's waiter */
+  int fstate;
+  shmap__pred wpred;
+  void *warg;
+  _Atomic int *wabort;
+  int wres;
+  char errbuf[SHMAP__MSG_MAX]; /* fiber mode: the device's own message */
   /* Written by the device, read by the watchdog and debuggers. */
   alignas(SHMAP__CACHELINE) _Atomic int state;
   _Atomic uint64_t since;  /* uv_hrtime() when the state began */
@@ -90,6 +140,10 @@ typedef struct shmap__dev {
   uint32_t seen_epoch;
   struct shmap_ctx *ctx; /* during a map: the device's context */
   int *members;          /* scratch for a group's devices (ndev) */
+  /* The last axes text this device's collectives parsed, and the result. */
+  char axes_text[48];
+  int axes_parsed[SHMAP_MAX_AXES];
+  int axes_n;
   char name[16];
   uintptr_t thread; /* uv_thread_t, stored opaquely */
 } shmap__dev;
@@ -97,12 +151,26 @@ typedef struct shmap__dev {
 struct shmap__job;
 typedef void (*shmap__run_fn)(struct shmap__job *job, int dev);
 
+/* A worker thread running several device fibers (fiber mode). */
+typedef struct shmap__worker {
+  alignas(SHMAP__CACHELINE) shmap__waiter waiter;
+  alignas(SHMAP__CACHELINE) struct shmap__runtime *rt;
+  int id;
+  uint32_t seen_epoch;
+  shmap__fiber self; /* the worker thread's own context */
+  uintptr_t thread;
+  char name[16];
+} shmap__worker;
+
 typedef struct shmap__runtime {
   struct shmap__runtime *next; /* in the registry of live runtimes */
   int id;                      /* registry number (trace process id) */
   shmap_mesh *mesh;
   int ndev;
   int spin;                /* spin iterations before sleeping */
+  int mode;                /* enum shmap__mode, chosen at the first map */
+  int nworkers;            /* fiber mode */
+  shmap__worker *workers;
   void *lock;              /* uv_mutex_t: one map at a time per mesh */
   shmap__dev *devs;        /* NULL until the first map */
   int started;             /* threads running */
@@ -151,8 +219,7 @@ shmap_ctx *shmap__current(void);
 void shmap__set_current(shmap_ctx *ctx);
 
 /* Waiting: returns when pred(arg) holds (true), or when *abort is set
- * first (false; abort may be NULL). */
-typedef bool (*shmap__pred)(void *arg);
+ * first (false; abort may be NULL).  For a thread's own waiter. */
 bool shmap__wait(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
                  void *arg, _Atomic int *abort);
 /* The same with an absolute deadline (shmap__now() time, 0: none):
@@ -161,6 +228,11 @@ int shmap__wait_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
                       void *arg, _Atomic int *abort, uint64_t deadline);
 void shmap__wake(shmap__waiter *w);
 void shmap__wake_all(shmap__runtime *rt);
+/* A device waits (inside a map): sleeps its thread, or in fiber mode
+ * hands its worker to another device until pred holds or abort is set. */
+bool shmap__dev_wait(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
+                     void *arg, _Atomic int *abort);
+static inline void shmap__dev_wake(shmap__dev *d) { shmap__wake(d->wq); }
 
 /* Record a failure of device `dev`: the first one becomes the job's error
  * and releases every waiting device.  Returns code. */
@@ -217,6 +289,8 @@ void shmap__arena_unlink(shmap_ctx *ctx, shmap__chunk *c);
 /* The arena chunk holding `block`, or NULL when it is not one of ours. */
 shmap__chunk *shmap__arena_find(shmap_ctx *ctx, const shmap_block *block);
 
+/* Whether a block argument is well formed (cheap; no message). */
+bool shmap__block_valid(const shmap_block *b);
 /* Check a block argument (`name` describes it in messages). */
 int shmap__block_check(shmap_ctx *ctx, const char *op, const char *name,
                        const shmap_block *b);

@@ -1,0 +1,202 @@
+/*
+ * fiber.c - user-level context switches, so that many simulated devices can
+ * share a few worker threads: handing over from one device to another costs
+ * a few nanoseconds instead of a kernel wake-up.
+ *
+ * On x86-64 the switch saves the callee-saved registers and the floating
+ * point control words on the current stack and swaps stack pointers; other
+ * machines use ucontext.  Each switch is announced to AddressSanitizer and
+ * ThreadSanitizer, which otherwise would mistake the stacks for corruption
+ * and the hand-overs for races.
+ */
+#include "runtime/runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#define SHMAP_ASAN 1
+#endif
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define SHMAP_TSAN 1
+#endif
+
+#if defined(__x86_64__) && !defined(SHMAP_FORCE_UCONTEXT)
+/* void shmap__fiber_swap(void **save_sp, void *to_sp) */
+__asm__(".text\n"
+        ".globl shmap__fiber_swap\n"
+        ".hidden shmap__fiber_swap\n"
+        ".type shmap__fiber_swap,@function\n"
+        "shmap__fiber_swap:\n"
+        "  pushq %rbp\n"
+        "  pushq %rbx\n"
+        "  pushq %r12\n"
+        "  pushq %r13\n"
+        "  pushq %r14\n"
+        "  pushq %r15\n"
+        "  subq $8, %rsp\n"
+        "  stmxcsr (%rsp)\n"
+        "  fnstcw 4(%rsp)\n"
+        "  movq %rsp, (%rdi)\n"
+        "  movq %rsi, %rsp\n"
+        "  ldmxcsr (%rsp)\n"
+        "  fldcw 4(%rsp)\n"
+        "  addq $8, %rsp\n"
+        "  popq %r15\n"
+        "  popq %r14\n"
+        "  popq %r13\n"
+        "  popq %r12\n"
+        "  popq %rbx\n"
+        "  popq %rbp\n"
+        "  ret\n"
+        ".size shmap__fiber_swap,.-shmap__fiber_swap\n"
+        /* First switch into a fiber lands here: call fn(arg). */
+        ".globl shmap__fiber_start\n"
+        ".hidden shmap__fiber_start\n"
+        ".type shmap__fiber_start,@function\n"
+        "shmap__fiber_start:\n"
+        "  movq %r12, %rdi\n"
+        "  callq *%r13\n"
+        "  ud2\n"
+        ".size shmap__fiber_start,.-shmap__fiber_start\n");
+
+void shmap__fiber_swap(void **save_sp, void *to_sp);
+extern char shmap__fiber_start[];
+
+static void *initial_sp(void *stack, size_t size, void (*fn)(void *), void *arg)
+{
+  uintptr_t top = ((uintptr_t)stack + size) & ~(uintptr_t)15;
+  /* After `ret` pops the start address, rsp must be 16-byte aligned so
+   * that the call in shmap__fiber_start sees the ABI's alignment. */
+  uint64_t *ret = (uint64_t *)(top - 24);
+  uint64_t *sp = ret - 7;
+  uint32_t mxcsr;
+  uint16_t fpucw;
+  __asm__ volatile("stmxcsr %0" : "=m"(mxcsr));
+  __asm__ volatile("fnstcw %0" : "=m"(fpucw));
+  uint64_t csr = mxcsr | (uint64_t)fpucw << 32;
+  memcpy(sp, &csr, 8);
+  sp[1] = 0;                   /* r15 */
+  sp[2] = 0;                   /* r14 */
+  sp[3] = (uint64_t)(uintptr_t)fn;  /* r13 */
+  sp[4] = (uint64_t)(uintptr_t)arg; /* r12 */
+  sp[5] = 0;                   /* rbx */
+  sp[6] = 0;                   /* rbp */
+  *ret = (uint64_t)(uintptr_t)shmap__fiber_start;
+  return sp;
+}
+#else
+#include <ucontext.h>
+
+/* The saved "stack pointer" is a ucontext_t. */
+static void shmap__fiber_swap(void **save_sp, void *to_sp)
+{
+  ucontext_t *from = *save_sp;
+  swapcontext(from, to_sp);
+}
+
+static void *initial_sp(void *stack, size_t size, void (*fn)(void *), void *arg)
+{
+  ucontext_t *uc = stack; /* the context lives at the stack's base */
+  getcontext(uc);
+  uc->uc_stack.ss_sp = (char *)stack + sizeof *uc;
+  uc->uc_stack.ss_size = size - sizeof *uc;
+  uc->uc_link = NULL;
+  makecontext(uc, (void (*)(void))(void (*)(void *))fn, 1, arg);
+  return uc;
+}
+#endif
+
+int shmap__fiber_create(shmap__fiber *f, size_t stack_size,
+                        void (*fn)(void *), void *arg)
+{
+  long page = sysconf(_SC_PAGESIZE);
+  size_t size = (stack_size + (size_t)page - 1) & ~((size_t)page - 1);
+  /* One guard page below the stack turns an overflow into a fault. */
+  char *base = mmap(NULL, size + (size_t)page, PROT_READ | PROT_WRITE,
+                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED)
+    return -1;
+  mprotect(base, (size_t)page, PROT_NONE);
+  f->map = base;
+  f->map_size = size + (size_t)page;
+  f->stack = base + page;
+  f->stack_size = size;
+  f->sp = initial_sp(f->stack, size, fn, arg);
+#ifdef SHMAP_TSAN
+  f->tsan = __tsan_create_fiber(0);
+#endif
+  return 0;
+}
+
+void shmap__fiber_destroy(shmap__fiber *f)
+{
+  if (!f->map)
+    return;
+#ifdef SHMAP_TSAN
+  __tsan_destroy_fiber(f->tsan);
+#endif
+#ifdef SHMAP_ASAN
+  __asan_unpoison_memory_region(f->stack, f->stack_size);
+#endif
+  munmap(f->map, f->map_size);
+  memset(f, 0, sizeof *f);
+}
+
+#ifndef SHMAP_TSAN
+void shmap__fiber_host_init(shmap__fiber *host) { memset(host, 0, sizeof *host); }
+#else
+void shmap__fiber_host_init(shmap__fiber *host)
+{
+  memset(host, 0, sizeof *host);
+  host->tsan = __tsan_get_current_fiber();
+}
+#endif
+
+void shmap__fiber_switch(shmap__fiber *from, shmap__fiber *to)
+{
+#ifdef SHMAP_ASAN
+  void *fake = NULL;
+  __sanitizer_start_switch_fiber(&fake, to->stack, to->stack_size);
+#endif
+#ifdef SHMAP_TSAN
+  __tsan_switch_to_fiber(to->tsan, 0);
+#endif
+#if defined(__x86_64__) && !defined(SHMAP_FORCE_UCONTEXT)
+  shmap__fiber_swap(&from->sp, to->sp);
+#else
+  if (!from->sp) {
+    static _Thread_local ucontext_t host_uc;
+    from->sp = &host_uc;
+  }
+  shmap__fiber_swap(&from->sp, to->sp);
+#endif
+#ifdef SHMAP_ASAN
+  const void *bottom;
+  size_t size;
+  __sanitizer_finish_switch_fiber(fake, &bottom, &size);
+  (void)bottom;
+  (void)size;
+#endif
+}
+
+void shmap__fiber_entered(shmap__fiber *self, shmap__fiber *from)
+{
+  (void)self;
+#ifdef SHMAP_ASAN
+  const void *bottom;
+  size_t size;
+  __sanitizer_finish_switch_fiber(NULL, &bottom, &size);
+  if (!from->stack) {
+    from->stack = (void *)bottom;
+    from->stack_size = size;
+  }
+#else
+  (void)from;
+#endif
+}
