@@ -1009,6 +1009,10 @@ END_TEST
 /* A device fails while the devices of other groups are in the middle of
  * collectives: every map must return the failure promptly (no member of a
  * healthy group may be left waiting for a peer that gave up). */
+#ifndef STORM_MAPS
+#define STORM_MAPS 100
+#endif
+
 typedef struct storm_arg {
   int iter;
   ref_cap *cap;
@@ -1018,8 +1022,8 @@ static int body_fail_during_others(shmap_ctx *ctx, void *arg)
 {
   storm_arg *p = arg;
   int dev = shmap_ctx_device(ctx);
-  /* mesh g=2, r=4: the 'r' groups are {0..3} and {4..7}; device 5 fails
-   * after a few calls, the others keep calling psum/all_gather. */
+  /* mesh g=8, r=2: the 'r' groups are {0,1}, {2,3}, ..., {14,15}; device 5
+   * fails after a few calls, the others keep calling psum/all_gather. */
   double v[8];
   for (int k = 0; k < 8; k++)
     v[k] = dev + k;
@@ -1043,11 +1047,11 @@ static int body_fail_during_others(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_failure_during_other_group)
 {
-  shmap_mesh *mesh = mesh_new("g=2, r=4");
+  shmap_mesh *mesh = mesh_new("g=8, r=2");
   int wrong = 0;
   char first_wrong[REF_MSG_MAX + 128] = "";
-  for (int it = 0; it < 60; it++) {
-    storm_arg p = {it, ref_cap_new(8)};
+  for (int it = 0; it < STORM_MAPS; it++) {
+    storm_arg p = {it, ref_cap_new(16)};
     const char *subs[] = {"device 5 fails", NULL};
     char what[64];
     snprintf(what, sizeof what, "iteration %d", it);
@@ -1055,7 +1059,7 @@ START_TEST(t_failure_during_other_group)
                      what);
     /* Codes are checked after the loop, so that a hang in a later
      * iteration is not hidden by a wrong code in an earlier one. */
-    for (int d = 0; d < 8; d++)
+    for (int d = 0; d < 16; d++)
       if (d != 5 && p.cap->rc[d] != 0 && p.cap->rc[d] != 1 &&
           p.cap->rc[d] != CA) {
         if (!wrong++)

@@ -212,6 +212,15 @@ static bool all_done(void *arg)
   return atomic_load(&rt->done) == rt->ndev;
 }
 
+static int current_tid(void)
+{
+#ifdef __linux__
+  return (int)syscall(SYS_gettid);
+#else
+  return 0;
+#endif
+}
+
 /* ---- thread mode ---------------------------------------------------------- */
 
 static bool epoch_changed(void *arg)
@@ -224,6 +233,7 @@ static void device_main(void *arg)
 {
   shmap__dev *d = arg;
   shmap__runtime *rt = d->rt;
+  d->tid = current_tid();
 #ifdef HAVE_PTHREAD_SETNAME_NP
   pthread_setname_np(pthread_self(), d->name);
 #endif
@@ -323,6 +333,7 @@ static void worker_main(void *arg)
 {
   shmap__worker *w = arg;
   shmap__runtime *rt = w->rt;
+  w->tid = current_tid();
 #ifdef HAVE_PTHREAD_SETNAME_NP
   pthread_setname_np(pthread_self(), w->name);
 #endif
@@ -564,5 +575,6 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
     shmap__watchdog_report(rt, shmap__now() - start, stderr);
     deadline += period;
   }
+  rt->job = NULL; /* no map running (debuggers look at this) */
   return 0;
 }

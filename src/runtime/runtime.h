@@ -146,6 +146,7 @@ typedef struct shmap__dev {
   int axes_n;
   char name[16];
   uintptr_t thread; /* uv_thread_t, stored opaquely */
+  int tid;          /* kernel thread id (thread mode), for debuggers */
 } shmap__dev;
 
 struct shmap__job;
@@ -159,6 +160,7 @@ typedef struct shmap__worker {
   uint32_t seen_epoch;
   shmap__fiber self; /* the worker thread's own context */
   uintptr_t thread;
+  int tid;           /* kernel thread id, for debuggers */
   char name[16];
 } shmap__worker;
 

@@ -487,6 +487,76 @@ static void short_form(const shmap_mesh *mesh, const shmap__spec *s, char *buf,
   }
 }
 
+/* The text forms of a resolved spec `*sp` (of `text`) resolve back to it:
+ * the canonical form (a fixed point of format(resolve(.))), the short form,
+ * and the short form padded with None (the same layout). */
+static void check_forms(const shmap_mesh *mesh, const char *text,
+                        const shmap__spec *sp)
+{
+  char canon[FMT_MAX], canon2[FMT_MAX], shortf[FMT_MAX];
+  memset(canon, 0x5a, sizeof canon);
+  shmap__spec_format(mesh, sp, canon, sizeof canon);
+  size_t clen = strnlen(canon, sizeof canon);
+  CHECK(clen + 1 < sizeof canon, "format of \"%s\" fills the buffer", text);
+  CHECK(clen >= 3 && strncmp(canon, "P(", 2) == 0 && canon[clen - 1] == ')',
+        "format of \"%s\" is \"%s\"", text, canon);
+  SIZE_FEATURE(clen);
+  size_t longest = 0; /* of one entry: ('i', 'j') */
+  for (int d = 0; d < sp->ndims; d++) {
+    size_t elen = sp->naxes[d] > 1 ? 2 * (size_t)sp->naxes[d] : 0;
+    for (int k = 0; k < sp->naxes[d]; k++)
+      elen += strlen(shmap_mesh_axis_name(mesh, sp->axes[d][k])) + 2;
+    longest = elen > longest ? elen : longest;
+  }
+  SIZE_FEATURE(longest);
+  shmap__spec s2;
+  int rc2 = resolve(mesh, canon, &s2);
+  CHECK(rc2 == 0, "canonical \"%s\" of \"%s\" fails to resolve: %d", canon,
+        text, rc2);
+  CHECK(memcmp(sp, &s2, sizeof *sp) == 0,
+        "canonical \"%s\" of \"%s\" resolves to another spec", canon, text);
+  shmap__spec_format(mesh, &s2, canon2, sizeof canon2);
+  CHECK(strcmp(canon, canon2) == 0,
+        "canonical form not a fixed point: \"%s\" -> \"%s\"", canon, canon2);
+  CHECK(shmap__spec_same(sp, &s2, SHMAP_MAX_RANK), "spec_same(\"%s\")",
+        canon);
+
+  /* So does the short form, and padding with None changes no layout. */
+  short_form(mesh, sp, shortf, sizeof shortf);
+  rc2 = resolve(mesh, shortf, &s2);
+  CHECK(rc2 == 0 && memcmp(sp, &s2, sizeof *sp) == 0,
+        "short form \"%s\" of \"%s\" resolves differently (%d)", shortf,
+        text, rc2);
+  if (sp->ndims < SHMAP_MAX_RANK) {
+    shmap__cat(shortf, sizeof shortf, "%sNone", sp->ndims ? ", " : "");
+    rc2 = resolve(mesh, shortf, &s2);
+    CHECK(rc2 == 0 && s2.ndims == sp->ndims + 1 &&
+              shmap__spec_same(sp, &s2, SHMAP_MAX_RANK),
+          "\"%s\" is not the layout of \"%s\" (%d)", shortf, text, rc2);
+  }
+}
+
+/* The spec with every axis it names merged, in order, into one entry: also
+ * a valid spec, with the longest entry. */
+static void check_merged(const shmap_mesh *mesh, const shmap__spec *sp)
+{
+  shmap__spec m;
+  memset(&m, 0, sizeof m);
+  m.ndims = 1;
+  for (int d = 0; d < sp->ndims; d++)
+    for (int k = 0; k < sp->naxes[d]; k++)
+      m.axes[0][m.naxes[0]++] = sp->axes[d][k];
+  if (m.naxes[0] < 2)
+    return;
+  char text[FMT_MAX];
+  short_form(mesh, &m, text, sizeof text);
+  shmap__spec r;
+  int rc = resolve(mesh, text, &r);
+  CHECK(rc == 0 && memcmp(&m, &r, sizeof m) == 0,
+        "merged spec \"%s\" resolves differently (%d)", text, rc);
+  check_forms(mesh, text, &m);
+}
+
 static void check_spec(const shmap_mesh *mesh, const char *text,
                        int rank_given, const int64_t *shape_given)
 {
@@ -538,49 +608,8 @@ static void check_spec(const shmap_mesh *mesh, const char *text,
               s.axes[d][k]);
     }
 
-    /* The canonical form re-resolves to the same spec, and is a fixed
-     * point of format(resolve(.)). */
-    char canon[FMT_MAX], canon2[FMT_MAX], shortf[FMT_MAX];
-    memset(canon, 0x5a, sizeof canon);
-    shmap__spec_format(mesh, &s, canon, sizeof canon);
-    size_t clen = strnlen(canon, sizeof canon);
-    CHECK(clen + 1 < sizeof canon, "format of \"%s\" fills the buffer", text);
-    CHECK(clen >= 3 && strncmp(canon, "P(", 2) == 0 && canon[clen - 1] == ')',
-          "format of \"%s\" is \"%s\"", text, canon);
-    SIZE_FEATURE(clen);
-    size_t longest = 0; /* of one entry: ('i', 'j') */
-    for (int d = 0; d < s.ndims; d++) {
-      size_t elen = s.naxes[d] > 1 ? 2 * (size_t)s.naxes[d] : 0;
-      for (int k = 0; k < s.naxes[d]; k++)
-        elen += strlen(shmap_mesh_axis_name(mesh, s.axes[d][k])) + 2;
-      longest = elen > longest ? elen : longest;
-    }
-    SIZE_FEATURE(longest);
-    shmap__spec s2;
-    int rc2 = resolve(mesh, canon, &s2);
-    CHECK(rc2 == 0, "canonical \"%s\" of \"%s\" fails to resolve: %d", canon,
-          text, rc2);
-    CHECK(memcmp(&s, &s2, sizeof s) == 0,
-          "canonical \"%s\" of \"%s\" resolves to another spec", canon, text);
-    shmap__spec_format(mesh, &s2, canon2, sizeof canon2);
-    CHECK(strcmp(canon, canon2) == 0,
-          "canonical form not a fixed point: \"%s\" -> \"%s\"", canon, canon2);
-    CHECK(shmap__spec_same(&s, &s2, SHMAP_MAX_RANK), "spec_same(\"%s\")",
-          canon);
-
-    /* So does the short form, and padding with None changes no layout. */
-    short_form(mesh, &s, shortf, sizeof shortf);
-    rc2 = resolve(mesh, shortf, &s2);
-    CHECK(rc2 == 0 && memcmp(&s, &s2, sizeof s) == 0,
-          "short form \"%s\" of \"%s\" resolves differently (%d)", shortf,
-          text, rc2);
-    if (s.ndims < SHMAP_MAX_RANK) {
-      shmap__cat(shortf, sizeof shortf, "%sNone", s.ndims ? ", " : "");
-      rc2 = resolve(mesh, shortf, &s2);
-      CHECK(rc2 == 0 && s2.ndims == s.ndims + 1 &&
-                shmap__spec_same(&s, &s2, SHMAP_MAX_RANK),
-            "\"%s\" is not the layout of \"%s\" (%d)", shortf, text, rc2);
-    }
+    check_forms(mesh, text, &s);
+    check_merged(mesh, &s);
   }
 
   /* shmap_spec_check() agrees with resolve and the shape rules. */
