@@ -478,6 +478,10 @@ static int start(shmap__runtime *rt)
       }
     }
   }
+  /* Spinning only pays when every thread (and the caller) has a core. */
+  rt->spin = env_int("SHMAP_SPIN", nthreads < ncpu() ? 4000 : 50);
+  if (rt->spin < 0)
+    rt->spin = 0;
   for (int i = 0; i < nthreads; i++) {
     uv_thread_t t;
     int rc = rt->mode == SHMAP__FIBERS
@@ -495,9 +499,6 @@ static int start(shmap__runtime *rt)
     else
       rt->devs[i].thread = (uintptr_t)t;
   }
-  rt->spin = env_int("SHMAP_SPIN", nthreads < ncpu() ? 4000 : 50);
-  if (rt->spin < 0)
-    rt->spin = 0;
   rt->started = 1;
   return 0;
 }

@@ -113,9 +113,11 @@ cat >"$tmp/dict" <<'EOF'
 "=4096"
 "abcdefghijklmnopqrstuvwxyz01234"
 EOF
-# The axis names of the second fixed mesh of fuzz_parse.c.
+# The axis names of the second fixed mesh of fuzz_parse.c, alone and as the
+# next item of a list, so that one mutation adds an axis to a spec.
 for k in 0 1 2 3 4 5 6 7; do
-  echo "\"long_axis_name_${k}_abcdefghijklmn\""
+  n=long_axis_name_${k}_abcdefghijklmn
+  printf '"%s"\n", %s"\n", \x27%s\x27"\n' "$n" "$n" "$n"
 done >>"$tmp/dict"
 
 opts=(-max_total_time="$secs" -max_len=512 -timeout=10 -rss_limit_mb=2048
