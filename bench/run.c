@@ -235,9 +235,9 @@ static void parse_args(int argc, char **argv)
     opt.ops = (1 << NOPS) - 1;
   }
   if (opt.reps < 1)
-    opt.reps = opt.quick ? 3 : 5;
+    opt.reps = opt.quick ? 3 : 9;
   if (opt.target_ms <= 0)
-    opt.target_ms = opt.quick ? 5 : 20;
+    opt.target_ms = opt.quick ? 5 : 30;
   const char *env = getenv("BENCH_MPIRUN");
   opt.mpirun = env && *env ? env : BENCH_MPIRUN;
   env = getenv("BENCH_MPI_HELPER");
@@ -818,12 +818,13 @@ int main(int argc, char **argv)
 
   char cpu[256];
   cpu_model(cpu, sizeof cpu);
+  const char *sched = getenv("SHMAP_SCHED");
   printf("# libshmap %d.%d.%d bench: nproc=%ld cpu=\"%s\" mem=%.0fGiB "
          "bandwidth=%.2fGB/s (read+write, 2 threads x 64 MiB memcpy, best of "
-         "%d) loadavg=%.2f mpi=\"%s\" samples=%d sample_ms=%g%s\n",
+         "%d) loadavg=%.2f SHMAP_SCHED=%s mpi=\"%s\" samples=%d sample_ms=%g%s\n",
          SHMAP_VERSION_MAJOR, SHMAP_VERSION_MINOR, SHMAP_VERSION_PATCH,
          sysconf(_SC_NPROCESSORS_ONLN), cpu, mem_gib(), B * 1e-3,
-         opt.quick ? 6 : 12, load,
+         opt.quick ? 6 : 12, load, sched && *sched ? sched : "auto",
          opt.mpi ? (*mpi_library ? mpi_library : "?") : "NA", opt.reps,
          opt.target_ms, opt.quick ? " quick" : "");
   /* Grouped by op, then P, then size; the many-device lines last. */

@@ -295,6 +295,9 @@ static bool any_ready(void *arg)
 static void worker_job(shmap__worker *w)
 {
   shmap__runtime *rt = w->rt;
+  /* Whichever thread runs this job (the worker's, or the map's caller for
+   * worker 0) is where the devices return to. */
+  shmap__fiber_host_init(&w->self);
   int n = 0;
   for (int d = w->id; d < rt->ndev; d += rt->nworkers, n++)
     rt->devs[d].fstate = SHMAP__F_START;
@@ -337,12 +340,13 @@ static void worker_main(void *arg)
 #ifdef HAVE_PTHREAD_SETNAME_NP
   pthread_setname_np(pthread_self(), w->name);
 #endif
-  shmap__fiber_host_init(&w->self);
   for (;;) {
-    shmap__wait(rt, &w->waiter, worker_epoch, w, NULL);
+    shmap__wait(rt, &w->park, worker_epoch, w, NULL);
     w->seen_epoch = atomic_load(&rt->epoch);
     if (atomic_load(&rt->stop))
       return;
+    if (w->id == 0 && rt->host_runs_w0)
+      continue; /* the map's caller runs these devices */
     worker_job(w);
   }
 }
@@ -379,7 +383,7 @@ static void join_threads(shmap__runtime *rt, int n)
   atomic_store(&rt->stop, 1);
   atomic_fetch_add(&rt->epoch, 1);
   for (int i = 0; i < n; i++)
-    shmap__wake(rt->mode == SHMAP__FIBERS ? &rt->workers[i].waiter
+    shmap__wake(rt->mode == SHMAP__FIBERS ? &rt->workers[i].park
                                           : &rt->devs[i].waiter);
   for (int i = 0; i < n; i++) {
     uv_thread_t t = (uv_thread_t)(rt->mode == SHMAP__FIBERS
@@ -400,7 +404,7 @@ static void free_devices(shmap__runtime *rt)
   }
   if (rt->workers)
     for (int w = 0; w < rt->nworkers; w++)
-      waiter_fini(&rt->workers[w].waiter);
+      waiter_fini(&rt->workers[w].waiter), waiter_fini(&rt->workers[w].park);
   free(rt->workers);
   free(rt->devs);
   rt->workers = NULL;
@@ -465,6 +469,7 @@ static int start(shmap__runtime *rt)
       wk->id = w;
       wk->seen_epoch = atomic_load(&rt->epoch);
       waiter_init(&wk->waiter);
+      waiter_init(&wk->park);
       snprintf(wk->name, sizeof wk->name, "shmap-w%d", w & 0xffff);
     }
     for (int d = 0; d < rt->ndev; d++) {
@@ -554,9 +559,12 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
     shmap__dev *dev = &rt->devs[d];
     atomic_store(&dev->arrive, 0);
     atomic_store(&dev->finished, 0);
-    for (int i = 0; i < SHMAP__SLOTS; i++)
-      atomic_store(&dev->bslot[i].word, 0);
+    /* Completed calls free their slots; cancelled ones do not. */
+    if (rt->dirty)
+      for (int i = 0; i < SHMAP__SLOTS; i++)
+        atomic_store(&dev->bslot[i].word, 0);
   }
+  rt->dirty = 0;
   atomic_store(&rt->abort, 0);
   atomic_store(&rt->failed_dev, -1);
   rt->fail_code = 0;
@@ -564,11 +572,24 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
   atomic_store(&rt->done, 0);
   rt->job = job;
   rt->run = run;
+  /* In fiber mode the caller runs worker 0's devices itself, which saves
+   * a wake-up and a thread switch per map -- unless a watchdog must keep
+   * watching, which the caller does instead. */
+  uint64_t period = shmap__watchdog_ns();
+  rt->host_runs_w0 = rt->mode == SHMAP__FIBERS && period == 0;
   atomic_fetch_add(&rt->epoch, 1);
-  shmap__wake_all(rt);
+  if (rt->host_runs_w0) {
+    for (int w = 1; w < rt->nworkers; w++)
+      shmap__wake(&rt->workers[w].park);
+    worker_job(&rt->workers[0]);
+  } else if (rt->workers) {
+    for (int w = 0; w < rt->nworkers; w++)
+      shmap__wake(&rt->workers[w].park);
+  } else {
+    shmap__wake_all(rt);
+  }
   /* With a watchdog, wake up every period and report what each device
    * does; the map still waits for them (a body cannot be interrupted). */
-  uint64_t period = shmap__watchdog_ns();
   uint64_t start = period ? shmap__now() : 0;
   uint64_t deadline = start + period;
   while (shmap__wait_until(rt, &rt->host, all_done, rt, NULL,
@@ -577,5 +598,7 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
     deadline += period;
   }
   rt->job = NULL; /* no map running (debuggers look at this) */
+  if (atomic_load(&rt->failed_dev) >= 0)
+    rt->dirty = 1;
   return 0;
 }

@@ -154,7 +154,10 @@ typedef void (*shmap__run_fn)(struct shmap__job *job, int dev);
 
 /* A worker thread running several device fibers (fiber mode). */
 typedef struct shmap__worker {
+  /* Whoever runs the worker's devices during a map sleeps on `waiter` (its
+   * thread, or the map's caller); the thread waits for maps on `park`. */
   alignas(SHMAP__CACHELINE) shmap__waiter waiter;
+  alignas(SHMAP__CACHELINE) shmap__waiter park;
   alignas(SHMAP__CACHELINE) struct shmap__runtime *rt;
   int id;
   uint32_t seen_epoch;
@@ -172,6 +175,8 @@ typedef struct shmap__runtime {
   int spin;                /* spin iterations before sleeping */
   int mode;                /* enum shmap__mode, chosen at the first map */
   int nworkers;            /* fiber mode */
+  int host_runs_w0;        /* fiber mode: the map's caller is worker 0 */
+  int dirty;               /* the last map failed: slots need a reset */
   shmap__worker *workers;
   void *lock;              /* uv_mutex_t: one map at a time per mesh */
   shmap__dev *devs;        /* NULL until the first map */

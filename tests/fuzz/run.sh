@@ -131,12 +131,10 @@ echo "run.sh: fuzzing for ${secs}s ($jobs process(es)), $(find "$tmp/corpus" -ty
    UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} \
    "$tmp/fuzz_parse" "${opts[@]}" "$tmp/corpus") >"$tmp/fuzz.log" 2>&1
 status=$?
-if [ "$jobs" -gt 1 ]; then
-  cat "$tmp"/fuzz-*.log >>"$tmp/fuzz.log" 2>/dev/null
-fi
+# (With -jobs, libFuzzer copies each job's log, fuzz-N.log, into its own.)
 
 # Summary: executions and coverage from libFuzzer's own lines.
-grep -E '^#[0-9]+.*(DONE|cov:)' "$tmp/fuzz.log" | tail -n 1
+grep -E '^#[0-9]+.*cov:' "$tmp/fuzz.log" | tail -n 1
 grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' "$tmp/fuzz.log"
 echo "run.sh: corpus grew from $(find "$here/corpus" -type f | wc -l) to $(find "$tmp/corpus" -type f | wc -l) inputs"
 
