@@ -234,7 +234,7 @@ int shmap__spec_fit(const shmap_mesh *mesh, const char *what, const char *text,
   for (int d = 0; d < spec->ndims; d++) {
     int64_t count = shmap__entry_count(mesh, spec, d);
     if (shape[d] % count != 0) {
-      char axes[128];
+      char axes[320];
       shmap__axes_format(mesh, spec->axes[d], spec->naxes[d], axes, sizeof axes);
       return shmap__err(SHMAP_ESHAPE,
                         "%s \"%.200s\": dimension %d of size %lld is not "
@@ -281,12 +281,14 @@ void shmap__spec_format(const shmap_mesh *mesh, const shmap__spec *spec,
   buf[0] = '\0';
   shmap__cat(buf, n, "P(");
   for (int d = 0; d < spec->ndims; d++) {
-    char e[128];
-    if (spec->naxes[d] == 0)
-      snprintf(e, sizeof e, "None");
-    else
-      shmap__axes_format(mesh, spec->axes[d], spec->naxes[d], e, sizeof e);
-    shmap__cat(buf, n, "%s%s", d ? ", " : "", e);
+    shmap__cat(buf, n, "%s", d ? ", " : "");
+    if (spec->naxes[d] == 0) {
+      shmap__cat(buf, n, "None");
+      continue;
+    }
+    /* Appended in place: an entry of eight long names is ~280 bytes. */
+    size_t len = strlen(buf);
+    shmap__axes_format(mesh, spec->axes[d], spec->naxes[d], buf + len, n - len);
   }
   shmap__cat(buf, n, ")");
 }

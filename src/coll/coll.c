@@ -37,7 +37,7 @@ static const char *kind_name(int kind)
 static void call_format(const shmap_mesh *mesh, const shmap__call *c,
                         char *buf, size_t n)
 {
-  char shape[128], axes[128];
+  char shape[200], axes[320];
   shmap__shape_format((shmap_dtype)c->dtype, c->rank, c->shape, shape,
                       sizeof shape);
   shmap__axes_format(mesh, c->axes, c->naxes, axes, sizeof axes);
@@ -77,7 +77,7 @@ static bool call_equal(const shmap__call *a, const shmap__call *b)
 typedef struct prep {
   const char *name;
   bool axes_ok;
-  char op[160]; /* "psum over 'j'", formatted only for messages */
+  char op[360]; /* "psum over 'j'", formatted only for messages */
   shmap__call call;
   int n, rank;  /* group size and this device's rank */
 } prep;
@@ -86,7 +86,7 @@ typedef struct prep {
 static const char *op_of(const shmap_ctx *ctx, prep *p)
 {
   if (!p->op[0]) {
-    char af[128];
+    char af[320];
     if (p->axes_ok)
       shmap__axes_format(ctx->rt->mesh, p->call.axes, p->call.naxes, af,
                          sizeof af);

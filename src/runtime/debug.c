@@ -71,7 +71,7 @@ static void op_format(const shmap_mesh *mesh, uint64_t op, char *buf, size_t n)
     naxes = SHMAP_MAX_AXES;
   for (int k = 0; k < naxes && k < SHMAP_MAX_AXES; k++)
     axes[k] = (int)(op >> (12 + 4 * k) & 0xf);
-  char a[128];
+  char a[320];
   shmap__axes_format(mesh, axes, naxes, a, sizeof a);
   snprintf(buf, n, "%s over ", op_name((int)(op & 0xff)));
   shmap__cat(buf, n, "%s", naxes ? a : "()");
@@ -127,13 +127,13 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
     uint64_t since = atomic_load_explicit(&dev->since, memory_order_relaxed);
     uint64_t op = atomic_load_explicit(&dev->op, memory_order_relaxed);
     double secs = since && now > since ? (double)(now - since) / 1e9 : 0;
-    char name[96], what[160];
+    char name[96], what[420];
     shmap__mesh_devname(mesh, d, name, sizeof name);
     switch (state) {
     case SHMAP__ST_INPUTS: snprintf(what, sizeof what, "building its input blocks"); break;
     case SHMAP__ST_BODY: snprintf(what, sizeof what, "running its body"); break;
     case SHMAP__ST_COLL: {
-      char o[128];
+      char o[360];
       op_format(mesh, op, o, sizeof o);
       snprintf(what, sizeof what, "waiting in %s (call #%u)", o,
                atomic_load(&dev->arrive));
@@ -262,7 +262,7 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
                      "\"args\":{\"collectives\":%u}}",
                   rt->id, d, ts, dur, e->seq);
       } else {
-        char o[128], ax[128];
+        char o[360], ax[360];
         op_format(mesh, e->op, o, sizeof o);
         const char *over = strstr(o, " over ");
         snprintf(ax, sizeof ax, "%s", over ? over + 6 : "");
