@@ -2,9 +2,10 @@
  * shmap.h - per-device (SPMD) programming over a named device mesh, in the
  * style of JAX's shard_map, with simulated devices that share memory.
  *
- * Every function returning int returns 0 on success and a negative SHMAP_E*
- * code on failure; shmap_errmsg() then gives a detailed message for the
- * calling thread.  Each function's full contract is in its man page.
+ * Every function returning int returns a negative SHMAP_E* code on failure
+ * and 0 (or, for queries, the non-negative value asked for) on success;
+ * shmap_errmsg() then gives a detailed message for the calling thread.
+ * Each function's full contract is in its man page.
  */
 #ifndef SHMAP_H
 #define SHMAP_H
@@ -233,7 +234,8 @@ typedef int (*shmap_body_fn)(shmap_ctx *ctx, void *arg);
  * Run `body` once per device of `mesh`, eagerly and concurrently.  Input k
  * is split by in_specs[k]; each device declares its output blocks with
  * shmap_out(), and output k is assembled by out_specs[k] into a new array
- * stored in out[k] (the caller destroys it).  On failure no output is set.
+ * stored in out[k] (the caller destroys it).  On failure every out[k] is
+ * NULL.
  */
 SHMAP_EXTERN int shmap_map(shmap_mesh *mesh, shmap_body_fn body, void *arg,
                            int nin, shmap_array *const in[],

@@ -340,10 +340,9 @@ static void run_device(shmap__job *job, int dev)
     if (rc != 0 && !ctx->err) {
       char me[96], msg[SHMAP__MSG_MAX];
       shmap__mesh_devname(job->mesh, dev, me, sizeof me);
-      snprintf(msg, sizeof msg, "%s: body returned %d%s%s%s", me, rc,
-               rc < 0 && rc >= SHMAP_ESYS ? " (" : "",
-               rc < 0 && rc >= SHMAP_ESYS ? shmap_strerror(rc) : "",
-               rc < 0 && rc >= SHMAP_ESYS ? ")" : "");
+      /* No library call failed on this device, so the number is the
+       * body's own (-1 is not SHMAP_EINVAL here). */
+      snprintf(msg, sizeof msg, "%s: body returned %d", me, rc);
       ctx->err = SHMAP_EBODY;
       shmap__fail(rt, dev, SHMAP_EBODY, msg);
     }

@@ -394,11 +394,24 @@ static void traced_session(const char *path)
   shmap_mesh_destroy(a);
 }
 
+static int count_named(const mj_value *ev, const char *name)
+{
+  int n = 0;
+  for (size_t i = 0; i < ev->n; i++) {
+    const char *en = mj_get_str(ev->items[i], "name");
+    n += en && strcmp(en, name) == 0;
+  }
+  return n;
+}
+
 static void check_session(const char *path)
 {
   mj_value *root = load(path);
   const mj_value *ev = events_of(root);
   check_common(ev);
+  ck_assert_msg(count_named(ev, "process_name") == 2,
+                "the trace names %d processes, want 2 (one per mesh)",
+                count_named(ev, "process_name"));
   check_mesh(ev, &mesh2d, 2);
   check_mesh(ev, &mesh1d, 3);
   mj_free(root);

@@ -299,6 +299,16 @@ SHMAP_EXTERN int shmap_trace_start(const char *path)
                       "shmap_trace_start: a trace is already being recorded "
                       "to %s", trace_path);
   }
+  /* Fail now, not at the end of a long run, when the file cannot be
+   * written. */
+  FILE *probe = fopen(path, "w");
+  if (!probe) {
+    int e = errno;
+    pthread_mutex_unlock(&trace_lock);
+    return shmap__err(SHMAP_ESYS, "shmap_trace_start: cannot write %s: %s",
+                      path, strerror(e));
+  }
+  fclose(probe);
   char *p = strdup(path);
   if (!p) {
     pthread_mutex_unlock(&trace_lock);
