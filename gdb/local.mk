@@ -11,7 +11,7 @@
 
 shmapgdbdir = $(pkgdatadir)/gdb
 shmapgdb_DATA = gdb/shmap-gdb.py
-EXTRA_DIST += gdb/shmap-gdb.py gdb/README-debugging.md
+EXTRA_DIST += gdb/shmap-gdb.py
 
 # man/shmap-debugging.7 is registered in man/local.mk (tests/check-man.sh
 # wants every page there); listing it here too would install it twice, which

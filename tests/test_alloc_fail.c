@@ -26,14 +26,16 @@
  * SHMAP_SCHED=threads and =fibers; shmap_array_from_host_sharded +
  * shmap_array_reshard + to_host on a fresh mesh in both modes; a map with
  * the other collectives (psum_scatter, ppermute, all_to_all, pmean) in both
- * modes; shmap_array_zeros + fill + init.  Last, the system refusing a
- * stack (SHMAP_STACK_SIZE beyond the address space): SHMAP_ESYS, then the
- * same mesh works.
+ * modes; shmap_array_zeros + fill + init; shmap_array_visualize (which
+ * must write nothing when it fails).  Last, the system refusing a stack
+ * (SHMAP_STACK_SIZE beyond the address space): SHMAP_ESYS, then the same
+ * mesh works.
  */
 #include <check.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/runtime.h"
 
@@ -663,6 +665,69 @@ START_TEST(t_device_side)
 }
 END_TEST
 
+/* ---- the text picture -------------------------------------------------------------- */
+
+/* What shmap_array_visualize wrote to f (rewinds and truncates f). */
+static char *drain(FILE *f)
+{
+  fflush(f);
+  long n = ftell(f);
+  ck_assert_int_ge(n, 0);
+  char *s = calloc(1, (size_t)n + 1);
+  ck_assert_ptr_nonnull(s);
+  rewind(f);
+  ck_assert_int_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+  rewind(f);
+  ck_assert_int_eq(ftruncate(fileno(f), 0), 0);
+  return s;
+}
+
+START_TEST(t_visualize)
+{
+  const char *what = "shmap_array_visualize of P(('i','j'), None) on i=2, j=2";
+  set_mode("threads");
+  shmap_mesh *m = mesh_new("i=2, j=2");
+  int64_t shape[2] = {8, 3};
+  shmap_array *a = NULL;
+  ck_assert_int_eq(shmap_array_zeros(&a, m, "(i, j), None", SHMAP_F32, 2,
+                                     shape), 0);
+  FILE *f = tmpfile();
+  ck_assert_ptr_nonnull(f);
+  ck_assert_int_eq(shmap_array_visualize(a, f), 0);
+  char *want = drain(f);
+  ck_assert_msg(want[0], "%s: the reference picture is empty", what);
+  long k;
+  for (k = 1; k < MAX_K; k++) {
+    shmap__test_fail_alloc(k);
+    int rc = shmap_array_visualize(a, f);
+    bool done = judge(what, k, rc);
+    char *got = drain(f);
+    if (!done) {
+      ck_assert_msg(got[0] == '\0',
+                    "%s: allocation %ld failed, but part of a picture was "
+                    "written:\n%s", what, k, got);
+      free(got);
+      ck_assert_int_eq(shmap_array_visualize(a, f), 0);
+      got = drain(f);
+    }
+    ck_assert_msg(strcmp(got, want) == 0, "%s: the picture differs:\n%s",
+                  what, got);
+    free(got);
+    leak_check(what, k);
+    if (done)
+      break;
+  }
+  ck_assert_msg(k < MAX_K, "%s: the walk did not end", what);
+  walk_done(what, k);
+  free(want);
+  fclose(f);
+  shmap_array_destroy(a);
+  mesh_release(m, what, k);
+  no_live_mesh(what, k);
+  leak_check(what, k);
+}
+END_TEST
+
 /* ---- the operating system refuses a stack -------------------------------------- */
 
 /* SHMAP_STACK_SIZE far beyond the address space: in fiber mode the device
@@ -712,6 +777,7 @@ static Suite *suite(void)
   tcase_add_loop_test(tc, t_sharded, 0, 2);
   tcase_add_loop_test(tc, t_map_colls, 0, 2);
   tcase_add_test(tc, t_device_side);
+  tcase_add_test(tc, t_visualize);
   tcase_add_loop_test(tc, t_os_refuses, 0, 2);
   suite_add_tcase(s, tc);
   return s;

@@ -17,6 +17,8 @@
  * SHMAP_ESTATE, an unwritable path gives SHMAP_ESYS at stop (and the next
  * trace works).  SHMAP_TRACE=path: the test binary runs itself in a child
  * with that environment and the file written at exit is checked.
+ * Consistency beyond the happy path: a map that fails while traced, and a
+ * trace started while a map runs, still nest every collective in a body.
  */
 #include <check.h>
 #include <errno.h>
@@ -569,6 +571,71 @@ START_TEST(t_start_during_map)
 }
 END_TEST
 
+/* Every collective event lies inside a body event of its track. */
+static void check_nesting(const mj_value *ev)
+{
+  for (size_t i = 0; i < ev->n; i++) {
+    const mj_value *e = ev->items[i];
+    const char *name = mj_get_str(e, "name");
+    if (strcmp(mj_get_str(e, "ph"), "X") != 0 || strcmp(name, "body") == 0)
+      continue;
+    double pid = num(e, "pid", i), tid = num(e, "tid", i);
+    double ts = num(e, "ts", i), end = ts + num(e, "dur", i);
+    bool nested = false;
+    for (size_t j = 0; j < ev->n && !nested; j++) {
+      const mj_value *b = ev->items[j];
+      if (strcmp(mj_get_str(b, "name"), "body") != 0 ||
+          num(b, "pid", j) != pid || num(b, "tid", j) != tid)
+        continue;
+      double bts = num(b, "ts", j), bend = bts + num(b, "dur", j);
+      nested = ts >= bts - SLACK_US && end <= bend + SLACK_US;
+    }
+    ck_assert_msg(nested, "%s event %zu (pid %g, tid %g) [%.3f, %.3f] us is "
+                  "inside no body event of its track", name, i, pid, tid, ts,
+                  end);
+  }
+}
+
+/* A map that fails while traced: device 1 returns -1 after 50 ms while the
+ * others wait in psum.  The trace stays consistent: it parses, every device
+ * has its body, the canceled calls nest in their bodies. */
+static int body_fails(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  int dev = shmap_ctx_device(ctx);
+  if (dev == 1) {
+    sleep_ms(50);
+    return -1;
+  }
+  float a[3] = {0};
+  shmap_block ba = {a, SHMAP_F32, 1, {3}};
+  return shmap_psum(ctx, &ba, "i, j");
+}
+
+START_TEST(t_failed_map_traced)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", "threads", 1), 0);
+  char path[256];
+  tmp_path(path, sizeof path, "failed");
+  shmap_mesh *m = mesh_new(mesh2d.text);
+  ck_assert_int_eq(shmap_trace_start(path), 0);
+  int rc = shmap_map(m, body_fails, NULL, 0, NULL, NULL, 0, NULL, NULL);
+  ck_assert_msg(rc == SHMAP_EBODY, "the failing map returned %d", rc);
+  run_maps(m, body_2d, 1);
+  ck_assert_int_eq(shmap_trace_stop(), 0);
+  shmap_mesh_destroy(m);
+  mj_value *root = load(path);
+  const mj_value *ev = events_of(root);
+  check_common(ev);
+  check_nesting(ev);
+  ck_assert_msg(count_named(ev, "body") == 8,
+                "%d body events, want 8 (4 devices, 2 maps)",
+                count_named(ev, "body"));
+  mj_free(root);
+  unlink(path);
+}
+END_TEST
+
 /* SHMAP_TRACE: the child records everything and writes at exit. */
 static int trace_child(void)
 {
@@ -658,6 +725,7 @@ static Suite *suite(void)
   tcase_add_loop_test(tc, t_trace_maps, 0, 2);
   tcase_add_test(tc, t_every_event_has_tid);
   tcase_add_test(tc, t_states);
+  tcase_add_test(tc, t_failed_map_traced);
   tcase_add_test(tc, t_start_during_map);
   tcase_add_test(tc, t_env);
   suite_add_tcase(s, tc);
