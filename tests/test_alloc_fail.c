@@ -57,7 +57,10 @@
 /* The registry of live runtimes (debug.c; the gdb extension reads it). */
 extern shmap__runtime *shmap__registry;
 
-/* "No output was set" may mean NULL or untouched: outputs start as these. */
+/* Outputs start as these, so that a failure that leaves them alone can be
+ * told from one that clears them: shmap_mesh_create leaves *mesh unchanged
+ * on failure, every other operation here sets its outputs to NULL (their
+ * man pages). */
 static shmap_array unset_array_;
 static shmap_mesh unset_mesh_;
 #define UNSET_A (&unset_array_)
@@ -243,11 +246,12 @@ static void check_full(const char *what, long k, ref *r, shmap_array *out[2])
   out[0] = out[1] = NULL;
 }
 
-static void outputs_unset(const char *what, long k, shmap_array *out[], int n)
+static void outputs_null(const char *what, long k, shmap_array *out[], int n)
 {
   for (int i = 0; i < n; i++)
-    ck_assert_msg(out[i] == NULL || out[i] == UNSET_A,
-                  "%s: allocation %ld failed but output %d is set", what, k, i);
+    ck_assert_msg(out[i] == NULL,
+                  "%s: allocation %ld failed but output %d is not NULL", what,
+                  k, i);
 }
 
 /* A mesh is usable: the full map gives the reference result. */
@@ -291,8 +295,9 @@ START_TEST(t_mesh_create)
       leak_check(what, k);
       break;
     }
-    ck_assert_msg(m == NULL || m == UNSET_M,
-                  "%s: allocation %ld failed but a mesh was set", what, k);
+    ck_assert_msg(m == UNSET_M,
+                  "%s: allocation %ld failed but *mesh changed (to %p); the "
+                  "man page says it is left unchanged", what, k, (void *)m);
     m = mesh_new("i=2, j=2");
     mesh_works(what, k, m, &r);
     mesh_release(m, what, k);
@@ -325,8 +330,9 @@ START_TEST(t_host_array)
       rc = shmap_array_to_host(a, got);
     bool done = judge(what, k, rc);
     if (!done) {
-      ck_assert_msg(a == NULL || a == UNSET_A,
-                    "%s: allocation %ld failed but an array was set", what, k);
+      ck_assert_msg(a == NULL,
+                    "%s: allocation %ld failed but *array is not NULL", what,
+                    k);
       rc = shmap_array_from_host(&a, SHMAP_F64, 3, shape, data);
       ck_assert_msg(rc == 0, "%s: retry fails: %s", what, shmap_errmsg());
       ck_assert_int_eq(shmap_array_to_host(a, got), 0);
@@ -375,7 +381,7 @@ START_TEST(t_map)
     if (done) {
       check_full(what, k, &r, out);
     } else {
-      outputs_unset(what, k, out, 2);
+      outputs_null(what, k, out, 2);
       /* The same mesh and inputs still work. */
       mesh_works(what, k, m, &r);
     }
@@ -438,18 +444,18 @@ START_TEST(t_sharded)
       /* No output from the failed step; the objects made before it (and
        * the mesh) still work: finish the steps with injection off. */
       if (stage == 0) {
-        ck_assert_msg(a == NULL || a == UNSET_A,
-                      "%s: allocation %ld failed in the import but an array "
-                      "was set", what, k);
+        ck_assert_msg(a == NULL,
+                      "%s: allocation %ld failed in the import but *array is "
+                      "not NULL", what, k);
         rc = shmap_array_from_host_sharded(&a, m, "i, j", SHMAP_I32, 2, shape,
                                            data);
         ck_assert_msg(rc == 0, "%s: import retry fails: %s", what,
                       shmap_errmsg());
       }
       if (stage <= 1) {
-        ck_assert_msg(b == NULL || b == UNSET_A,
-                      "%s: allocation %ld failed in the reshard but an array "
-                      "was set", what, k);
+        ck_assert_msg(stage == 0 ? b == UNSET_A : b == NULL,
+                      "%s: allocation %ld failed in the reshard but *out is "
+                      "not NULL", what, k);
         rc = shmap_array_reshard(&b, a, "j, i");
         ck_assert_msg(rc == 0, "%s: reshard retry fails: %s", what,
                       shmap_errmsg());
@@ -578,7 +584,7 @@ START_TEST(t_map_colls)
     rc = run_colls(m, got);
     bool done = judge(what, k, rc);
     if (!done) {
-      outputs_unset(what, k, got, 3);
+      outputs_null(what, k, got, 3);
       rc = run_colls(m, got);
       ck_assert_msg(rc == 0, "%s: after allocation %ld failed, the map "
                     "fails again: %s", what, k, shmap_errmsg());
@@ -640,12 +646,15 @@ START_TEST(t_device_side)
     bool done = judge(what, k, rc);
     if (!done) {
       /* The arrays made before the failure are kept; the failed one is
-       * not set; the rest were not attempted. */
+       * NULL; the rest were not attempted. */
       int i = 0;
       while (i < 3 && got[i] != UNSET_A && got[i] != NULL)
         i++;
       ck_assert_msg(i < 3, "%s: failed but every array is set", what);
-      outputs_unset(what, k, got + i, 3 - i);
+      outputs_null(what, k, got + i, 1);
+      for (int j = i + 1; j < 3; j++)
+        ck_assert_msg(got[j] == UNSET_A, "%s: array %d made after a failure",
+                      what, j);
       destroy_all(got, 3);
       ck_assert_msg(make_three(m, got) == 0, "%s: retry fails: %s", what,
                     shmap_errmsg());
@@ -755,7 +764,7 @@ START_TEST(t_os_refuses)
   ck_assert_msg(strstr(msg, _i ? "stack" : "thread"),
                 "%s: the message does not say what the system refused: %s",
                 what, msg);
-  outputs_unset(what, 0, out, 2);
+  outputs_null(what, 0, out, 2);
   leak_check(what, 0);
   mesh_works(what, 0, m, &r);
   expect_mode(m, mode);

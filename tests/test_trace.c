@@ -14,8 +14,9 @@
  * args.bytes equal to the byte size of the block passed; each collective
  * nests inside a body event of its track (1 us slack).
  * States: starting twice is SHMAP_ESTATE, stopping when not started is
- * SHMAP_ESTATE, an unwritable path gives SHMAP_ESYS at stop (and the next
- * trace works).  SHMAP_TRACE=path: the test binary runs itself in a child
+ * SHMAP_ESTATE; a path that cannot be written is SHMAP_ESYS at start, and
+ * one that becomes unwritable during the recording is SHMAP_ESYS at stop
+ * (after which the next trace works).  SHMAP_TRACE=path: the test binary runs itself in a child
  * with that environment and the file written at exit is checked.
  * Consistency beyond the happy path: a map that fails while traced, and a
  * trace started while a map runs, still nest every collective in a body.
@@ -482,16 +483,31 @@ START_TEST(t_states)
   mj_free(root);
   unlink(p1);
 
-  /* An unwritable path: SHMAP_ESYS at stop, naming it; then tracing is
-   * off and the next trace works. */
+  /* A path that cannot be written at all: shmap_trace_start checks it
+   * and refuses with SHMAP_ESYS, naming it; nothing is recorded. */
   const char *bad = "/nonexistent-shmap-dir/sub/trace.json";
-  ck_assert_int_eq(shmap_trace_start(bad), 0);
+  rc = shmap_trace_start(bad);
+  ck_assert_msg(rc == SHMAP_ESYS, "start with an unwritable path = %d (%s), "
+                "want SHMAP_ESYS", rc, shmap_strerror(rc));
+  ck_assert_msg(strstr(shmap_errmsg(), bad),
+                "the message does not name the path: %s", shmap_errmsg());
+  ck_assert_int_eq(shmap_trace_stop(), SHMAP_ESTATE);
+
+  /* A path that stops being writable during the recording (its directory
+   * goes away): SHMAP_ESYS at stop, naming it; the recording has ended
+   * anyway, and the next trace works. */
+  char dir[] = "/tmp/shmap-trace-dir-XXXXXX", gone[320];
+  ck_assert_ptr_nonnull(mkdtemp(dir));
+  snprintf(gone, sizeof gone, "%s/trace.json", dir);
+  ck_assert_int_eq(shmap_trace_start(gone), 0);
   shmap_mesh *m = mesh_new(mesh2d.text);
   run_maps(m, body_2d, 1);
+  unlink(gone); /* shmap_trace_start may have created it */
+  ck_assert_int_eq(rmdir(dir), 0);
   rc = shmap_trace_stop();
   ck_assert_msg(rc == SHMAP_ESYS, "stop with an unwritable path = %d (%s), "
                 "want SHMAP_ESYS", rc, shmap_strerror(rc));
-  ck_assert_msg(strstr(shmap_errmsg(), bad),
+  ck_assert_msg(strstr(shmap_errmsg(), gone),
                 "the message does not name the path: %s", shmap_errmsg());
   ck_assert_int_eq(shmap_trace_stop(), SHMAP_ESTATE);
   ck_assert_int_eq(shmap_trace_start(p2), 0);

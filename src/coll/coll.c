@@ -472,6 +472,25 @@ static shmap_block *result_block(shmap_ctx *ctx, prep *p, int rank,
   return &c->block;
 }
 
+/* Shape-changing collectives: allocate the result, arrive, and list the
+ * members (every member reads every peer).  The result is freed again if
+ * the call fails. */
+static int begin_new_block(shmap_ctx *ctx, prep *p, int rank,
+                           const int64_t shape[], group *g, shmap_block **res)
+{
+  *res = result_block(ctx, p, rank, shape);
+  if (!*res)
+    return ctx->err;
+  p->call.dst = (*res)->data;
+  int rc = arrive(ctx, p, g);
+  if (rc) {
+    shmap__arena_free(ctx, shmap__arena_find(ctx, *res));
+    return rc;
+  }
+  fill_members(g);
+  return 0;
+}
+
 /* ---- queries -------------------------------------------------------------- */
 
 static int group_query(shmap_ctx *ctx, const char *name, const char *axes,
@@ -601,16 +620,10 @@ SHMAP_EXTERN int shmap_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
       continue;
     oshape[orank++] = i == d ? m : x->shape[i];
   }
-  shmap_block *res = result_block(ctx, &p, orank, oshape);
-  if (!res)
-    return ctx->err;
-  p.call.dst = res->data;
+  shmap_block *res;
   group g;
-  if ((rc = arrive(ctx, &p, &g))) {
-    shmap__arena_free(ctx, shmap__arena_find(ctx, res));
+  if ((rc = begin_new_block(ctx, &p, orank, oshape, &g, &res)))
     return rc;
-  }
-  fill_members(&g);
   size_t es = shmap_dtype_size(x->dtype);
   shmap__reduce_fn fold = shmap__reducer(SHMAP__PSUM, x->dtype);
   size_t run = (size_t)(m * inner), piece = PIECE_BYTES / es;
@@ -667,16 +680,10 @@ SHMAP_EXTERN int shmap_all_gather(shmap_ctx *ctx, const shmap_block *x,
     else
       oshape[i] = x->shape[j++] * (tiled && i == a ? p.n : 1);
   }
-  shmap_block *res = result_block(ctx, &p, orank, oshape);
-  if (!res)
-    return ctx->err;
-  p.call.dst = res->data;
+  shmap_block *res;
   group g;
-  if ((rc = arrive(ctx, &p, &g))) {
-    shmap__arena_free(ctx, shmap__arena_find(ctx, res));
+  if ((rc = begin_new_block(ctx, &p, orank, oshape, &g, &res)))
     return rc;
-  }
-  fill_members(&g);
   /* Member s's block lands at position s along `a` of the result. */
   size_t es = shmap_dtype_size(x->dtype);
   int64_t ostr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK], xstr[SHMAP_MAX_RANK];
@@ -742,17 +749,11 @@ SHMAP_EXTERN int shmap_all_to_all(shmap_ctx *ctx, const shmap_block *x,
   for (int i = 0, j = 0; i < rank; i++)
     if (tiled || i != ca)
       dstr[j++] = ostr[i];
-  shmap_block *res = result_block(ctx, &p, rank, oshape);
-  if (!res)
-    return ctx->err;
-  p.call.dst = res->data;
+  shmap_block *res;
   group g;
-  if ((rc = arrive(ctx, &p, &g))) {
-    shmap__arena_free(ctx, shmap__arena_find(ctx, res));
+  if ((rc = begin_new_block(ctx, &p, rank, oshape, &g, &res)))
     return rc;
-  }
   size_t es = shmap_dtype_size(x->dtype);
-  fill_members(&g);
   int64_t src_step = (tiled ? x->shape[sa] / g.n : 1) * xstr[sa];
   int64_t dst_step = (tiled ? cshape[ca] : 1) * ostr[ca];
   for (int s = 0; s < g.n; s++)
