@@ -35,3 +35,10 @@ tests_test_map_prop_SOURCES = tests/test_map_prop.c tests/refmodel.c \
 	tests/refmodel.h
 tests_test_map_prop_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_map_prop_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+# Meshes of 64, 256 and 1024 devices: empty map, psum, all_gather.
+check_PROGRAMS += tests/test_scale
+TESTS += tests/test_scale
+tests_test_scale_SOURCES = tests/test_scale.c
+tests_test_scale_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_scale_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
