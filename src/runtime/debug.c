@@ -238,7 +238,8 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
                mesh->sizes[a]);
   sep(b);
   sb_printf(b, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,"
-               "\"args\":{\"name\":\"mesh %s (#%d)\"}}", rt->id, axes, rt->id);
+               "\"tid\":0,\"args\":{\"name\":\"mesh %s (#%d)\"}}",
+            rt->id, axes, rt->id);
   for (int d = 0; d < rt->ndev; d++) {
     shmap__dev *dev = &rt->devs[d];
     char coords[96];
@@ -251,10 +252,13 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
                  "\"tid\":%d,\"args\":{\"sort_index\":%d}}", rt->id, d, d);
     for (size_t i = 0; i < dev->ntev; i++) {
       const shmap__tev *e = &dev->tev[i];
-      if (e->t0 < trace_t0)
+      if (e->t1 < trace_t0)
         continue;
-      double ts = (double)(e->t0 - trace_t0) / 1e3;
-      double dur = (double)(e->t1 - e->t0) / 1e3;
+      /* A body that began before the trace did is cut at its start, so
+       * the collectives inside it still nest in it. */
+      uint64_t t0 = e->t0 < trace_t0 ? trace_t0 : e->t0;
+      double ts = (double)(t0 - trace_t0) / 1e3;
+      double dur = (double)(e->t1 - t0) / 1e3;
       sep(b);
       if (e->op == 0) {
         sb_printf(b, "{\"name\":\"body\",\"cat\":\"body\",\"ph\":\"X\","
