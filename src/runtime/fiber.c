@@ -180,8 +180,14 @@ void shmap__fiber_switch(shmap__fiber *from, shmap__fiber *to)
   const void *bottom;
   size_t size;
   __sanitizer_finish_switch_fiber(fake, &bottom, &size);
-  (void)bottom;
-  (void)size;
+  /* Back in a fiber: whoever resumed it is the thread context `to`, and
+   * that thread may differ from map to map (the map's caller runs worker
+   * 0's devices), so learn its stack every time.  Without it LeakSanitizer
+   * would stop scanning that thread's real stack. */
+  if (!to->map) {
+    to->stack = (void *)bottom;
+    to->stack_size = size;
+  }
 #endif
 }
 

@@ -345,8 +345,11 @@ static void worker_main(void *arg)
     w->seen_epoch = atomic_load(&rt->epoch);
     if (atomic_load(&rt->stop))
       return;
-    if (w->id == 0 && rt->host_runs_w0)
-      continue; /* the map's caller runs these devices */
+    /* The epoch's low bit says whether the map's caller runs worker 0's
+     * devices itself: read with the epoch, it cannot belong to another
+     * map. */
+    if (w->id == 0 && (w->seen_epoch & 1))
+      continue;
     worker_job(w);
   }
 }
@@ -381,7 +384,7 @@ static size_t stack_size(void)
 static void join_threads(shmap__runtime *rt, int n)
 {
   atomic_store(&rt->stop, 1);
-  atomic_fetch_add(&rt->epoch, 1);
+  atomic_store(&rt->epoch, (atomic_load(&rt->epoch) | 1) + 1);
   for (int i = 0; i < n; i++)
     shmap__wake(rt->mode == SHMAP__FIBERS ? &rt->workers[i].park
                                           : &rt->devs[i].waiter);
@@ -576,9 +579,10 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
    * a wake-up and a thread switch per map -- unless a watchdog must keep
    * watching, which the caller does instead. */
   uint64_t period = shmap__watchdog_ns();
-  rt->host_runs_w0 = rt->mode == SHMAP__FIBERS && period == 0;
-  atomic_fetch_add(&rt->epoch, 1);
-  if (rt->host_runs_w0) {
+  bool host_runs_w0 = rt->mode == SHMAP__FIBERS && period == 0;
+  /* Epochs advance by two; the low bit carries host_runs_w0. */
+  atomic_store(&rt->epoch, ((atomic_load(&rt->epoch) | 1) + 1) | host_runs_w0);
+  if (host_runs_w0) {
     for (int w = 1; w < rt->nworkers; w++)
       shmap__wake(&rt->workers[w].park);
     worker_job(&rt->workers[0]);

@@ -175,13 +175,14 @@ typedef struct shmap__runtime {
   int spin;                /* spin iterations before sleeping */
   int mode;                /* enum shmap__mode, chosen at the first map */
   int nworkers;            /* fiber mode */
-  int host_runs_w0;        /* fiber mode: the map's caller is worker 0 */
   int dirty;               /* the last map failed: slots need a reset */
   shmap__worker *workers;
   void *lock;              /* uv_mutex_t: one map at a time per mesh */
   shmap__dev *devs;        /* NULL until the first map */
   int started;             /* threads running */
-  _Atomic uint32_t epoch;  /* bumped to start a job (or to stop) */
+  /* Bumped by two to start a job (or to stop); the low bit tells worker 0
+   * that the map's caller runs its devices. */
+  _Atomic uint32_t epoch;
   _Atomic int stop;
   struct shmap__job *job;
   shmap__run_fn run;
