@@ -52,3 +52,8 @@ void *shmap__alloc(size_t n, bool zero)
     memset(p, 0, rounded);
   return p;
 }
+
+void *shmap__realloc(void *p, size_t n)
+{
+  return inject() ? NULL : realloc(p, n ? n : 1);
+}

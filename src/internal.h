@@ -205,6 +205,7 @@ void shmap__bulk_copy(void *dst, const void *src, size_t bytes);
 void *shmap__alloc(size_t n, bool zero);
 void *shmap__malloc(size_t n);
 void *shmap__calloc(size_t n, size_t size);
+void *shmap__realloc(void *p, size_t n);
 /* Tests: make the k-th allocation from now fail (0: none), and count the
  * failures injected since. */
 void shmap__test_fail_alloc(long k);

@@ -200,6 +200,7 @@ static uint64_t trace_t0;
 static char *trace_path;
 static strbuf trace_done; /* events of meshes destroyed while tracing */
 static int trace_first;   /* no event written yet */
+static uint64_t trace_dropped; /* events lost for lack of memory */
 
 bool shmap__tracing(void) { return atomic_load_explicit(&tracing, memory_order_relaxed); }
 
@@ -208,7 +209,7 @@ void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
 {
   if (d->ntev == d->captev) {
     size_t cap = d->captev ? d->captev * 2 : 256;
-    shmap__tev *t = realloc(d->tev, cap * sizeof *t);
+    shmap__tev *t = shmap__realloc(d->tev, cap * sizeof *t);
     if (!t) {
       d->tev_dropped++;
       return;
@@ -278,6 +279,8 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
       }
     }
     dev->ntev = 0;
+    trace_dropped += dev->tev_dropped;
+    dev->tev_dropped = 0;
   }
 }
 
@@ -323,6 +326,7 @@ SHMAP_EXTERN int shmap_trace_start(const char *path)
   free(trace_done.s);
   trace_done = (strbuf){0};
   trace_first = 1;
+  trace_dropped = 0;
   trace_t0 = shmap__now();
   atomic_store(&tracing, 1);
   pthread_mutex_unlock(&trace_lock);
@@ -360,6 +364,11 @@ SHMAP_EXTERN int shmap_trace_stop(void)
     if (fclose(f) != 0 || b.failed)
       rc = shmap__err(SHMAP_ESYS, "shmap_trace_stop: writing %s failed%s",
                       trace_path, b.failed ? " (out of memory)" : "");
+    else if (trace_dropped)
+      rc = shmap__err(SHMAP_ENOMEM,
+                      "shmap_trace_stop: %s written, but %llu events could "
+                      "not be recorded (out of memory)",
+                      trace_path, (unsigned long long)trace_dropped);
   }
   free(b.s);
   pthread_mutex_unlock(&trace_lock);
