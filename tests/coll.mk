@@ -6,18 +6,22 @@ COLL_TESTS = tests/test_coll tests/test_coll_jax tests/test_coll_prop \
 check_PROGRAMS += $(COLL_TESTS)
 TESTS += $(COLL_TESTS)
 
-tests_test_coll_SOURCES = tests/test_coll.c tests/refcoll.c tests/refcoll.h
+tests_test_coll_SOURCES = tests/test_coll.c tests/refcoll.c tests/refcoll.h \
+	tests/testutil.c tests/testutil.h
 tests_test_coll_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_coll_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
-tests_test_coll_jax_SOURCES = tests/test_coll_jax.c tests/refcoll.c tests/refcoll.h
+tests_test_coll_jax_SOURCES = tests/test_coll_jax.c tests/refcoll.c tests/refcoll.h \
+	tests/testutil.c tests/testutil.h
 tests_test_coll_jax_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_coll_jax_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
-tests_test_coll_prop_SOURCES = tests/test_coll_prop.c tests/refcoll.c tests/refcoll.h
+tests_test_coll_prop_SOURCES = tests/test_coll_prop.c tests/refcoll.c tests/refcoll.h \
+	tests/testutil.c tests/testutil.h
 tests_test_coll_prop_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_coll_prop_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
-tests_test_coll_errors_SOURCES = tests/test_coll_errors.c tests/refcoll.c tests/refcoll.h
+tests_test_coll_errors_SOURCES = tests/test_coll_errors.c tests/refcoll.c tests/refcoll.h \
+	tests/testutil.c tests/testutil.h
 tests_test_coll_errors_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_coll_errors_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)

@@ -15,30 +15,36 @@ CORE_TESTS = \
 check_PROGRAMS += $(CORE_TESTS)
 TESTS += $(CORE_TESTS)
 
-tests_test_mesh_SOURCES = tests/test_mesh.c tests/refmodel.c tests/refmodel.h
+tests_test_mesh_SOURCES = tests/test_mesh.c tests/refmodel.c tests/refmodel.h \
+	tests/testutil.c tests/testutil.h
 tests_test_mesh_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_mesh_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
-tests_test_spec_SOURCES = tests/test_spec.c tests/refmodel.h
+tests_test_spec_SOURCES = tests/test_spec.c tests/refmodel.h \
+	tests/testutil.c tests/testutil.h
 tests_test_spec_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_spec_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
-tests_test_layout_SOURCES = tests/test_layout.c tests/refmodel.c tests/refmodel.h
+tests_test_layout_SOURCES = tests/test_layout.c tests/refmodel.c tests/refmodel.h \
+	tests/testutil.c tests/testutil.h
 tests_test_layout_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_layout_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
-tests_test_map_SOURCES = tests/test_map.c tests/refmodel.c tests/refmodel.h
+tests_test_map_SOURCES = tests/test_map.c tests/refmodel.c tests/refmodel.h \
+	tests/testutil.c tests/testutil.h
 tests_test_map_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_map_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 tests_test_map_prop_SOURCES = tests/test_map_prop.c tests/refmodel.c \
-	tests/refmodel.h
+	tests/refmodel.h \
+	tests/testutil.c tests/testutil.h
 tests_test_map_prop_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_map_prop_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 # Meshes of 64, 256 and 1024 devices: empty map, psum, all_gather.
 check_PROGRAMS += tests/test_scale
 TESTS += tests/test_scale
-tests_test_scale_SOURCES = tests/test_scale.c
+tests_test_scale_SOURCES = tests/test_scale.c \
+	tests/testutil.c tests/testutil.h
 tests_test_scale_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_scale_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)

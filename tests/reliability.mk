@@ -28,18 +28,22 @@ check_PROGRAMS += $(RELIABILITY_TESTS)
 TESTS += $(RELIABILITY_TESTS)
 EXTRA_DIST += tests/valgrind-examples.sh
 
-tests_test_alloc_fail_SOURCES = tests/test_alloc_fail.c
+tests_test_alloc_fail_SOURCES = tests/test_alloc_fail.c \
+	tests/testutil.c tests/testutil.h
 tests_test_alloc_fail_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_alloc_fail_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
-tests_test_errors_model_SOURCES = tests/test_errors_model.c
+tests_test_errors_model_SOURCES = tests/test_errors_model.c \
+	tests/testutil.c tests/testutil.h
 tests_test_errors_model_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_errors_model_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
-tests_test_watchdog_SOURCES = tests/test_watchdog.c
+tests_test_watchdog_SOURCES = tests/test_watchdog.c \
+	tests/testutil.c tests/testutil.h
 tests_test_watchdog_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_watchdog_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
-tests_test_trace_SOURCES = tests/test_trace.c tests/minijson.c tests/minijson.h
+tests_test_trace_SOURCES = tests/test_trace.c tests/minijson.c tests/minijson.h \
+	tests/testutil.c tests/testutil.h
 tests_test_trace_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_trace_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)

@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include "runtime/runtime.h"
+#include "testutil.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define HAVE_LSAN 1
@@ -265,15 +266,6 @@ static void mesh_works(const char *what, long k, shmap_mesh *m, ref *r)
   check_full(what, k, r, out);
 }
 
-static shmap_mesh *mesh_new(const char *text)
-{
-  shmap_mesh *m = NULL;
-  int rc = shmap_mesh_create(&m, text);
-  ck_assert_msg(rc == 0 && m, "shmap_mesh_create(\"%s\") = %d: %s", text, rc,
-                shmap_errmsg());
-  return m;
-}
-
 /* ---- mesh creation -------------------------------------------------------------- */
 
 START_TEST(t_mesh_create)
@@ -298,7 +290,7 @@ START_TEST(t_mesh_create)
     ck_assert_msg(m == UNSET_M,
                   "%s: allocation %ld failed but *mesh changed (to %p); the "
                   "man page says it is left unchanged", what, k, (void *)m);
-    m = mesh_new("i=2, j=2");
+    m = tu_mesh_new("i=2, j=2");
     mesh_works(what, k, m, &r);
     mesh_release(m, what, k);
     no_live_mesh(what, k);
@@ -366,14 +358,14 @@ START_TEST(t_map)
   ref_init(&r);
   shmap_mesh *m = NULL;
   if (warm) {
-    m = mesh_new("i=2, j=2");
+    m = tu_mesh_new("i=2, j=2");
     mesh_works(what, 0, m, &r);
     expect_mode(m, mode);
   }
   long k;
   for (k = 1; k < MAX_K; k++) {
     if (!warm)
-      m = mesh_new("i=2, j=2");
+      m = tu_mesh_new("i=2, j=2");
     shmap_array *out[2];
     shmap__test_fail_alloc(k);
     int rc = run_full(m, &r, out);
@@ -424,7 +416,7 @@ START_TEST(t_sharded)
     data[i] = 3 * i - 40;
   long k;
   for (k = 1; k < MAX_K; k++) {
-    shmap_mesh *m = mesh_new("i=2, j=2");
+    shmap_mesh *m = tu_mesh_new("i=2, j=2");
     shmap_array *a = UNSET_A, *b = UNSET_A;
     memset(got, 0, sizeof got);
     int stage = 0;
@@ -530,22 +522,13 @@ static int run_colls(shmap_mesh *m, shmap_array *out[3])
   return shmap_map(m, body_colls, NULL, 0, NULL, NULL, 3, out, out_specs);
 }
 
-/* All of an array's values as bytes (malloc'ed). */
-static void *values(shmap_array *a, size_t *n)
-{
-  *n = (size_t)shmap_array_numel(a) * shmap_dtype_size(shmap_array_dtype(a));
-  void *p = malloc(*n ? *n : 1);
-  ck_assert_ptr_nonnull(p);
-  ck_assert_int_eq(shmap_array_to_host(a, p), 0);
-  return p;
-}
-
 static void same_arrays(const char *what, long k, shmap_array *got[],
                         shmap_array *want[], int n)
 {
   for (int i = 0; i < n; i++) {
     size_t ng, nw;
-    void *g = values(got[i], &ng), *w = values(want[i], &nw);
+    void *g = tu_array_to_host(got[i], &ng);
+    void *w = tu_array_to_host(want[i], &nw);
     ck_assert_msg(ng == nw && memcmp(g, w, nw) == 0,
                   "%s (allocation %ld made to fail before): output %d differs "
                   "from the reference run", what, k, i);
@@ -572,7 +555,7 @@ START_TEST(t_map_colls)
            "a map with psum_scatter, ppermute, all_to_all, pmean and 3 "
            "outputs taken over, SHMAP_SCHED=%s", mode);
   set_mode(mode);
-  shmap_mesh *m = mesh_new("i=2, j=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=2");
   shmap_array *want[3], *got[3];
   int rc = run_colls(m, want);
   ck_assert_msg(rc == 0, "%s: the reference run fails: %s", what,
@@ -635,7 +618,7 @@ START_TEST(t_device_side)
 {
   const char *what = "shmap_array_zeros + shmap_array_fill + shmap_array_init";
   set_mode("threads");
-  shmap_mesh *m = mesh_new("i=2, j=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=2");
   shmap_array *want[3], *got[3];
   ck_assert_msg(make_three(m, want) == 0, "%s: reference run fails: %s", what,
                 shmap_errmsg());
@@ -695,7 +678,7 @@ START_TEST(t_visualize)
 {
   const char *what = "shmap_array_visualize of P(('i','j'), None) on i=2, j=2";
   set_mode("threads");
-  shmap_mesh *m = mesh_new("i=2, j=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=2");
   int64_t shape[2] = {8, 3};
   shmap_array *a = NULL;
   ck_assert_int_eq(shmap_array_zeros(&a, m, "(i, j), None", SHMAP_F32, 2,
@@ -752,7 +735,7 @@ START_TEST(t_os_refuses)
   set_mode(mode);
   ref r;
   ref_init(&r);
-  shmap_mesh *m = mesh_new("i=2, j=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=2");
   ck_assert_int_eq(setenv("SHMAP_STACK_SIZE", "1125899906842624", 1), 0);
   shmap_array *out[2];
   int rc = run_full(m, &r, out);
@@ -794,9 +777,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(suite());
 }

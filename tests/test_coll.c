@@ -19,25 +19,17 @@
 #include <shmap.h>
 
 #include "refcoll.h"
+#include "testutil.h"
 
 #define TIMEOUT 30
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static shmap_mesh *mesh_new(const char *text)
-{
-  shmap_mesh *m = NULL;
-  int rc = shmap_mesh_create(&m, text);
-  ck_assert_msg(rc == 0 && m, "shmap_mesh_create(\"%s\") = %d: %s", text, rc,
-                shmap_errmsg());
-  return m;
-}
-
 static shmap_mesh *mesh_from_ref(const ref_mesh *rm)
 {
   char text[256];
   ref_mesh_text(rm, text, sizeof text);
-  return mesh_new(text);
+  return tu_mesh_new(text);
 }
 
 static void refmesh(ref_mesh *rm, int naxes, const char *const names[],
@@ -46,38 +38,12 @@ static void refmesh(ref_mesh *rm, int naxes, const char *const names[],
   ck_assert_int_eq(ref_mesh_init(rm, naxes, names, sizes), 0);
 }
 
-static shmap_array *arr_new(shmap_dtype dt, int rank, const int64_t shape[],
-                            const void *data)
-{
-  shmap_array *a = NULL;
-  int rc = shmap_array_from_host(&a, dt, rank, shape, data);
-  ck_assert_msg(rc == 0 && a, "shmap_array_from_host = %d: %s", rc,
-                shmap_errmsg());
-  return a;
-}
-
-static shmap_array *arr_from_block(const shmap_block *b)
-{
-  return arr_new(b->dtype, b->rank, b->shape, b->data);
-}
-
 /* The array equals `want` (dtype, shape and bytes). */
 static void arr_expect(shmap_array *a, const shmap_block *want,
                        const char *what)
 {
-  ck_assert_msg(a != NULL, "%s: no output array", what);
   shmap_block got;
-  memset(&got, 0, sizeof got);
-  got.dtype = shmap_array_dtype(a);
-  got.rank = shmap_array_rank(a);
-  ck_assert_msg(got.rank >= 0 && got.rank <= SHMAP_MAX_RANK,
-                "%s: output rank %d", what, got.rank);
-  const int64_t *sh = shmap_array_shape(a);
-  for (int d = 0; d < got.rank; d++)
-    got.shape[d] = sh[d];
-  size_t nb = (size_t)ref_numel(got.rank, got.shape) * ref_esize(got.dtype);
-  got.data = calloc(nb ? nb : 1, 1);
-  ck_assert_ptr_nonnull(got.data);
+  tu_array_to_block(a, &got, what);
   char gs[128], ws[128];
   ref_shape_text(got.dtype, got.rank, got.shape, gs, sizeof gs);
   ref_shape_text(want->dtype, want->rank, want->shape, ws, sizeof ws);
@@ -86,8 +52,6 @@ static void arr_expect(shmap_array *a, const shmap_block *want,
   for (int d = 0; d < got.rank; d++)
     ck_assert_msg(got.shape[d] == want->shape[d],
                   "%s: output is %s, want %s", what, gs, ws);
-  int rc = shmap_array_to_host(a, got.data);
-  ck_assert_msg(rc == 0, "%s: shmap_array_to_host = %d", what, rc);
   if (!ref_block_same(&got, want)) {
     char diff[256], gt[1024], wt[1024];
     ref_block_diff(&got, want, diff, sizeof diff);
@@ -148,8 +112,7 @@ static void map_op_expect(shmap_mesh *mesh, const ref_op *op,
   shmap_array *out[1] = {NULL};
   int rc = shmap_map(mesh, body_op_out, (void *)op, 1, (shmap_array *[]){x},
                      (const char *[]){ispec}, 1, out, (const char *[]){ospec});
-  ck_assert_msg(rc == 0, "%s: shmap_map = %d (%s): %s", what, rc,
-                shmap_strerror(rc), shmap_errmsg());
+  tu_map_ok(rc, what);
   arr_expect(out[0], want, what);
   shmap_array_destroy(out[0]);
 }
@@ -227,13 +190,13 @@ START_TEST(t_sec6_psum)
   static const char *const names[] = {"i"};
   ref_mesh rm;
   refmesh(&rm, 1, names, (int[]){4});
-  shmap_mesh *mesh = mesh_new("i=4");
+  shmap_mesh *mesh = tu_mesh_new("i=4");
   for (int k = 0; k < 4; k++) {
     shmap_dtype dt = all_dtypes[k];
     shmap_block *x = blk_vals(dt, 1, (int64_t[]){16}, sec6_x);
     shmap_block *want =
         blk_vals(dt, 1, (int64_t[]){4}, (double[]){22, 20, 12, 17});
-    shmap_array *xa = arr_from_block(x);
+    shmap_array *xa = tu_array_from_block(x);
     ref_op op = mkop(&rm, RK_PSUM, (int[]){0}, 1, 0);
     char what[64];
     snprintf(what, sizeof what, "psum %s, out P()", ref_dtname(dt));
@@ -251,13 +214,13 @@ START_TEST(t_sec6_psum_scatter)
   static const char *const names[] = {"i"};
   ref_mesh rm;
   refmesh(&rm, 1, names, (int[]){4});
-  shmap_mesh *mesh = mesh_new("i=4");
+  shmap_mesh *mesh = tu_mesh_new("i=4");
   for (int k = 0; k < 4; k++) {
     shmap_dtype dt = all_dtypes[k];
     shmap_block *x = blk_vals(dt, 1, (int64_t[]){16}, sec6_x);
     shmap_block *want =
         blk_vals(dt, 1, (int64_t[]){4}, (double[]){22, 20, 12, 17});
-    shmap_array *xa = arr_from_block(x);
+    shmap_array *xa = tu_array_from_block(x);
     ref_op op = mkop(&rm, RK_PSUM_SCATTER, (int[]){0}, 1, 0);
     op.dim = 0;
     op.tiled = 1;
@@ -278,14 +241,14 @@ START_TEST(t_sec6_all_to_all)
   static const char *const names[] = {"i"};
   ref_mesh rm;
   refmesh(&rm, 1, names, (int[]){4});
-  shmap_mesh *mesh = mesh_new("i=4");
+  shmap_mesh *mesh = tu_mesh_new("i=4");
   static const double w[16] = {3, 5, 5, 9, 1, 9, 3, 7,
                                4, 2, 5, 1, 1, 6, 8, 2};
   for (int k = 0; k < 4; k++) {
     shmap_dtype dt = all_dtypes[k];
     shmap_block *x = blk_vals(dt, 1, (int64_t[]){16}, sec6_x);
     shmap_block *want = blk_vals(dt, 1, (int64_t[]){16}, w);
-    shmap_array *xa = arr_from_block(x);
+    shmap_array *xa = tu_array_from_block(x);
     ref_op op = mkop(&rm, RK_ALL_TO_ALL, (int[]){0}, 1, 0);
     op.dim = 0;
     op.dim2 = 0;
@@ -311,7 +274,7 @@ static void ppermute_shift_case(int n)
   refmesh(&rm, 1, names, (int[]){n});
   char text[32];
   snprintf(text, sizeof text, "i=%d", n);
-  shmap_mesh *mesh = mesh_new(text);
+  shmap_mesh *mesh = tu_mesh_new(text);
   int blk = 8 / n;
   double want_v[8];
   /* Device r+1 receives device r's block: global block (r+1) mod n holds
@@ -328,7 +291,7 @@ static void ppermute_shift_case(int n)
     shmap_dtype dt = all_dtypes[k];
     shmap_block *x = blk_arange(dt, 1, (int64_t[]){8});
     shmap_block *want = blk_vals(dt, 1, (int64_t[]){8}, want_v);
-    shmap_array *xa = arr_from_block(x);
+    shmap_array *xa = tu_array_from_block(x);
     ref_op op = mkop(&rm, RK_PPERMUTE, (int[]){0}, 1, 0);
     op.npairs = n;
     op.pairs = pairs;
@@ -435,7 +398,7 @@ static void axis_query_all(const ref_mesh *rm)
   }
   q->nq = ng;
   int rc = shmap_map(mesh, body_axis_query, q, 0, NULL, NULL, 0, NULL, NULL);
-  ck_assert_msg(rc == 0, "shmap_map = %d: %s", rc, shmap_errmsg());
+  tu_map_ok(rc, __func__);
   for (int dev = 0; dev < rm->ndev; dev++)
     for (int k = 0; k < ng; k++) {
       int wi = ref_axis_index(rm, groups[k], glen[k], dev);
@@ -473,7 +436,7 @@ END_TEST
  * c(i)*size(j) + c(j); ('j','i') = c(j)*size(i) + c(i). */
 START_TEST(t_axis_index_formula)
 {
-  shmap_mesh *mesh = mesh_new("i=4, j=2");
+  shmap_mesh *mesh = tu_mesh_new("i=4, j=2");
   axq *q = calloc(1, sizeof *q);
   ck_assert_ptr_nonnull(q);
   const char *texts[] = {"i", "j", "('i','j')", "('j','i')", "i,j", "j, i"};
@@ -481,7 +444,7 @@ START_TEST(t_axis_index_formula)
   for (int k = 0; k < 6; k++)
     snprintf(q->text[k], sizeof q->text[k], "%s", texts[k]);
   int rc = shmap_map(mesh, body_axis_query, q, 0, NULL, NULL, 0, NULL, NULL);
-  ck_assert_msg(rc == 0, "shmap_map = %d: %s", rc, shmap_errmsg());
+  tu_map_ok(rc, __func__);
   for (int dev = 0; dev < 8; dev++) {
     int ci = dev / 2, cj = dev % 2;
     int wi[6] = {ci, cj, ci * 2 + cj, cj * 4 + ci, ci * 2 + cj, cj * 4 + ci};
@@ -517,11 +480,11 @@ static int body_axis_index_out(shmap_ctx *ctx, void *arg)
  * P(('j','i')) gives [0,2,1,3]. */
 START_TEST(t_axis_index_block_transpose)
 {
-  shmap_mesh *mesh = mesh_new("i=2, j=2");
+  shmap_mesh *mesh = tu_mesh_new("i=2, j=2");
   shmap_array *out[1] = {NULL};
   int rc = shmap_map(mesh, body_axis_index_out, "('i','j')", 0, NULL, NULL,
                      1, out, (const char *[]){"P(('j','i'))"});
-  ck_assert_msg(rc == 0, "shmap_map = %d: %s", rc, shmap_errmsg());
+  tu_map_ok(rc, __func__);
   shmap_block *want =
       blk_vals(SHMAP_I32, 1, (int64_t[]){4}, (double[]){0, 2, 1, 3});
   arr_expect(out[0], want, "axis_index(('i','j')) out P(('j','i'))");
@@ -538,36 +501,42 @@ static shmap_block *sec5_x(void)
   return blk_arange(SHMAP_F32, 2, (int64_t[]){12, 12});
 }
 
-START_TEST(t_sec5_psum_j)
+/* psum of sec5_x() laid out P('i','j') on i=4, j=2 over the given mesh
+ * axes (named in each of `nstyles` styles), output spec ospec: the output
+ * must equal want (freed here). */
+static void sec5_psum(const int axes[], int naxes, int nstyles,
+                      const char *ospec, shmap_block *want)
 {
-  shmap_mesh *mesh = mesh_new("i=4, j=2");
+  shmap_mesh *mesh = tu_mesh_new("i=4, j=2");
   static const char *const names[] = {"i", "j"};
   ref_mesh rm;
   refmesh(&rm, 2, names, (int[]){4, 2});
   shmap_block *x = sec5_x();
-  shmap_array *xa = arr_from_block(x);
-  shmap_block *want = ref_block_new(SHMAP_F32, 2, (int64_t[]){12, 6});
-  for (int r = 0; r < 12; r++)
-    for (int c = 0; c < 6; c++)
-      ref_set(want, r * 6 + c, (r * 12 + c) + (r * 12 + c + 6));
-  ref_op op = mkop(&rm, RK_PSUM, (int[]){1}, 1, 0);
-  map_op_expect(mesh, &op, xa, "P('i','j')", "P('i',None)", want,
-                "psum(x,'j') out P('i',None)");
+  shmap_array *xa = tu_array_from_block(x);
+  for (int style = 0; style < nstyles; style++) {
+    ref_op op = mkop(&rm, RK_PSUM, axes, naxes, style);
+    char what[192];
+    snprintf(what, sizeof what, "psum(x,\"%s\") out %s", op.text, ospec);
+    map_op_expect(mesh, &op, xa, "P('i','j')", ospec, want, what);
+  }
   shmap_array_destroy(xa);
   ref_block_free(x);
   ref_block_free(want);
   shmap_mesh_destroy(mesh);
 }
+
+START_TEST(t_sec5_psum_j)
+{
+  shmap_block *want = ref_block_new(SHMAP_F32, 2, (int64_t[]){12, 6});
+  for (int r = 0; r < 12; r++)
+    for (int c = 0; c < 6; c++)
+      ref_set(want, r * 6 + c, (r * 12 + c) + (r * 12 + c + 6));
+  sec5_psum((int[]){1}, 1, 1, "P('i',None)", want);
+}
 END_TEST
 
 START_TEST(t_sec5_psum_i)
 {
-  shmap_mesh *mesh = mesh_new("i=4, j=2");
-  static const char *const names[] = {"i", "j"};
-  ref_mesh rm;
-  refmesh(&rm, 2, names, (int[]){4, 2});
-  shmap_block *x = sec5_x();
-  shmap_array *xa = arr_from_block(x);
   shmap_block *want = ref_block_new(SHMAP_F32, 2, (int64_t[]){3, 12});
   for (int r = 0; r < 3; r++)
     for (int c = 0; c < 12; c++) {
@@ -576,24 +545,12 @@ START_TEST(t_sec5_psum_i)
         s += (3 * i + r) * 12 + c;
       ref_set(want, r * 12 + c, s);
     }
-  ref_op op = mkop(&rm, RK_PSUM, (int[]){0}, 1, 0);
-  map_op_expect(mesh, &op, xa, "P('i','j')", "P(None,'j')", want,
-                "psum(x,'i') out P(None,'j')");
-  shmap_array_destroy(xa);
-  ref_block_free(x);
-  ref_block_free(want);
-  shmap_mesh_destroy(mesh);
+  sec5_psum((int[]){0}, 1, 1, "P(None,'j')", want);
 }
 END_TEST
 
 START_TEST(t_sec5_psum_ij)
 {
-  shmap_mesh *mesh = mesh_new("i=4, j=2");
-  static const char *const names[] = {"i", "j"};
-  ref_mesh rm;
-  refmesh(&rm, 2, names, (int[]){4, 2});
-  shmap_block *x = sec5_x();
-  shmap_array *xa = arr_from_block(x);
   shmap_block *want = ref_block_new(SHMAP_F32, 2, (int64_t[]){3, 6});
   for (int r = 0; r < 3; r++)
     for (int c = 0; c < 6; c++) {
@@ -603,16 +560,7 @@ START_TEST(t_sec5_psum_ij)
           s += (3 * i + r) * 12 + 6 * j + c;
       ref_set(want, r * 6 + c, s);
     }
-  for (int style = 0; style < 4; style++) {
-    ref_op op = mkop(&rm, RK_PSUM, (int[]){0, 1}, 2, style);
-    char what[192];
-    snprintf(what, sizeof what, "psum(x,\"%s\") out P(None,None)", op.text);
-    map_op_expect(mesh, &op, xa, "P('i','j')", "P(None,None)", want, what);
-  }
-  shmap_array_destroy(xa);
-  ref_block_free(x);
-  ref_block_free(want);
-  shmap_mesh_destroy(mesh);
+  sec5_psum((int[]){0, 1}, 2, 4, "P(None,None)", want);
 }
 END_TEST
 
@@ -633,9 +581,9 @@ static int body_twice(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_sec5_replication_error)
 {
-  shmap_mesh *mesh = mesh_new("i=4, j=2");
+  shmap_mesh *mesh = tu_mesh_new("i=4, j=2");
   shmap_block *x = sec5_x();
-  shmap_array *xa = arr_from_block(x);
+  shmap_array *xa = tu_array_from_block(x);
   shmap_array *out[1] = {NULL};
   int rc = shmap_map(mesh, body_twice, NULL, 1, (shmap_array *[]){xa},
                      (const char *[]){"P('i','j')"}, 1, out,
@@ -713,10 +661,10 @@ static int body_explicit(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_reduce_explicit)
 {
-  shmap_mesh *mesh = mesh_new("i=3");
+  shmap_mesh *mesh = tu_mesh_new("i=3");
   ref_cap *cap = ref_cap_new(3);
   int rc = shmap_map(mesh, body_explicit, cap, 0, NULL, NULL, 0, NULL, NULL);
-  ck_assert_msg(rc == 0, "shmap_map = %d: %s", rc, shmap_errmsg());
+  tu_map_ok(rc, __func__);
   for (int d = 0; d < 3; d++)
     ck_assert_msg(cap->val[d] == 0, "device %d: %d wrong results, e.g. %s",
                   d, cap->val[d], cap->msg[d]);
@@ -785,7 +733,7 @@ START_TEST(t_psum_replicated)
   for (int k = 0; k < 4; k++) {
     shmap_dtype dt = all_dtypes[k];
     shmap_block *x = blk_vals(dt, 1, (int64_t[]){3}, (double[]){1, -2, 7});
-    shmap_array *xa = arr_from_block(x);
+    shmap_array *xa = tu_array_from_block(x);
     ref_op op = mkop(&rm, RK_PSUM, (int[]){0}, 1, 0);
     shmap_block *w4 = blk_vals(dt, 1, (int64_t[]){3}, (double[]){4, -8, 28});
     map_op_expect(mesh, &op, xa, "P()", "P()", w4, "psum(P() x, 'i')");
@@ -850,10 +798,10 @@ static int body_int_wrap(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_psum_int_wrap)
 {
-  shmap_mesh *mesh = mesh_new("i=3");
+  shmap_mesh *mesh = tu_mesh_new("i=3");
   ref_cap *cap = ref_cap_new(3);
   int rc = shmap_map(mesh, body_int_wrap, cap, 0, NULL, NULL, 0, NULL, NULL);
-  ck_assert_msg(rc == 0, "shmap_map = %d: %s", rc, shmap_errmsg());
+  tu_map_ok(rc, __func__);
   for (int d = 0; d < 3; d++)
     ck_assert_msg(cap->val[d] == 0,
                   "device %d: wrapped sums wrong: %s (want i32 {%d, %d}, "
@@ -891,10 +839,10 @@ static int body_nan(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_pmax_pmin_nan)
 {
-  shmap_mesh *mesh = mesh_new("i=4");
+  shmap_mesh *mesh = tu_mesh_new("i=4");
   ref_cap *cap = ref_cap_new(4);
   int rc = shmap_map(mesh, body_nan, cap, 0, NULL, NULL, 0, NULL, NULL);
-  ck_assert_msg(rc == 0, "shmap_map = %d: %s", rc, shmap_errmsg());
+  tu_map_ok(rc, __func__);
   for (int d = 0; d < 4; d++)
     ck_assert_msg(cap->val[d] == 0,
                   "device %d: a NaN on a member did not give NaN (%d wrong)",
@@ -1045,11 +993,11 @@ static int body_gather_explicit(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_all_gather_explicit)
 {
-  shmap_mesh *mesh = mesh_new("i=2, j=3");
+  shmap_mesh *mesh = tu_mesh_new("i=2, j=3");
   ref_cap *cap = ref_cap_new(6);
   int rc =
       shmap_map(mesh, body_gather_explicit, cap, 0, NULL, NULL, 0, NULL, NULL);
-  ck_assert_msg(rc == 0, "shmap_map = %d: %s", rc, shmap_errmsg());
+  tu_map_ok(rc, __func__);
   for (int d = 0; d < 6; d++)
     ck_assert_msg(cap->val[d] == 0, "device %d: %d wrong elements", d,
                   cap->val[d]);
@@ -1078,7 +1026,7 @@ START_TEST(t_ppermute_partial)
     ref_cap *cap = ref_cap_new(8);
     ref_job job = {&rm, 1, &op, in, cap, k & 1, 0};
     int rc = ref_job_run(mesh, &job);
-    ck_assert_msg(rc == 0, "shmap_map = %d: %s", rc, shmap_errmsg());
+    tu_map_ok(rc, __func__);
     /* Group over 'i' of device d: devices 2*r + (d%2); rank r = d/2.
      * Rank 2 gets rank 0's block, rank 1 gets rank 2's, ranks 0 and 3
      * get zeros. */
@@ -1230,11 +1178,11 @@ static int body_stack_block(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_stack_block)
 {
-  shmap_mesh *mesh = mesh_new("i=4");
+  shmap_mesh *mesh = tu_mesh_new("i=4");
   shmap_array *out[2] = {NULL, NULL};
   int rc = shmap_map(mesh, body_stack_block, NULL, 0, NULL, NULL, 2, out,
                      (const char *[]){"P()", "P()"});
-  ck_assert_msg(rc == 0, "shmap_map = %d: %s", rc, shmap_errmsg());
+  tu_map_ok(rc, __func__);
   shmap_block *w =
       blk_vals(SHMAP_F64, 1, (int64_t[]){4}, (double[]){6, 12, -4, 2});
   arr_expect(out[0], w, "psum of a stack block");
@@ -1285,12 +1233,12 @@ static int body_free_early(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_free_early)
 {
-  shmap_mesh *mesh = mesh_new("i=4");
+  shmap_mesh *mesh = tu_mesh_new("i=4");
   ref_cap *cap = ref_cap_new(4);
   shmap_array *out[1] = {NULL};
   int rc = shmap_map(mesh, body_free_early, cap, 0, NULL, NULL, 1, out,
                      (const char *[]){"P()"});
-  ck_assert_msg(rc == 0, "shmap_map = %d: %s", rc, shmap_errmsg());
+  tu_map_ok(rc, __func__);
   for (int d = 0; d < 4; d++)
     ck_assert_msg(cap->val[d] == 0, "device %d: %d wrong psum_scatter "
                   "elements", d, cap->val[d]);
@@ -1325,7 +1273,7 @@ static int body_free_foreign(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_free_foreign)
 {
-  shmap_mesh *mesh = mesh_new("i=2");
+  shmap_mesh *mesh = tu_mesh_new("i=2");
   ref_cap *cap = ref_cap_new(2);
   int rc =
       shmap_map(mesh, body_free_foreign, cap, 0, NULL, NULL, 0, NULL, NULL);
@@ -1574,9 +1522,5 @@ static Suite *coll_suite(void)
 
 int main(void)
 {
-  SRunner *sr = srunner_create(coll_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(coll_suite());
 }

@@ -26,6 +26,7 @@
 #include <shmap.h>
 
 #include "refcoll.h"
+#include "testutil.h"
 
 /* The case tables below list fields positionally and leave the trailing
  * ones zero. */
@@ -34,21 +35,6 @@
 #define TIMEOUT 20
 
 /* ---- helpers ------------------------------------------------------------------ */
-
-static shmap_mesh *mesh_new(const char *text)
-{
-  shmap_mesh *m = NULL;
-  int rc = shmap_mesh_create(&m, text);
-  ck_assert_msg(rc == 0 && m, "shmap_mesh_create(\"%s\") = %d: %s", text, rc,
-                shmap_errmsg());
-  return m;
-}
-
-static void sleep_ms(int ms)
-{
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  nanosleep(&ts, NULL);
-}
 
 /* A correct map: every device contributes dev+1, psum over every axis, then
  * all_gather; each device checks what it got. */
@@ -335,7 +321,7 @@ START_TEST(t_arg_errors)
   int k = _i;
   ck_assert_int_lt(k, ncase);
   const acase *c = &arg_cases[k];
-  shmap_mesh *mesh = mesh_new("rows=3, cols=2");
+  shmap_mesh *mesh = tu_mesh_new("rows=3, cols=2");
   aarg p = {c, ref_cap_new(6)};
   expect_map_error(mesh, body_arg_error, &p, c->want, c->subs, c->what);
   for (int d = 0; d < 6; d++) {
@@ -380,7 +366,7 @@ static int body_one_bad(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_error_names_device)
 {
-  shmap_mesh *mesh = mesh_new("rows=3, cols=2");
+  shmap_mesh *mesh = tu_mesh_new("rows=3, cols=2");
   /* device 4 (rows=2, cols=0) has 7 rows, which 3 does not divide: it
    * fails alone with SHMAP_ESHAPE, before any exchange. */
   const char *subs[] = {"psum_scatter", "device 4", "7", "3", NULL};
@@ -435,7 +421,7 @@ START_TEST(t_null_ctx)
                   "%s with a NULL ctx outside a map = %d, want SHMAP_EINVAL",
                   call_names[k], rcs[k]);
   /* and while a map runs on a mesh, from the main thread */
-  shmap_mesh *mesh = mesh_new("i=2");
+  shmap_mesh *mesh = tu_mesh_new("i=2");
   expect_healthy(mesh, "NULL ctx calls");
   all_calls(NULL, rcs);
   for (int k = 0; k < 10; k++)
@@ -458,7 +444,7 @@ static int body_save_ctx(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_stale_ctx)
 {
-  shmap_mesh *mesh = mesh_new("i=2");
+  shmap_mesh *mesh = tu_mesh_new("i=2");
   int rc = shmap_map(mesh, body_save_ctx, NULL, 0, NULL, NULL, 0, NULL, NULL);
   ck_assert_int_eq(rc, 0);
   ck_assert_ptr_nonnull(saved_ctx[0]);
@@ -510,12 +496,12 @@ static int body_other_thread(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_ctx_other_thread)
 {
-  shmap_mesh *mesh = mesh_new("i=2");
+  shmap_mesh *mesh = tu_mesh_new("i=2");
   thr_arg ta[2];
   memset(ta, 0, sizeof ta);
   int rc = shmap_map(mesh, body_other_thread, ta, 0, NULL, NULL, 0, NULL,
                      NULL);
-  ck_assert_msg(rc == 0, "shmap_map = %d: %s", rc, shmap_errmsg());
+  tu_map_ok(rc, __func__);
   for (int d = 0; d < 2; d++)
     for (int k = 0; k < 10; k++)
       ck_assert_msg(ta[d].rcs[k] == SHMAP_ESTATE,
@@ -751,7 +737,7 @@ static int c_returns_late(shmap_ctx *ctx, int dev, int step)
   (void)step;
   shmap_block x = mkblk(mbuf_storage[dev], SHMAP_F32, 1, 4, 0);
   if (dev == 3) {
-    sleep_ms(50); /* the peers are waiting by now */
+    tu_sleep_ms(50); /* the peers are waiting by now */
     return 2;
   }
   return shmap_all_gather(ctx, &x, "i", 0, 1, &(shmap_block *){NULL});
@@ -762,7 +748,7 @@ static int c_fails_while_waiting(shmap_ctx *ctx, int dev, int step)
   (void)step;
   shmap_block x = mkblk(mbuf_storage[dev], SHMAP_F32, 1, 4, 0);
   if (dev == 3) {
-    sleep_ms(50);
+    tu_sleep_ms(50);
     return shmap_fail(ctx, "boom on purpose");
   }
   return shmap_psum(ctx, &x, "i");
@@ -773,7 +759,7 @@ static int c_returns_nonzero_while_waiting(shmap_ctx *ctx, int dev, int step)
   (void)step;
   shmap_block x = mkblk(mbuf_storage[dev], SHMAP_F32, 1, 4, 0);
   if (dev == 3) {
-    sleep_ms(50);
+    tu_sleep_ms(50);
     return 42;
   }
   return shmap_pmin(ctx, &x, "i");
@@ -785,7 +771,7 @@ static int c_fails_first(shmap_ctx *ctx, int dev, int step)
   shmap_block x = mkblk(mbuf_storage[dev], SHMAP_F32, 1, 4, 0);
   if (dev == 0)
     return shmap_fail(ctx, "early failure");
-  sleep_ms(50); /* call after device 0 failed */
+  tu_sleep_ms(50); /* call after device 0 failed */
   return shmap_psum(ctx, &x, "i");
 }
 
@@ -794,7 +780,7 @@ static int c_error_while_waiting(shmap_ctx *ctx, int dev, int step)
   (void)step;
   shmap_block x = mkblk(mbuf_storage[dev], SHMAP_F32, 1, 4, 0);
   if (dev == 1) {
-    sleep_ms(50);
+    tu_sleep_ms(50);
     return shmap_psum(ctx, &x, "nosuchaxis");
   }
   return shmap_psum(ctx, &x, "i");
@@ -893,7 +879,7 @@ START_TEST(t_mismatch)
   int ncase = (int)(sizeof mcases / sizeof mcases[0]);
   ck_assert_int_lt(_i, ncase);
   const mcase *c = &mcases[_i];
-  shmap_mesh *mesh = mesh_new(c->mesh);
+  shmap_mesh *mesh = tu_mesh_new(c->mesh);
   ck_assert_int_eq(shmap_mesh_ndevices(mesh), c->ndev);
   marg p = {c, ref_cap_new(c->ndev)};
   expect_map_error(mesh, body_mismatch, &p, c->want, c->subs, c->what);
@@ -958,7 +944,7 @@ static int body_pairs_order(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_pairs_order_matches)
 {
-  shmap_mesh *mesh = mesh_new("i=3");
+  shmap_mesh *mesh = tu_mesh_new("i=3");
   ref_cap *cap = ref_cap_new(3);
   int rc = shmap_map(mesh, body_pairs_order, cap, 0, NULL, NULL, 0, NULL,
                      NULL);
@@ -993,7 +979,7 @@ static int body_equiv_dims(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_equivalent_dims_match)
 {
-  shmap_mesh *mesh = mesh_new("i=2");
+  shmap_mesh *mesh = tu_mesh_new("i=2");
   ref_cap *cap = ref_cap_new(2);
   int rc = shmap_map(mesh, body_equiv_dims, cap, 0, NULL, NULL, 0, NULL,
                      NULL);
@@ -1047,7 +1033,7 @@ static int body_fail_during_others(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_failure_during_other_group)
 {
-  shmap_mesh *mesh = mesh_new("g=8, r=2");
+  shmap_mesh *mesh = tu_mesh_new("g=8, r=2");
   int wrong = 0;
   char first_wrong[REF_MSG_MAX + 128] = "";
   for (int it = 0; it < STORM_MAPS; it++) {
@@ -1082,7 +1068,7 @@ END_TEST
 /* Failures and correct maps alternate many times on one mesh. */
 START_TEST(t_mismatch_repeated)
 {
-  shmap_mesh *mesh = mesh_new("i=4, j=2");
+  shmap_mesh *mesh = tu_mesh_new("i=4, j=2");
   static const mcase c = {"psum vs pmax, 8 devices", "i=4, j=2",
                           c_psum_vs_pmax, 1, MM, {"psum", "pmax"}, {0}, 8};
   static const mcase e = {"a body returns early, 8 devices", "i=4, j=2",
@@ -1127,9 +1113,5 @@ int main(void)
   tcase_add_test(tc, t_failure_during_other_group);
   suite_add_tcase(s, tc);
 
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(s);
 }

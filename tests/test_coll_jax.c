@@ -21,28 +21,11 @@
 #include <shmap.h>
 
 #include "refcoll.h"
+#include "testutil.h"
 
 #define TIMEOUT 30
 
 /* ---- helpers ------------------------------------------------------------------ */
-
-static shmap_mesh *mesh_new(const char *text)
-{
-  shmap_mesh *m = NULL;
-  int rc = shmap_mesh_create(&m, text);
-  ck_assert_msg(rc == 0 && m, "shmap_mesh_create(\"%s\") = %d: %s", text, rc,
-                shmap_errmsg());
-  return m;
-}
-
-static shmap_array *arr_from_block(const shmap_block *b)
-{
-  shmap_array *a = NULL;
-  int rc = shmap_array_from_host(&a, b->dtype, b->rank, b->shape, b->data);
-  ck_assert_msg(rc == 0 && a, "shmap_array_from_host = %d: %s", rc,
-                shmap_errmsg());
-  return a;
-}
 
 static shmap_block *blk_arange(shmap_dtype dt, int rank, const int64_t shape[])
 {
@@ -68,19 +51,8 @@ static void blk_expect(const shmap_block *got, const shmap_block *want,
 static void arr_expect(shmap_array *a, const shmap_block *want,
                        const char *what)
 {
-  ck_assert_msg(a != NULL, "%s: no output array", what);
   shmap_block got;
-  memset(&got, 0, sizeof got);
-  got.dtype = shmap_array_dtype(a);
-  got.rank = shmap_array_rank(a);
-  ck_assert_int_ge(got.rank, 0);
-  ck_assert_int_le(got.rank, SHMAP_MAX_RANK);
-  for (int d = 0; d < got.rank; d++)
-    got.shape[d] = shmap_array_shape(a)[d];
-  size_t nb = (size_t)ref_numel(got.rank, got.shape) * ref_esize(got.dtype);
-  got.data = calloc(nb ? nb : 1, 1);
-  ck_assert_ptr_nonnull(got.data);
-  ck_assert_int_eq(shmap_array_to_host(a, got.data), 0);
+  tu_array_to_block(a, &got, what);
   blk_expect(&got, want, what);
   free(got.data);
 }
@@ -122,12 +94,6 @@ static void jcap_free(jcap *j)
   ref_cap_free(j->r0);
   ref_cap_free(j->r1);
   free(j);
-}
-
-static void map_ok(int rc, const char *what)
-{
-  ck_assert_msg(rc == 0, "%s: shmap_map = %d (%s): %s", what, rc,
-                shmap_strerror(rc), shmap_errmsg());
 }
 
 /* ---- matmul with psum_scatter (test_matmul_reduce_scatter) ------------------------ */
@@ -178,17 +144,17 @@ static int body_matmul_rs(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_matmul_reduce_scatter)
 {
-  shmap_mesh *mesh = mesh_new("x=2, y=2, z=2");
+  shmap_mesh *mesh = tu_mesh_new("x=2, y=2, z=2");
   shmap_block *a = blk_arange(SHMAP_F32, 2, (int64_t[]){8, 8});
   shmap_block *b = blk_arange(SHMAP_F32, 2, (int64_t[]){8, 8});
-  shmap_array *aa = arr_from_block(a), *ba = arr_from_block(b);
+  shmap_array *aa = tu_array_from_block(a), *ba = tu_array_from_block(b);
   jcap *jc = jcap_new(8);
   shmap_array *out[2] = {NULL, NULL};
   int rc = shmap_map(mesh, body_matmul_rs, jc, 2, (shmap_array *[]){aa, ba},
                      (const char *[]){"P('z', 'y')", "P('y', None)"}, 2, out,
                      (const char *[]){"P(('z', 'y'), None)",
                                       "P(('z', 'y'), None)"});
-  map_ok(rc, "matmul + psum_scatter");
+  tu_map_ok(rc, "matmul + psum_scatter");
   /* expected = a @ b; d = expected[:4] + expected[4:]. */
   shmap_block *e = ref_block_new(SHMAP_F32, 2, (int64_t[]){8, 8});
   for (int i = 0; i < 8; i++)
@@ -249,16 +215,16 @@ static int body_matmul_psum(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_matmul_psum)
 {
-  shmap_mesh *mesh = mesh_new("i=4, j=2");
+  shmap_mesh *mesh = tu_mesh_new("i=4, j=2");
   shmap_block *a = blk_arange(SHMAP_F32, 2, (int64_t[]){8, 16});
   shmap_block *b = blk_arange(SHMAP_F32, 2, (int64_t[]){16, 32});
-  shmap_array *aa = arr_from_block(a), *ba = arr_from_block(b);
+  shmap_array *aa = tu_array_from_block(a), *ba = tu_array_from_block(b);
   shmap_array *out[1] = {NULL};
   int rc = shmap_map(mesh, body_matmul_psum, NULL, 2,
                      (shmap_array *[]){aa, ba},
                      (const char *[]){"P('i','j')", "P('j',None)"}, 1, out,
                      (const char *[]){"P('i',None)"});
-  map_ok(rc, "matmul_basic");
+  tu_map_ok(rc, "matmul_basic");
   shmap_block *e = ref_block_new(SHMAP_F32, 2, (int64_t[]){8, 32});
   for (int i = 0; i < 8; i++)
     for (int j = 0; j < 32; j++) {
@@ -315,9 +281,9 @@ static int body_all_gather(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_all_gather_tuple_negative)
 {
-  shmap_mesh *mesh = mesh_new("x=2, y=2, z=2");
+  shmap_mesh *mesh = tu_mesh_new("x=2, y=2, z=2");
   shmap_block *a = blk_arange(SHMAP_F32, 2, (int64_t[]){8, 8});
-  shmap_array *aa = arr_from_block(a);
+  shmap_array *aa = tu_array_from_block(a);
   jcap *jc = jcap_new(8);
   shmap_array *out[3] = {NULL, NULL, NULL};
   int rc = shmap_map(mesh, body_all_gather, jc, 1, (shmap_array *[]){aa},
@@ -325,7 +291,7 @@ START_TEST(t_all_gather_tuple_negative)
                      (const char *[]){"P('z', ('x', 'y'))",
                                       "P('z', ('x', 'y'))",
                                       "P('z', ('x', 'y'))"});
-  map_ok(rc, "all_gather");
+  tu_map_ok(rc, "all_gather");
   for (int dev = 0; dev < 8; dev++) {
     ck_assert_msg(jc->in->val[dev] == 0,
                   "device %d: untiled all_gather over ('x','y') axis -1 "
@@ -430,16 +396,16 @@ static int body_ppermute_tuples(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_ppermute_tuple_axes)
 {
-  shmap_mesh *mesh = mesh_new("x=2, y=2, z=2");
+  shmap_mesh *mesh = tu_mesh_new("x=2, y=2, z=2");
   shmap_block *a = blk_arange(SHMAP_I32, 2, (int64_t[]){4, 16});
-  shmap_array *aa = arr_from_block(a);
+  shmap_array *aa = tu_array_from_block(a);
   jcap *jc = jcap_new(8);
   shmap_array *out[2] = {NULL, NULL};
   int rc = shmap_map(mesh, body_ppermute_tuples, jc, 1, (shmap_array *[]){aa},
                      (const char *[]){"P('x', ('y', 'z'))"}, 2, out,
                      (const char *[]){"P('x', ('y', 'z'))",
                                       "P('x', ('y', 'z'))"});
-  map_ok(rc, "ppermute over tuples");
+  tu_map_ok(rc, "ppermute over tuples");
   for (int i = 0; i < 8; i++) {
     /* the input block of device i is a[2x:2x+2, 4q:4q+4], x = i/4,
      * q = i%4 */
@@ -505,14 +471,14 @@ static int body_ring(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_collective_permute_ring)
 {
-  shmap_mesh *mesh = mesh_new("x=8");
+  shmap_mesh *mesh = tu_mesh_new("x=8");
   shmap_block *a = blk_arange(SHMAP_I32, 2, (int64_t[]){8, 8});
-  shmap_array *aa = arr_from_block(a);
+  shmap_array *aa = tu_array_from_block(a);
   shmap_array *out[1] = {NULL};
   int rc = shmap_map(mesh, body_ring, NULL, 1, (shmap_array *[]){aa},
                      (const char *[]){"P('x', None)"}, 1, out,
                      (const char *[]){"P('x', None)"});
-  map_ok(rc, "ring shift");
+  tu_map_ok(rc, "ring shift");
   /* c[1,:] == a[0,:], and in full c = roll(a, 1, axis=0). */
   shmap_block *w = ref_block_new(SHMAP_I32, 2, (int64_t[]){8, 8});
   for (int r = 0; r < 8; r++)
@@ -548,15 +514,15 @@ static int body_a2a(shmap_ctx *ctx, void *arg)
 static void all_to_all_transpose(const char *mesh_text, const char *axes,
                                  const char *spec_in, const char *spec_out)
 {
-  shmap_mesh *mesh = mesh_new(mesh_text);
+  shmap_mesh *mesh = tu_mesh_new(mesh_text);
   shmap_block *a = blk_arange(SHMAP_I32, 2, (int64_t[]){8, 8});
-  shmap_array *aa = arr_from_block(a);
+  shmap_array *aa = tu_array_from_block(a);
   shmap_array *out[1] = {NULL};
   a2a_arg p = {axes, 1, 1};
   int rc = shmap_map(mesh, body_a2a, &p, 1, (shmap_array *[]){aa},
                      (const char *[]){spec_in}, 1, out,
                      (const char *[]){spec_out});
-  map_ok(rc, mesh_text);
+  tu_map_ok(rc, mesh_text);
   /* c == reshape(a.T, (1, 64)) */
   shmap_block *w = ref_block_new(SHMAP_I32, 2, (int64_t[]){1, 64});
   for (int k = 0; k < 64; k++)
@@ -587,15 +553,15 @@ END_TEST
 
 START_TEST(t_all_to_all_split1_concat0)
 {
-  shmap_mesh *mesh = mesh_new("x=4");
+  shmap_mesh *mesh = tu_mesh_new("x=4");
   shmap_block *a = blk_arange(SHMAP_F32, 2, (int64_t[]){8, 8});
-  shmap_array *aa = arr_from_block(a);
+  shmap_array *aa = tu_array_from_block(a);
   shmap_array *out[1] = {NULL};
   a2a_arg p = {"x", 1, 0};
   int rc = shmap_map(mesh, body_a2a, &p, 1, (shmap_array *[]){aa},
                      (const char *[]){"P('x', None)"}, 1, out,
                      (const char *[]){"P(None, 'x')"});
-  map_ok(rc, "all_to_all split 1 concat 0");
+  tu_map_ok(rc, "all_to_all split 1 concat 0");
   arr_expect(out[0], a, "all_to_all(x, split 1, concat 0) out P(None,'x')");
   shmap_array_destroy(out[0]);
   shmap_array_destroy(aa);
@@ -629,9 +595,9 @@ static int body_repeat_psum(shmap_ctx *ctx, void *arg)
  * (out P()): n^(k-1) times the sum of the blocks. */
 START_TEST(t_repeated_psum)
 {
-  shmap_mesh *mesh = mesh_new("i=2, j=4");
+  shmap_mesh *mesh = tu_mesh_new("i=2, j=4");
   shmap_block *x = blk_arange(SHMAP_I64, 1, (int64_t[]){8});
-  shmap_array *xa = arr_from_block(x);
+  shmap_array *xa = tu_array_from_block(x);
   static const struct {
     const char *axes;
     int n;
@@ -647,7 +613,7 @@ START_TEST(t_repeated_psum)
       int rc = shmap_map(mesh, body_repeat_psum, &p, 1, (shmap_array *[]){xa},
                          (const char *[]){"P()"}, 1, out,
                          (const char *[]){"P()"});
-      map_ok(rc, "repeated psum of a replicated input");
+      tu_map_ok(rc, "repeated psum of a replicated input");
       shmap_block *w = ref_block_new(SHMAP_I64, 1, (int64_t[]){8});
       for (int e = 0; e < 8; e++)
         ((int64_t *)w->data)[e] = nk * e;
@@ -666,7 +632,7 @@ START_TEST(t_repeated_psum)
     int rc = shmap_map(mesh, body_repeat_psum, &p, 1, (shmap_array *[]){xa},
                        (const char *[]){"P(('i', 'j'))"}, 1, out,
                        (const char *[]){"P()"});
-    map_ok(rc, "repeated psum of a sharded input");
+    tu_map_ok(rc, "repeated psum of a sharded input");
     int64_t v = 28;
     for (int t = 1; t < k; t++)
       v *= 8;
@@ -708,14 +674,14 @@ static int body_control_flow(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_eager_control_flow)
 {
-  shmap_mesh *mesh = mesh_new("x=2, y=2");
+  shmap_mesh *mesh = tu_mesh_new("x=2, y=2");
   shmap_block *x = blk_arange(SHMAP_F32, 2, (int64_t[]){2, 2});
-  shmap_array *xa = arr_from_block(x);
+  shmap_array *xa = tu_array_from_block(x);
   shmap_array *out[1] = {NULL};
   int rc = shmap_map(mesh, body_control_flow, NULL, 1, (shmap_array *[]){xa},
                      (const char *[]){"P('x', 'y')"}, 1, out,
                      (const char *[]){"P('x', 'y')"});
-  map_ok(rc, "eager control flow");
+  tu_map_ok(rc, "eager control flow");
   shmap_block *w = ref_block_new(SHMAP_F32, 2, (int64_t[]){2, 2});
   for (int k = 0; k < 4; k++)
     ref_set(w, k, -(double)k);
@@ -754,9 +720,9 @@ static int body_psum_x(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_replication_checker)
 {
-  shmap_mesh *mesh = mesh_new("x=2, y=2");
+  shmap_mesh *mesh = tu_mesh_new("x=2, y=2");
   shmap_block *x = blk_arange(SHMAP_F32, 2, (int64_t[]){8, 8});
-  shmap_array *xa = arr_from_block(x);
+  shmap_array *xa = tu_array_from_block(x);
   shmap_array *out[1] = {NULL};
   int rc = shmap_map(mesh, body_scale2, NULL, 1, (shmap_array *[]){xa},
                      (const char *[]){"P('x', 'y')"}, 1, out,
@@ -768,7 +734,7 @@ START_TEST(t_replication_checker)
   rc = shmap_map(mesh, body_psum_x, NULL, 1, (shmap_array *[]){xa},
                  (const char *[]){"P('x', 'y')"}, 1, out,
                  (const char *[]){"P(None, 'y')"});
-  map_ok(rc, "psum(x,'x') out P(None,'y')");
+  tu_map_ok(rc, "psum(x,'x') out P(None,'y')");
   shmap_block *w = ref_block_new(SHMAP_F32, 2, (int64_t[]){4, 8});
   for (int r = 0; r < 4; r++)
     for (int c = 0; c < 8; c++)
@@ -801,9 +767,5 @@ int main(void)
   tcase_add_test(tc, t_eager_control_flow);
   tcase_add_test(tc, t_replication_checker);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(s);
 }

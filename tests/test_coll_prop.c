@@ -23,6 +23,7 @@
 #include <shmap.h>
 
 #include "refcoll.h"
+#include "testutil.h"
 
 #define DEFAULT_SEED 0x5eedc011u
 #define DEFAULT_CASES 300
@@ -184,9 +185,7 @@ static void describe(char *buf, size_t n, int ci, const world *w,
 static void run_expect(const world *w, ref_job *job, shmap_block **want,
                        const char *desc)
 {
-  int rc = ref_job_run(w->mesh, job);
-  ck_assert_msg(rc == 0, "%s: shmap_map = %d (%s): %s", desc, rc,
-                shmap_strerror(rc), shmap_errmsg());
+  tu_map_ok(ref_job_run(w->mesh, job), desc);
   for (int d = 0; d < w->rm.ndev; d++) {
     if (!ref_block_same(job->cap->blk[d], want[d])) {
       char diff[256], gt[768], wt[768];
@@ -645,9 +644,5 @@ int main(void)
   tcase_add_test(tc, t_prop_sequences);
   suite_add_tcase(s, tc);
 
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(s);
 }

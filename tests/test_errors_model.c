@@ -32,6 +32,7 @@
 #include <time.h>
 
 #include "runtime/runtime.h"
+#include "testutil.h"
 
 #define TIMEOUT 120
 #define NDEV 16
@@ -43,13 +44,6 @@
 #define NOT_REACHED 1
 
 /* ---- helpers ------------------------------------------------------------ */
-
-static void sleep_ms(int ms)
-{
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0)
-    ;
-}
 
 static double now_s(void)
 {
@@ -251,7 +245,7 @@ static int body_fail(shmap_ctx *ctx, void *arg)
     return record(r, dev, shmap_psum(ctx, &b, "i, j"));
   }
   if (s->delay_ms)
-    sleep_ms(s->delay_ms);
+    tu_sleep_ms(s->delay_ms);
   switch (s->how) {
   case RETURN:
     r->rc[dev] = -1;
@@ -414,9 +408,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(suite());
 }

@@ -10,15 +10,9 @@
 
 #include "internal.h"
 #include "refmodel.h"
+#include "testutil.h"
 
 #define TIMEOUT 30
-
-static shmap_mesh *mk(const char *text) {
-  shmap_mesh *m = NULL;
-  int rc = shmap_mesh_create(&m, text);
-  ck_assert_msg(rc == 0, "mesh \"%s\": %d %s", text, rc, shmap_errmsg());
-  return m;
-}
 
 /* Build a spec by hand: entries are strings of axis numbers, "-" for an
  * unsplit entry ("01" = (axis 0, axis 1)). */
@@ -52,7 +46,7 @@ START_TEST(numel_strides) {
 END_TEST
 
 START_TEST(entry_count_index) {
-  shmap_mesh *m = mk("i=2, j=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=2");
   /* P(('j','i')) */
   shmap__spec s = mkspec(1, E("10"));
   int c[2];
@@ -82,7 +76,7 @@ START_TEST(entry_count_index) {
   ck_assert_int_eq(shmap__entry_index(m, &s, 0, c), 2);
   shmap_mesh_destroy(m);
 
-  m = mk("a=3, b=2, c=4");
+  m = tu_mesh_new("a=3, b=2, c=4");
   /* P(None, ('c','a','b'), 'b'-less) */
   s = mkspec(2, E("-", "201"));
   ck_assert_int_eq(shmap__entry_count(m, &s, 0), 1);
@@ -102,7 +96,7 @@ START_TEST(entry_count_index) {
 END_TEST
 
 START_TEST(shapes_offsets) {
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   shmap__spec s = mkspec(2, E("0", "1")); /* P('i','j') */
   int64_t g[2] = {12, 12}, b[2], gg[2], off[2];
   int c[2];
@@ -167,7 +161,7 @@ START_TEST(shapes_offsets) {
 END_TEST
 
 START_TEST(rank0) {
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   shmap__spec s = mkspec(0, NULL);
   int64_t g[1] = {-7}, b[1] = {-7}, off[1] = {-7};
   int c[2] = {3, 1};
@@ -195,7 +189,7 @@ START_TEST(rank0) {
 END_TEST
 
 START_TEST(mask_representative) {
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   shmap__spec s = mkspec(1, E("10"));
   ck_assert_uint_eq(shmap__spec_axes_mask(&s), 3u);
   s = mkspec(2, E("-", "1"));
@@ -211,7 +205,7 @@ START_TEST(mask_representative) {
   ck_assert_int_eq(shmap__representative(m, 2u, 4), 0); /* (2,0)->(0,0) */
   shmap_mesh_destroy(m);
 
-  m = mk("a=2, b=3, c=2");
+  m = tu_mesh_new("a=2, b=3, c=2");
   /* device 11 = (1,2,1); keep b: (0,2,0) = 4; keep a,c: (1,0,1) = 7 */
   ck_assert_int_eq(shmap__representative(m, 2u, 11), 4);
   ck_assert_int_eq(shmap__representative(m, 5u, 11), 7);
@@ -220,7 +214,7 @@ START_TEST(mask_representative) {
 END_TEST
 
 START_TEST(group_hand) {
-  shmap_mesh *m = mk("i=2, j=3, k=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=3, k=2");
   int members[12], rank = -1, n;
   /* device 11 = (1,2,1) */
   n = shmap__group(m, (const int[]){1}, 1, 11, members, &rank);
@@ -485,10 +479,5 @@ static Suite *layout_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(layout_suite());
-  int failed;
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return tu_run_suite(layout_suite());
 }

@@ -16,25 +16,10 @@
 #include <shmap.h>
 
 #include "refmodel.h"
+#include "testutil.h"
 
 #define TIMEOUT 60
 #define MAXDEV 64
-
-static shmap_mesh *mk(const char *text) {
-  shmap_mesh *m = NULL;
-  int rc = shmap_mesh_create(&m, text);
-  ck_assert_msg(rc == 0, "mesh \"%s\": %d %s", text, rc, shmap_errmsg());
-  return m;
-}
-
-static shmap_array *mkarr(shmap_dtype dt, int rank, const int64_t *shape,
-                          const void *data) {
-  shmap_array *a = NULL;
-  int rc = shmap_array_from_host(&a, dt, rank, shape, data);
-  ck_assert_msg(rc == 0, "from_host: %d %s", rc, shmap_errmsg());
-  ck_assert_ptr_nonnull(a);
-  return a;
-}
 
 /* arange(n) as f32 (values exact). */
 static shmap_array *arange_f32(int rank, const int64_t *shape) {
@@ -43,17 +28,9 @@ static shmap_array *arange_f32(int rank, const int64_t *shape) {
   shmap_array *a;
   for (int64_t e = 0; e < n; e++)
     x[e] = (float)e;
-  a = mkarr(SHMAP_F32, rank, shape, x);
+  a = tu_array_from_host(SHMAP_F32, rank, shape, x);
   free(x);
   return a;
-}
-
-static void *to_host(const shmap_array *a) {
-  size_t n = (size_t)shmap_array_numel(a) *
-             shmap_dtype_size(shmap_array_dtype(a));
-  void *p = malloc(n ? n : 1);
-  ck_assert_int_eq(shmap_array_to_host(a, p), 0);
-  return p;
 }
 
 static void expect_shape(const shmap_array *a, shmap_dtype dt, int rank,
@@ -124,7 +101,7 @@ static void check_mesh_usable(shmap_mesh *m) {
   ck_assert_msg(rc == 0, "mesh unusable after a failure: %d %s", rc,
                 shmap_errmsg());
   expect_shape(y, SHMAP_F32, 1, shape);
-  h = to_host(y);
+  h = tu_array_to_host(y, NULL);
   for (int e = 0; e < 5; e++)
     ck_assert(h[e] == (float)e);
   free(h);
@@ -135,7 +112,7 @@ static void check_mesh_usable(shmap_mesh *m) {
 /* ---- seed examples -------------------------------------------------------- */
 
 START_TEST(seed_tile) {
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t shape[2] = {12, 12}, oshape[2] = {12, 24};
   shmap_array *x = arange_f32(2, shape), *y = NULL;
   const char *is[] = {"P('i', None)"}, *os[] = {"P('i', 'j')"};
@@ -144,7 +121,7 @@ START_TEST(seed_tile) {
   int rc = shmap_map(m, body_identity, t, 1, &x, is, 1, &y, os);
   ck_assert_msg(rc == 0, "map: %d %s", rc, shmap_errmsg());
   expect_shape(y, SHMAP_F32, 2, oshape);
-  h = to_host(y);
+  h = tu_array_to_host(y, NULL);
   /* tile(x, (1, 2)) */
   for (int r = 0; r < 12; r++)
     for (int c = 0; c < 24; c++)
@@ -187,7 +164,7 @@ static int body_coord_value(shmap_ctx *ctx, void *arg) {
 }
 
 START_TEST(seed_block_transpose) {
-  shmap_mesh *m = mk("i=2, j=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=2");
   shmap_array *y = NULL;
   const char *os[] = {"P(('j','i'))"};
   int64_t four[1] = {4};
@@ -195,7 +172,7 @@ START_TEST(seed_block_transpose) {
   int rc = shmap_map(m, body_coord_value, NULL, 0, NULL, NULL, 1, &y, os);
   ck_assert_msg(rc == 0, "map: %d %s", rc, shmap_errmsg());
   expect_shape(y, SHMAP_I32, 1, four);
-  h = to_host(y);
+  h = tu_array_to_host(y, NULL);
   ck_assert_int_eq(h[0], 0);
   ck_assert_int_eq(h[1], 2);
   ck_assert_int_eq(h[2], 1);
@@ -208,7 +185,7 @@ START_TEST(seed_block_transpose) {
   ck_assert_int_eq(shmap_map(m, body_coord_value, NULL, 0, NULL, NULL, 1, &y,
                              os),
                    0);
-  h = to_host(y);
+  h = tu_array_to_host(y, NULL);
   for (int e = 0; e < 4; e++)
     ck_assert_int_eq(h[e], e);
   free(h);
@@ -251,13 +228,13 @@ static int body_axis_index(shmap_ctx *ctx, void *arg) {
 }
 
 START_TEST(seed_block_transpose_axis_index) {
-  shmap_mesh *m = mk("i=2, j=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=2");
   shmap_array *y = NULL;
   const char *os[] = {"P(('j','i'))"};
   int32_t *h;
   int rc = shmap_map(m, body_axis_index, NULL, 0, NULL, NULL, 1, &y, os);
   ck_assert_msg(rc == 0, "map: %d %s", rc, shmap_errmsg());
-  h = to_host(y);
+  h = tu_array_to_host(y, NULL);
   ck_assert_int_eq(h[0], 0);
   ck_assert_int_eq(h[1], 2);
   ck_assert_int_eq(h[2], 1);
@@ -300,7 +277,7 @@ START_TEST(dtype_roundtrip) {
       {"P(None, ('i', 'j'))", "P(None, ('i', 'j'))"},
       {"P()", "P()"},
   };
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t shape[2] = {8, 8};
   for (int k = 0; k < 4; k++) {
     shmap_dtype dt = dts[k];
@@ -309,9 +286,9 @@ START_TEST(dtype_roundtrip) {
     ck_assert_uint_eq(shmap_dtype_size(dt), sizes[k]);
     ck_assert_str_eq(shmap_dtype_name(dt), names[k]);
     fill_values(dt, 64, src);
-    x = mkarr(dt, 2, shape, src);
+    x = tu_array_from_host(dt, 2, shape, src);
     expect_shape(x, dt, 2, shape);
-    back = to_host(x);
+    back = tu_array_to_host(x, NULL);
     ck_assert_mem_eq(back, src, 64 * sizes[k]);
     free(back);
     for (size_t sp = 0; sp < sizeof specs / sizeof specs[0]; sp++) {
@@ -322,7 +299,7 @@ START_TEST(dtype_roundtrip) {
       ck_assert_msg(rc == 0, "%s %s: %d %s", names[k], specs[sp][0], rc,
                     shmap_errmsg());
       expect_shape(y, dt, 2, shape);
-      back = to_host(y);
+      back = tu_array_to_host(y, NULL);
       ck_assert_msg(memcmp(back, src, 64 * sizes[k]) == 0,
                     "%s %s: output differs from input", names[k],
                     specs[sp][0]);
@@ -506,22 +483,22 @@ START_TEST(private_inputs) {
    * which needs every device on a thread of its own: in fiber mode
    * devices only hand over inside collectives. */
   setenv("SHMAP_SCHED", "threads", 1);
-  shmap_mesh *m = mk("i=2, j=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=2");
   int64_t shape[1] = {4}, oshape[1] = {16};
   int32_t src[4] = {10, 20, 30, 40}, *h;
-  shmap_array *x = mkarr(SHMAP_I32, 1, shape, src);
+  shmap_array *x = tu_array_from_host(SHMAP_I32, 1, shape, src);
   shmap_array *in[2] = {x, x}, *y = NULL;
   const char *is[] = {"P()", "P()"}, *os[] = {"P(('i', 'j'))"};
   targ *t = targ_new();
   int rc = shmap_map(m, body_private, t, 2, in, is, 1, &y, os);
   ck_assert_msg(rc == 0, "map: %d %s", rc, shmap_errmsg());
   expect_shape(y, SHMAP_I32, 1, oshape);
-  h = to_host(y);
+  h = tu_array_to_host(y, NULL);
   for (int dev = 0; dev < 4; dev++)
     for (int e = 0; e < 4; e++)
       ck_assert_int_eq(h[dev * 4 + e], dev * 100 + e);
   free(h);
-  h = to_host(x);
+  h = tu_array_to_host(x, NULL);
   ck_assert_mem_eq(h, src, sizeof src);
   free(h);
   shmap_array_destroy(y);
@@ -530,7 +507,7 @@ START_TEST(private_inputs) {
   {
     int64_t s8[1] = {8};
     int32_t src8[8] = {1, 2, 3, 4, 5, 6, 7, 8};
-    shmap_array *x8 = mkarr(SHMAP_I32, 1, s8, src8);
+    shmap_array *x8 = tu_array_from_host(SHMAP_I32, 1, s8, src8);
     shmap_array *in8[2] = {x8, x8};
     const char *is8[] = {"P(('i','j'))", "P('j')"};
     const char *os8[] = {"P(('j','i'))"};
@@ -539,10 +516,10 @@ START_TEST(private_inputs) {
     y = NULL;
     rc = shmap_map(m, body_private, t, 2, in8, is8, 1, &y, os8);
     ck_assert_msg(rc == 0, "map: %d %s", rc, shmap_errmsg());
-    h = to_host(x8);
+    h = tu_array_to_host(x8, NULL);
     ck_assert_mem_eq(h, src8, sizeof src8);
     free(h);
-    h = to_host(y);
+    h = tu_array_to_host(y, NULL);
     /* device (i,j) lands at block j*2+i */
     for (int dev = 0; dev < 4; dev++) {
       int blk = (dev % 2) * 2 + dev / 2;
@@ -573,7 +550,7 @@ static int body_swap(shmap_ctx *ctx, void *arg) {
 }
 
 START_TEST(two_in_two_out) {
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t sa[2] = {8, 3}, sb[2] = {3, 4};
   int64_t ia[24], *h64;
   float fb[12], *hf;
@@ -585,16 +562,16 @@ START_TEST(two_in_two_out) {
     ia[e] = ((int64_t)1 << 45) + e;
   for (int e = 0; e < 12; e++)
     fb[e] = e * 0.25f;
-  a = mkarr(SHMAP_I64, 2, sa, ia);
-  b = mkarr(SHMAP_F32, 2, sb, fb);
+  a = tu_array_from_host(SHMAP_I64, 2, sa, ia);
+  b = tu_array_from_host(SHMAP_F32, 2, sb, fb);
   in[0] = a;
   in[1] = b;
   rc = shmap_map(m, body_swap, NULL, 2, in, is, 2, out, os);
   ck_assert_msg(rc == 0, "map: %d %s", rc, shmap_errmsg());
   expect_shape(out[0], SHMAP_F32, 2, sb);
   expect_shape(out[1], SHMAP_I64, 2, sa);
-  hf = to_host(out[0]);
-  h64 = to_host(out[1]);
+  hf = tu_array_to_host(out[0], NULL);
+  h64 = tu_array_to_host(out[1], NULL);
   ck_assert_mem_eq(hf, fb, sizeof fb);
   ck_assert_mem_eq(h64, ia, sizeof ia);
   free(hf);
@@ -614,7 +591,7 @@ static int body_nothing(shmap_ctx *ctx, void *arg) {
 }
 
 START_TEST(no_outputs) {
-  shmap_mesh *m = mk("a=3, b=1, c=2");
+  shmap_mesh *m = tu_mesh_new("a=3, b=1, c=2");
   targ *t = targ_new();
   ck_assert_int_eq(
       shmap_map(m, body_nothing, t, 0, NULL, NULL, 0, NULL, NULL), 0);
@@ -626,16 +603,16 @@ START_TEST(no_outputs) {
 END_TEST
 
 START_TEST(scalar_map) {
-  shmap_mesh *m = mk("i=3");
+  shmap_mesh *m = tu_mesh_new("i=3");
   float v = 4.5f, *h;
-  shmap_array *x = mkarr(SHMAP_F32, 0, NULL, &v), *y = NULL;
+  shmap_array *x = tu_array_from_host(SHMAP_F32, 0, NULL, &v), *y = NULL;
   const char *is[] = {"P()"}, *os[] = {""};
   targ *t = targ_new();
   int rc = shmap_map(m, body_identity, t, 1, &x, is, 1, &y, os);
   ck_assert_msg(rc == 0, "map: %d %s", rc, shmap_errmsg());
   ck_assert_int_eq(shmap_array_rank(y), 0);
   ck_assert_int_eq(shmap_array_numel(y), 1);
-  h = to_host(y);
+  h = tu_array_to_host(y, NULL);
   ck_assert(h[0] == 4.5f);
   for (int dev = 0; dev < 3; dev++)
     ck_assert_int_eq(t->seen_rank[dev], 0);
@@ -694,7 +671,7 @@ static int body_out_variants(shmap_ctx *ctx, void *arg) {
 }
 
 START_TEST(out_variants) {
-  shmap_mesh *m = mk("i=2, j=3");
+  shmap_mesh *m = tu_mesh_new("i=2, j=3");
   int64_t shape[2] = {4, 6};
   int32_t src[24], *h;
   shmap_array *x, *out[3] = {NULL, NULL, NULL};
@@ -703,12 +680,12 @@ START_TEST(out_variants) {
   int rc;
   for (int e = 0; e < 24; e++)
     src[e] = e * 7 - 50;
-  x = mkarr(SHMAP_I32, 2, shape, src);
+  x = tu_array_from_host(SHMAP_I32, 2, shape, src);
   rc = shmap_map(m, body_out_variants, NULL, 1, &x, is, 3, out, os);
   ck_assert_msg(rc == 0, "map: %d %s", rc, shmap_errmsg());
   for (int k = 0; k < 3; k++) {
     expect_shape(out[k], SHMAP_I32, 2, shape);
-    h = to_host(out[k]);
+    h = tu_array_to_host(out[k], NULL);
     for (int e = 0; e < 24; e++) {
       int32_t want = k == 0 ? src[e] : k == 1 ? src[e] * 2 : src[e] + 1;
       ck_assert_msg(h[e] == want, "out[%d][%d] = %d, want %d", k, e, h[e],
@@ -724,7 +701,7 @@ END_TEST
 
 START_TEST(short_out_spec_pads) {
   /* out P('i') on a rank-2 block: dimension 1 unsplit; j untiles */
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t shape[2] = {8, 3};
   shmap_array *x = arange_f32(2, shape), *y = NULL;
   const char *is[] = {"P('i')"}, *os[] = {"P('i')"};
@@ -732,7 +709,7 @@ START_TEST(short_out_spec_pads) {
   int rc = shmap_map(m, body_identity, NULL, 1, &x, is, 1, &y, os);
   ck_assert_msg(rc == 0, "map: %d %s", rc, shmap_errmsg());
   expect_shape(y, SHMAP_F32, 2, shape);
-  h = to_host(y);
+  h = tu_array_to_host(y, NULL);
   for (int e = 0; e < 24; e++)
     ck_assert(h[e] == (float)e);
   free(h);
@@ -746,7 +723,7 @@ START_TEST(single_device_and_sixteen) {
   static const char *const meshes[] = {"solo=1", "a=2, b=2, c=2, d=2",
                                        "x=16"};
   for (size_t k = 0; k < 3; k++) {
-    shmap_mesh *m = mk(meshes[k]);
+    shmap_mesh *m = tu_mesh_new(meshes[k]);
     int64_t shape[1] = {32};
     shmap_array *x = arange_f32(1, shape), *y = NULL;
     const char *is[] = {k == 0 ? "P('solo')"
@@ -759,7 +736,7 @@ START_TEST(single_device_and_sixteen) {
     rc = shmap_map(m, body_identity, NULL, 1, &x, is, 1, &y, os);
     ck_assert_msg(rc == 0, "%s: %d %s", meshes[k], rc, shmap_errmsg());
     expect_shape(y, SHMAP_F32, 1, shape);
-    h = to_host(y);
+    h = tu_array_to_host(y, NULL);
     for (int e = 0; e < 32; e++)
       ck_assert(h[e] == (float)e);
     free(h);
@@ -771,7 +748,7 @@ START_TEST(single_device_and_sixteen) {
 END_TEST
 
 START_TEST(repeated_maps) {
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t shape[2] = {8, 4}, oshape[2] = {8, 8};
   shmap_array *x = arange_f32(2, shape);
   const char *is[] = {"P('i')"}, *os[] = {"P('i', 'j')"};
@@ -781,7 +758,7 @@ START_TEST(repeated_maps) {
     int rc = shmap_map(m, body_identity, NULL, 1, &x, is, 1, &y, os);
     ck_assert_msg(rc == 0, "iteration %d: %d %s", it, rc, shmap_errmsg());
     expect_shape(y, SHMAP_F32, 2, oshape);
-    h = to_host(y);
+    h = tu_array_to_host(y, NULL);
     for (int r = 0; r < 8; r++)
       for (int c = 0; c < 8; c++)
         ck_assert(h[r * 8 + c] == (float)(r * 4 + c % 4));
@@ -793,7 +770,7 @@ START_TEST(repeated_maps) {
 
   /* meshes come and go, with a map each */
   for (int it = 0; it < 20; it++) {
-    m = mk(it % 2 ? "i=3, j=2" : "k=5");
+    m = tu_mesh_new(it % 2 ? "i=3, j=2" : "k=5");
     check_mesh_usable(m);
     shmap_mesh_destroy(m);
   }
@@ -801,7 +778,7 @@ START_TEST(repeated_maps) {
 END_TEST
 
 START_TEST(two_meshes) {
-  shmap_mesh *m1 = mk("i=2"), *m2 = mk("j=3");
+  shmap_mesh *m1 = tu_mesh_new("i=2"), *m2 = tu_mesh_new("j=3");
   for (int it = 0; it < 5; it++) {
     check_mesh_usable(m1);
     check_mesh_usable(m2);
@@ -837,7 +814,7 @@ static const char *expect_map_error(shmap_mesh *m, shmap_body_fn body,
 }
 
 START_TEST(err_in_specs) {
-  shmap_mesh *m = mk("rows=4, cols=2");
+  shmap_mesh *m = tu_mesh_new("rows=4, cols=2");
   int64_t bad[2] = {10, 12}, good[2] = {12, 12};
   shmap_array *xb = arange_f32(2, bad), *xg = arange_f32(2, good);
   const char *os[] = {"P()"};
@@ -892,7 +869,7 @@ START_TEST(err_in_specs) {
 END_TEST
 
 START_TEST(err_out_specs) {
-  shmap_mesh *m = mk("rows=4, cols=2");
+  shmap_mesh *m = tu_mesh_new("rows=4, cols=2");
   int64_t good[2] = {12, 12};
   shmap_array *x = arange_f32(2, good);
   const char *is[] = {"P('rows')"};
@@ -929,7 +906,7 @@ START_TEST(err_out_specs) {
 END_TEST
 
 START_TEST(err_null_args) {
-  shmap_mesh *m = mk("i=2");
+  shmap_mesh *m = tu_mesh_new("i=2");
   int64_t shape[1] = {4};
   shmap_array *x = arange_f32(1, shape), *y = NULL;
   shmap_array *nullarr[1] = {NULL};
@@ -1025,7 +1002,7 @@ static int body_mismatch(shmap_ctx *ctx, void *arg) {
 }
 
 START_TEST(err_output_mismatch) {
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   targ *t = targ_new();
   const char *os1[] = {"P('i', 'j')"};
   const char *os2[] = {"P('i', 'j')", "P('i', 'j')"};
@@ -1044,36 +1021,31 @@ START_TEST(err_output_mismatch) {
                    SHMAP_EINVAL, NULL, NULL);
   check_mesh_usable(m);
 
-  t->mode = MM_DTYPE;
-  t->bad_dev = 2;
-  msg = expect_map_error(m, body_mismatch, t, 0, NULL, NULL, 1, os1, 0,
-                         SHMAP_EMISMATCH, "f32[2,3]", "i32[2,3]");
-  ck_assert_msg(t_has_dev(msg, 2) && t_count(msg, "device ") >= 2,
-                "message does not name device 2 and another: %s", msg);
-  check_mesh_usable(m);
-
-  t->mode = MM_SHAPE;
-  t->bad_dev = 5;
-  msg = expect_map_error(m, body_mismatch, t, 0, NULL, NULL, 1, os1, 0,
-                         SHMAP_EMISMATCH, "f32[2,3]", "f32[2,4]");
-  ck_assert_msg(t_has_dev(msg, 5) && t_count(msg, "device ") >= 2,
-                "message does not name device 5 and another: %s", msg);
-  check_mesh_usable(m);
-
-  t->mode = MM_RANK;
-  t->bad_dev = 0;
-  msg = expect_map_error(m, body_mismatch, t, 0, NULL, NULL, 1, os1, 0,
-                         SHMAP_EMISMATCH, "f32[2,3]", "f32[6]");
-  ck_assert_msg(t_has_dev(msg, 0) && t_count(msg, "device ") >= 2,
-                "message does not name device 0 and another: %s", msg);
-  check_mesh_usable(m);
+  /* one device's output differs in dtype, shape or rank */
+  static const struct {
+    int mode, dev;
+    const char *n1, *n2;
+  } diff[] = {{MM_DTYPE, 2, "f32[2,3]", "i32[2,3]"},
+              {MM_SHAPE, 5, "f32[2,3]", "f32[2,4]"},
+              {MM_RANK, 0, "f32[2,3]", "f32[6]"}};
+  for (size_t k = 0; k < sizeof diff / sizeof diff[0]; k++) {
+    t->mode = diff[k].mode;
+    t->bad_dev = diff[k].dev;
+    msg = expect_map_error(m, body_mismatch, t, 0, NULL, NULL, 1, os1, 0,
+                           SHMAP_EMISMATCH, diff[k].n1, diff[k].n2);
+    ck_assert_msg(t_has_dev(msg, diff[k].dev) &&
+                      t_count(msg, "device ") >= 2,
+                  "message does not name device %d and another: %s",
+                  diff[k].dev, msg);
+    check_mesh_usable(m);
+  }
   free(t);
   shmap_mesh_destroy(m);
 }
 END_TEST
 
 START_TEST(err_body_fails) {
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   targ *t = targ_new();
   const char *os1[] = {"P('i', 'j')"};
   const char *msg;
@@ -1118,7 +1090,7 @@ static int body_double(shmap_ctx *ctx, void *arg) {
 START_TEST(err_replication_seed) {
   /* mesh i=4,j=2, in P('i','j'), body 2*x, out P(None,'j'): blocks differ
    * along i (device 0 holds 0 where device 2 holds 72). */
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t shape[2] = {12, 12}, oshape[2] = {3, 12};
   shmap_array *x = arange_f32(2, shape), *y = NULL;
   const char *is[] = {"P('i', 'j')"}, *os[] = {"P(None, 'j')"};
@@ -1137,7 +1109,7 @@ START_TEST(err_replication_seed) {
                        SHMAP_NO_CHECK_REP);
   ck_assert_msg(rc == 0, "unchecked map: %d %s", rc, shmap_errmsg());
   expect_shape(y, SHMAP_F32, 2, oshape);
-  h = to_host(y);
+  h = tu_array_to_host(y, NULL);
   for (int r = 0; r < 3; r++)
     for (int c = 0; c < 12; c++)
       ck_assert_msg(h[r * 12 + c] == 2.0f * (r * 12 + c),
@@ -1156,7 +1128,7 @@ END_TEST
 START_TEST(err_replication_element) {
   /* zeros f32[2,3], except device 5 = (i=2, j=1) has 7.5 at [1][2]; out
    * P(None, 'j') untiles i: device 5 differs from device 1 = (0, 1). */
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   targ *t = targ_new();
   const char *os[] = {"P(None, 'j')"};
   const char *msg;
@@ -1178,7 +1150,7 @@ START_TEST(err_replication_element) {
                        SHMAP_NO_CHECK_REP);
   ck_assert_msg(rc == 0, "unchecked: %d %s", rc, shmap_errmsg());
   expect_shape(y, SHMAP_F32, 2, oshape);
-  h = to_host(y);
+  h = tu_array_to_host(y, NULL);
   for (int e = 0; e < 12; e++)
     ck_assert_msg(h[e] == 0.0f, "y[%d] = %g", e, h[e]);
   free(h);
@@ -1194,7 +1166,7 @@ START_TEST(err_replication_element) {
   y = NULL;
   rc = shmap_map(m, body_mismatch, t, 0, NULL, NULL, 1, &y, os);
   ck_assert_msg(rc == 0, "map: %d %s", rc, shmap_errmsg());
-  h = to_host(y);
+  h = tu_array_to_host(y, NULL);
   /* (8, 6): device 5's block at rows 4-5, cols 3-5 */
   for (int r = 0; r < 8; r++)
     for (int c = 0; c < 6; c++)
@@ -1208,14 +1180,14 @@ END_TEST
 
 START_TEST(replication_equal_ok) {
   /* the blocks of a P('j') input are equal along i: untiling i is legal */
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t shape[1] = {6};
   shmap_array *x = arange_f32(1, shape), *y = NULL;
   const char *is[] = {"P('j')"}, *os[] = {"P('j')"};
   float *h;
   int rc = shmap_map(m, body_double, NULL, 1, &x, is, 1, &y, os);
   ck_assert_msg(rc == 0, "map: %d %s", rc, shmap_errmsg());
-  h = to_host(y);
+  h = tu_array_to_host(y, NULL);
   for (int e = 0; e < 6; e++)
     ck_assert(h[e] == 2.0f * e);
   free(h);
@@ -1237,7 +1209,7 @@ static int body_neg_zero(shmap_ctx *ctx, void *arg) {
 
 START_TEST(replication_bitwise) {
   /* -0.0 and 0.0 are equal by value but differ bitwise */
-  shmap_mesh *m = mk("i=2");
+  shmap_mesh *m = tu_mesh_new("i=2");
   const char *os[] = {"P()"};
   expect_map_error(m, body_neg_zero, NULL, 0, NULL, NULL, 1, os, 0,
                    SHMAP_EREPLICATION, NULL, NULL);
@@ -1370,7 +1342,7 @@ static int body_bad_call(shmap_ctx *ctx, void *arg) {
 }
 
 START_TEST(err_bad_calls_in_body) {
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t shape[1] = {8};
   shmap_array *x = arange_f32(1, shape);
   const char *is[] = {"P('i')"}, *os[] = {"P('i')"};
@@ -1424,7 +1396,7 @@ static int body_null_ctx_calls(shmap_ctx *ctx, void *arg) {
 }
 
 START_TEST(null_ctx_calls) {
-  shmap_mesh *m = mk("i=3");
+  shmap_mesh *m = tu_mesh_new("i=3");
   shmap_array *y = NULL;
   const char *os[] = {"P()"};
   int rc = shmap_map(m, body_null_ctx_calls, NULL, 0, NULL, NULL, 1, &y, os);
@@ -1443,7 +1415,7 @@ static int body_save_ctx(shmap_ctx *ctx, void *arg) {
 
 START_TEST(stale_ctx) {
   /* a context kept after its body returned is refused (SHMAP_ESTATE) */
-  shmap_mesh *m = mk("i=2");
+  shmap_mesh *m = tu_mesh_new("i=2");
   shmap_ctx *saved[2] = {NULL, NULL};
   int64_t s1[1] = {1};
   ck_assert_int_eq(
@@ -1469,7 +1441,7 @@ static int body_bad_axis(shmap_ctx *ctx, void *arg) {
 }
 
 START_TEST(err_axis_index_unknown) {
-  shmap_mesh *m = mk("i=2, j=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=2");
   const char *os[] = {"P(('i','j'))"};
   expect_map_error(m, body_bad_axis, NULL, 0, NULL, NULL, 1, os, 0,
                    SHMAP_EAXIS, "nosuchaxis", NULL);
@@ -1479,7 +1451,7 @@ START_TEST(err_axis_index_unknown) {
 END_TEST
 
 START_TEST(err_flags) {
-  shmap_mesh *m = mk("i=2");
+  shmap_mesh *m = tu_mesh_new("i=2");
   shmap_array *y = NULL;
   const char *os[] = {"P()"};
   ck_assert_int_eq(shmap_map_flags(m, body_coord_value, NULL, 0, NULL, NULL, 1,
@@ -1492,7 +1464,7 @@ END_TEST
 
 START_TEST(zero_size) {
   /* an empty array: i=2 divides 0 */
-  shmap_mesh *m = mk("i=2, j=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=2");
   int64_t shape[2] = {0, 3}, oshape[2] = {0, 6};
   shmap_array *x = NULL, *y = NULL;
   const char *is[] = {"P('i')"}, *os[] = {"P('i', 'j')"};
@@ -1556,7 +1528,7 @@ static void *mt_thread(void *p) {
 }
 
 START_TEST(maps_from_threads) {
-  shmap_mesh *m1 = mk("i=4"), *m2 = mk("i=2, j=2");
+  shmap_mesh *m1 = tu_mesh_new("i=4"), *m2 = tu_mesh_new("i=2, j=2");
   mt_arg args[4] = {{m1, 40, 0, ""}, {m1, 40, 0, ""}, {m2, 40, 0, ""},
                     {m2, 40, 0, ""}};
   pthread_t th[4];
@@ -1638,10 +1610,5 @@ static Suite *map_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(map_suite());
-  int failed;
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return tu_run_suite(map_suite());
 }

@@ -20,6 +20,7 @@
 #include <shmap.h>
 
 #include "refmodel.h"
+#include "testutil.h"
 
 #define DEFAULT_CASES 3000
 #define DEFAULT_SEED 0x5eed2024u
@@ -739,8 +740,6 @@ static Suite *prop_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr;
-  int failed;
   const char *e;
   if ((e = getenv("SHMAP_PROP_SEED")) != NULL && *e)
     g_seed = strtoull(e, NULL, 0);
@@ -757,9 +756,5 @@ int main(void) {
          "(SHMAP_PROP_CASES)\n",
          g_seed, g_cases);
   fflush(stdout);
-  sr = srunner_create(prop_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return tu_run_suite(prop_suite());
 }

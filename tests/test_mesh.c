@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "refmodel.h"
+#include "testutil.h"
 
 #define TIMEOUT 30
 
@@ -496,10 +497,5 @@ static Suite *mesh_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(mesh_suite());
-  int failed;
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return tu_run_suite(mesh_suite());
 }

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "testutil.h"
 
 static int empty_body(shmap_ctx *ctx, void *arg)
 {
@@ -45,8 +46,7 @@ static void run_scale(int ndev)
 {
   char text[32];
   snprintf(text, sizeof text, "d=%d", ndev);
-  shmap_mesh *mesh;
-  ck_assert_int_eq(shmap_mesh_create(&mesh, text), 0);
+  shmap_mesh *mesh = tu_mesh_new(text);
   ck_assert_int_eq(shmap_mesh_ndevices(mesh), ndev);
   for (int k = 0; k < 3; k++)
     ck_assert_msg(shmap_map(mesh, empty_body, NULL, 0, NULL, NULL, 0, NULL,
@@ -100,9 +100,5 @@ int main(void)
   tcase_add_loop_test(tc, scale_default, 0, 3);
   tcase_add_test(tc, scale_threads);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(s);
 }

@@ -21,6 +21,7 @@
 #include <shmap.h>
 
 #include "refmodel.h"
+#include "testutil.h"
 
 #define TIMEOUT 60
 #define MAXDEV 64
@@ -40,8 +41,7 @@ typedef struct tmesh {
 static tmesh tm(const char *text) {
   tmesh t;
   memset(&t, 0, sizeof t);
-  int rc = shmap_mesh_create(&t.m, text);
-  ck_assert_msg(rc == 0, "mesh \"%s\": %d %s", text, rc, shmap_errmsg());
+  t.m = tu_mesh_new(text);
   t.r.naxes = shmap_mesh_naxes(t.m);
   for (int a = 0; a < t.r.naxes; a++) {
     t.r.sizes[a] = shmap_mesh_axis_size(t.m, a);
@@ -109,19 +109,9 @@ static void *gen(shmap_dtype dt, int64_t n, int64_t salt) {
   return p;
 }
 
-static void *to_host(const shmap_array *a) {
-  size_t n = (size_t)shmap_array_numel(a) *
-             shmap_dtype_size(shmap_array_dtype(a));
-  void *p = malloc(n ? n : 1);
-  ck_assert_ptr_nonnull(p);
-  int rc = shmap_array_to_host(a, p);
-  ck_assert_msg(rc == 0, "to_host: %d %s", rc, shmap_errmsg());
-  return p;
-}
-
 static void expect_host(const shmap_array *a, const void *want, size_t bytes,
                         const char *what) {
-  void *got = to_host(a);
+  void *got = tu_array_to_host(a, NULL);
   ck_assert_msg(memcmp(got, want, bytes) == 0, "%s: to_host differs", what);
   free(got);
 }
@@ -1742,10 +1732,5 @@ static Suite *shard_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(shard_suite());
-  int failed;
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return tu_run_suite(shard_suite());
 }

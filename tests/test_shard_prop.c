@@ -34,6 +34,7 @@
 #include <shmap.h>
 
 #include "refmodel.h"
+#include "testutil.h"
 
 #define TIMEOUT 240
 #define DEFAULT_CASES 1000
@@ -641,9 +642,5 @@ int main(void) {
   tcase_add_test(tc, reshard_random);
   suite_add_tcase(s, tc);
 
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return tu_run_suite(s);
 }

@@ -10,6 +10,7 @@
 
 #include "internal.h"
 #include "refmodel.h"
+#include "testutil.h"
 
 #define TIMEOUT 30
 
@@ -234,13 +235,6 @@ END_TEST
 
 /* ---- resolve ------------------------------------------------------------ */
 
-static shmap_mesh *mk(const char *text) {
-  shmap_mesh *m = NULL;
-  int rc = shmap_mesh_create(&m, text);
-  ck_assert_msg(rc == 0, "mesh \"%s\": %d %s", text, rc, shmap_errmsg());
-  return m;
-}
-
 /* e: per entry, a string of mesh axis numbers ("1 0"). */
 static void expect_resolve(const shmap_mesh *m, const char *text, int ndims,
                            const char *const e[]) {
@@ -284,7 +278,7 @@ static void expect_resolve_error(const shmap_mesh *m, const char *text,
 }
 
 START_TEST(resolve_ok) {
-  shmap_mesh *m = mk("i=2, j=3, k=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=3, k=2");
   expect_resolve(m, "P('i', ('j','k'), None)", 3, E("0", "1 2", ""));
   expect_resolve(m, "P(('k','i'))", 1, E("2 0"));
   expect_resolve(m, "P(None, 'j')", 2, E("", "1"));
@@ -297,7 +291,7 @@ START_TEST(resolve_ok) {
 END_TEST
 
 START_TEST(resolve_unknown) {
-  shmap_mesh *m = mk("i=2, j=3");
+  shmap_mesh *m = tu_mesh_new("i=2, j=3");
   expect_resolve_error(m, "P('i', 'zeta')", SHMAP_EAXIS, "zeta", NULL);
   expect_resolve_error(m, "P(('i', 'omega'))", SHMAP_EAXIS, "omega", NULL);
   expect_resolve_error(m, "P('I')", SHMAP_EAXIS, "I", NULL);
@@ -309,7 +303,7 @@ START_TEST(resolve_unknown) {
 END_TEST
 
 START_TEST(resolve_duplicate) {
-  shmap_mesh *m = mk("alpha=2, beta=3");
+  shmap_mesh *m = tu_mesh_new("alpha=2, beta=3");
   expect_resolve_error(m, "P('alpha', 'alpha')", SHMAP_EAXIS, "alpha", NULL);
   expect_resolve_error(m, "P(('alpha', 'beta'), 'beta')", SHMAP_EAXIS, "beta",
                        NULL);
@@ -327,7 +321,7 @@ END_TEST
 /* ---- fit and the public check -------------------------------------------- */
 
 START_TEST(fit_rank) {
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   shmap__spec s;
   const char *text = "P('i', None, 'j')";
   const char *msg;
@@ -359,7 +353,7 @@ END_TEST
 START_TEST(fit_divisible) {
   /* count 15 does not divide 35: names dimension 2, size 35, the axes and
    * the count. */
-  shmap_mesh *m = mk("alpha=5, beta=3");
+  shmap_mesh *m = tu_mesh_new("alpha=5, beta=3");
   shmap__spec s;
   const char *text = "P(None, None, ('alpha', 'beta'))";
   int64_t bad[3] = {4, 6, 35}, good[3] = {4, 6, 45};
@@ -397,7 +391,7 @@ START_TEST(fit_divisible) {
 END_TEST
 
 START_TEST(check_public_errors) {
-  shmap_mesh *m = mk("i=4, j=2");
+  shmap_mesh *m = tu_mesh_new("i=4, j=2");
   const char *msg;
   ck_assert_int_eq(shmap_spec_check(m, "P('i', 'k')", 2, NULL), SHMAP_EAXIS);
   ck_assert(t_has(shmap_errmsg(), "'k'") || t_has(shmap_errmsg(), "k"));
@@ -427,7 +421,7 @@ END_TEST
 /* ---- format ------------------------------------------------------------- */
 
 START_TEST(format_canonical) {
-  shmap_mesh *m = mk("i=2, j=2, k=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=2, k=2");
   shmap__spec s;
   char buf[256];
   struct {
@@ -468,7 +462,7 @@ END_TEST
 /* Every spec over a 3-axis mesh with up to 3 entries (random sample): its
  * canonical form resolves to the same spec. */
 START_TEST(format_roundtrip) {
-  shmap_mesh *m = mk("x=2, yy=3, z_1=2");
+  shmap_mesh *m = tu_mesh_new("x=2, yy=3, z_1=2");
   uint64_t rng = 12345;
   for (int t = 0; t < 2000; t++) {
     shmap__spec s, s2;
@@ -509,7 +503,7 @@ END_TEST
 
 START_TEST(axes_parse) {
   /* The collective argument parser (spec.c): one axis or a group. */
-  shmap_mesh *m = mk("i=2, j=3, k=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=3, k=2");
   int axes[SHMAP_MAX_AXES], n = -1;
   ck_assert_int_eq(shmap__axes_parse(m, "psum", "j", axes, &n), 0);
   ck_assert_int_eq(n, 1);
@@ -577,10 +571,5 @@ static Suite *spec_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(spec_suite());
-  int failed;
-  srunner_run_all(sr, CK_NORMAL);
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return tu_run_suite(spec_suite());
 }

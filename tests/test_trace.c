@@ -35,6 +35,7 @@
 #include <shmap.h>
 
 #include "minijson.h"
+#include "testutil.h"
 
 #define TIMEOUT 60
 #define CHILD_ARG "--trace-child"
@@ -44,36 +45,6 @@
 static char *self_argv0;
 
 /* ---- helpers ---------------------------------------------------------------- */
-
-static void sleep_ms(int ms)
-{
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0)
-    ;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  size_t cap = 1 << 16, n = 0, r;
-  char *s = malloc(cap);
-  while (s && (r = fread(s + n, 1, cap - n, f)) > 0) {
-    n += r;
-    if (n == cap) {
-      char *t = realloc(s, cap * 2);
-      if (!t)
-        free(s);
-      s = t;
-      cap *= 2;
-    }
-  }
-  fclose(f);
-  if (len)
-    *len = n;
-  return s;
-}
 
 static void tmp_path(char *buf, size_t n, const char *tag)
 {
@@ -85,7 +56,7 @@ static void tmp_path(char *buf, size_t n, const char *tag)
 static mj_value *load(const char *path)
 {
   size_t len = 0;
-  char *text = slurp(path, &len);
+  char *text = tu_slurp(path, &len);
   ck_assert_msg(text, "cannot read the trace file %s: %s", path,
                 strerror(errno));
   char err[256];
@@ -94,15 +65,6 @@ static mj_value *load(const char *path)
                 err, text);
   free(text);
   return root;
-}
-
-static shmap_mesh *mesh_new(const char *text)
-{
-  shmap_mesh *m = NULL;
-  int rc = shmap_mesh_create(&m, text);
-  ck_assert_msg(rc == 0, "shmap_mesh_create(\"%s\"): %d: %s", text, rc,
-                shmap_errmsg());
-  return m;
 }
 
 /* ---- what the maps do, and what the trace must say -------------------------- */
@@ -383,12 +345,12 @@ static void check_mesh(const mj_value *ev, const mesh_spec *ms, int nmaps)
  * trace started), 3 on i=8 (destroyed before the trace stops). */
 static void traced_session(const char *path)
 {
-  shmap_mesh *a = mesh_new(mesh2d.text);
+  shmap_mesh *a = tu_mesh_new(mesh2d.text);
   run_maps(a, body_2d, 1); /* before the trace: not in it */
   int rc = shmap_trace_start(path);
   ck_assert_msg(rc == 0, "shmap_trace_start(%s) = %d: %s", path, rc,
                 shmap_errmsg());
-  shmap_mesh *b = mesh_new(mesh1d.text);
+  shmap_mesh *b = tu_mesh_new(mesh1d.text);
   run_maps(a, body_2d, 2);
   run_maps(b, body_1d, 3);
   shmap_mesh_destroy(b);
@@ -500,7 +462,7 @@ START_TEST(t_states)
   ck_assert_ptr_nonnull(mkdtemp(dir));
   snprintf(gone, sizeof gone, "%s/trace.json", dir);
   ck_assert_int_eq(shmap_trace_start(gone), 0);
-  shmap_mesh *m = mesh_new(mesh2d.text);
+  shmap_mesh *m = tu_mesh_new(mesh2d.text);
   run_maps(m, body_2d, 1);
   unlink(gone); /* shmap_trace_start may have created it */
   ck_assert_int_eq(rmdir(dir), 0);
@@ -534,7 +496,7 @@ typedef struct bg {
 static int body_late(shmap_ctx *ctx, void *arg)
 {
   (void)arg;
-  sleep_ms(300);
+  tu_sleep_ms(300);
   return body_2d(ctx, &(probe){0});
 }
 
@@ -549,11 +511,11 @@ START_TEST(t_start_during_map)
 {
   char path[256];
   tmp_path(path, sizeof path, "during");
-  bg b = {mesh_new(mesh2d.text), -100};
+  bg b = {tu_mesh_new(mesh2d.text), -100};
   run_maps(b.m, body_2d, 1);
   pthread_t t;
   ck_assert_int_eq(pthread_create(&t, NULL, bg_map, &b), 0);
-  sleep_ms(100);
+  tu_sleep_ms(100);
   ck_assert_int_eq(shmap_trace_start(path), 0);
   pthread_join(t, NULL);
   ck_assert_msg(b.rc == 0, "the map fails: %d", b.rc);
@@ -620,7 +582,7 @@ static int body_fails(shmap_ctx *ctx, void *arg)
   (void)arg;
   int dev = shmap_ctx_device(ctx);
   if (dev == 1) {
-    sleep_ms(50);
+    tu_sleep_ms(50);
     return -1;
   }
   float a[3] = {0};
@@ -633,7 +595,7 @@ START_TEST(t_failed_map_traced)
   ck_assert_int_eq(setenv("SHMAP_SCHED", "threads", 1), 0);
   char path[256];
   tmp_path(path, sizeof path, "failed");
-  shmap_mesh *m = mesh_new(mesh2d.text);
+  shmap_mesh *m = tu_mesh_new(mesh2d.text);
   ck_assert_int_eq(shmap_trace_start(path), 0);
   int rc = shmap_map(m, body_fails, NULL, 0, NULL, NULL, 0, NULL, NULL);
   ck_assert_msg(rc == SHMAP_EBODY, "the failing map returned %d", rc);
@@ -753,9 +715,5 @@ int main(int argc, char **argv)
   self_argv0 = argv[0];
   if (argc > 1 && strcmp(argv[1], CHILD_ARG) == 0)
     return trace_child();
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(suite());
 }

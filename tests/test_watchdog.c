@@ -26,46 +26,13 @@
 
 #include <shmap.h>
 
+#include "testutil.h"
 #define TIMEOUT 60
 #define CHILD_ARG "--watchdog-child"
 
 static char *self_argv0;
 
 /* ---- helpers ------------------------------------------------------------ */
-
-static void sleep_ms(int ms)
-{
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0)
-    ;
-}
-
-static char *slurp(const char *path)
-{
-  FILE *f = fopen(path, "rb");
-  if (!f)
-    return NULL;
-  size_t cap = 4096, len = 0;
-  char *s = malloc(cap);
-  size_t n;
-  while (s && (n = fread(s + len, 1, cap - len - 1, f)) > 0) {
-    len += n;
-    if (cap - len - 1 == 0) {
-      char *t = realloc(s, cap * 2);
-      if (!t) {
-        free(s);
-        s = NULL;
-        break;
-      }
-      s = t;
-      cap *= 2;
-    }
-  }
-  fclose(f);
-  if (s)
-    s[len] = '\0';
-  return s;
-}
 
 static int count(const char *hay, const char *needle)
 {
@@ -102,19 +69,10 @@ static char *capture_end(capture *c)
   fflush(stderr);
   ck_assert_int_eq(dup2(c->saved, 2), 2);
   close(c->saved);
-  char *s = slurp(c->path);
+  char *s = tu_slurp(c->path, NULL);
   unlink(c->path);
   ck_assert_ptr_nonnull(s);
   return s;
-}
-
-static shmap_mesh *mesh_new(const char *text)
-{
-  shmap_mesh *m = NULL;
-  int rc = shmap_mesh_create(&m, text);
-  ck_assert_msg(rc == 0, "shmap_mesh_create(\"%s\"): %d: %s", text, rc,
-                shmap_errmsg());
-  return m;
 }
 
 /* ---- the slow map -------------------------------------------------------- */
@@ -130,7 +88,7 @@ static int body_slow(shmap_ctx *ctx, void *arg)
   slow *s = arg;
   int dev = shmap_ctx_device(ctx);
   if (dev == s->sleeper)
-    sleep_ms(s->ms);
+    tu_sleep_ms(s->ms);
   double v = dev + 1;
   shmap_block b = {&v, SHMAP_F64, 0, {0}};
   int rc = shmap_psum(ctx, &b, "j");
@@ -214,7 +172,7 @@ static int check_reports(const char *out)
 START_TEST(t_report)
 {
   ck_assert_int_eq(setenv("SHMAP_SCHED", _i ? "fibers" : "threads", 1), 0);
-  shmap_mesh *m = mesh_new("i=2, j=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=2");
   ck_assert_int_eq(shmap_set_watchdog(0.2), 0);
   capture c;
   capture_begin(&c);
@@ -259,7 +217,7 @@ START_TEST(t_bad_period)
   }
   /* A rejected period leaves the setting alone: still off, nothing
    * printed by a slow map. */
-  shmap_mesh *m = mesh_new("i=2, j=2");
+  shmap_mesh *m = tu_mesh_new("i=2, j=2");
   capture c;
   capture_begin(&c);
   run_slow(m, 400);
@@ -310,7 +268,7 @@ START_TEST(t_env)
   close(fd);
   int status;
   ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-  char *out = slurp(path);
+  char *out = tu_slurp(path, NULL);
   unlink(path);
   ck_assert_ptr_nonnull(out);
   ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
@@ -342,9 +300,5 @@ int main(int argc, char **argv)
   self_argv0 = argv[0];
   if (argc > 1 && strcmp(argv[1], CHILD_ARG) == 0)
     return watchdog_child();
-  SRunner *sr = srunner_create(suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return tu_run_suite(suite());
 }
