@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -742,6 +743,39 @@ static void run_omp_cases(int first)
   }
 }
 
+/* CPU time of the whole machine (clock ticks): busy, idle and stolen by
+ * the hypervisor, from /proc/stat; and this process's own (with the
+ * mpirun children it waited for).  Together they tell whether anything
+ * else ran during the measurement. */
+typedef struct cpustat {
+  double busy, idle, steal, mine;
+} cpustat;
+
+static cpustat cpu_now(void)
+{
+  cpustat c = {0, 0, 0, 0};
+  FILE *f = fopen("/proc/stat", "r");
+  if (f) {
+    unsigned long long v[8] = {0};
+    if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1],
+               &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]) == 8) {
+      c.busy = (double)(v[0] + v[1] + v[2] + v[5] + v[6]);
+      c.idle = (double)(v[3] + v[4]);
+      c.steal = (double)v[7];
+    }
+    fclose(f);
+  }
+  struct rusage self, kids;
+  getrusage(RUSAGE_SELF, &self);
+  getrusage(RUSAGE_CHILDREN, &kids);
+  double sec = (double)(self.ru_utime.tv_sec + self.ru_stime.tv_sec +
+                        kids.ru_utime.tv_sec + kids.ru_stime.tv_sec) +
+               1e-6 * (double)(self.ru_utime.tv_usec + self.ru_stime.tv_usec +
+                               kids.ru_utime.tv_usec + kids.ru_stime.tv_usec);
+  c.mine = sec * (double)sysconf(_SC_CLK_TCK);
+  return c;
+}
+
 static shmap_mesh *make_mesh(int P, int (**pairs)[2])
 {
   char text[64];
@@ -761,6 +795,7 @@ int main(int argc, char **argv)
   parse_args(argc, argv);
   double t_start = now_us();
   double load = loadavg();
+  cpustat c0 = cpu_now();
 
   /* Bandwidth first, while nothing else of ours runs. */
   size_t bw_bytes = (size_t)64 << 20;
@@ -816,15 +851,22 @@ int main(int argc, char **argv)
     run_omp_cases(first);
   }
 
+  cpustat c1 = cpu_now();
+  double all = (c1.busy - c0.busy) + (c1.idle - c0.idle) + (c1.steal - c0.steal);
+  double other = all > 0 ? 100 * ((c1.busy - c0.busy) - (c1.mine - c0.mine)) / all : NA;
+  double steal = all > 0 ? 100 * (c1.steal - c0.steal) / all : NA;
+  if (other < 0)
+    other = 0;
   char cpu[256];
   cpu_model(cpu, sizeof cpu);
   const char *sched = getenv("SHMAP_SCHED");
   printf("# libshmap %d.%d.%d bench: nproc=%ld cpu=\"%s\" mem=%.0fGiB "
          "bandwidth=%.2fGB/s (read+write, 2 threads x 64 MiB memcpy, best of "
-         "%d) loadavg=%.2f SHMAP_SCHED=%s mpi=\"%s\" samples=%d sample_ms=%g%s\n",
+         "%d) loadavg=%.2f other_cpu=%.0f%% steal=%.0f%% SHMAP_SCHED=%s "
+         "mpi=\"%s\" samples=%d sample_ms=%g%s\n",
          SHMAP_VERSION_MAJOR, SHMAP_VERSION_MINOR, SHMAP_VERSION_PATCH,
          sysconf(_SC_NPROCESSORS_ONLN), cpu, mem_gib(), B * 1e-3,
-         opt.quick ? 6 : 12, load, sched && *sched ? sched : "auto",
+         opt.quick ? 6 : 12, load, other, steal, sched && *sched ? sched : "auto",
          opt.mpi ? (*mpi_library ? mpi_library : "?") : "NA", opt.reps,
          opt.target_ms, opt.quick ? " quick" : "");
   /* Grouped by op, then P, then size; the many-device lines last. */
