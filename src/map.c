@@ -26,11 +26,61 @@ typedef struct shmap__job {
 
 #define CHUNK_HDR ((sizeof(shmap__chunk) + 63) & ~(size_t)63)
 
+/*
+ * Large blocks freed by a device (results of collectives freed in a loop,
+ * blocks built for a map's inputs) are kept for its next allocation of a
+ * similar size: a fresh allocation of megabytes is mostly page faults.  A
+ * few per device, and only up to a bound.
+ */
+#define CACHE_MIN ((size_t)64 << 10)
+#define CACHE_MAX ((size_t)64 << 20)
+
+static shmap__chunk *cache_take(shmap_ctx *ctx, size_t bytes)
+{
+  if (bytes < CACHE_MIN)
+    return NULL;
+  shmap__dev *d = &ctx->rt->devs[ctx->dev];
+  for (int i = 0; i < SHMAP__CACHE; i++) {
+    shmap__chunk *c = d->cache[i];
+    if (c && c->cap >= bytes && c->cap / 2 <= bytes) {
+      d->cache[i] = NULL;
+      return c;
+    }
+  }
+  return NULL;
+}
+
+/* Keep a chunk for later, or free it. */
+static void cache_put(shmap_ctx *ctx, shmap__chunk *c)
+{
+  if (c->cap >= CACHE_MIN && c->cap <= CACHE_MAX) {
+    shmap__dev *d = &ctx->rt->devs[ctx->dev];
+    for (int i = 0; i < SHMAP__CACHE; i++)
+      if (!d->cache[i]) {
+        d->cache[i] = c;
+        return;
+      }
+    /* Full: replace the smallest. */
+    int k = 0;
+    for (int i = 1; i < SHMAP__CACHE; i++)
+      if (d->cache[i]->cap < d->cache[k]->cap)
+        k = i;
+    if (d->cache[k]->cap < c->cap) {
+      free(d->cache[k]);
+      d->cache[k] = c;
+      return;
+    }
+  }
+  free(c);
+}
+
 shmap__chunk *shmap__arena_alloc(shmap_ctx *ctx, shmap_dtype dtype, int rank,
                                  const int64_t shape[], int kind, bool zero)
 {
   size_t bytes = (size_t)shmap__numel(rank, shape) * shmap_dtype_size(dtype);
-  shmap__chunk *c = shmap__alloc(CHUNK_HDR + bytes, false);
+  shmap__chunk *c = cache_take(ctx, bytes);
+  if (!c && (c = shmap__alloc(CHUNK_HDR + bytes, false)))
+    c->cap = bytes;
   if (!c) {
     char s[128];
     shmap__shape_format(dtype, rank, shape, s, sizeof s);
@@ -69,7 +119,7 @@ void shmap__arena_unlink(shmap_ctx *ctx, shmap__chunk *c)
 void shmap__arena_free(shmap_ctx *ctx, shmap__chunk *c)
 {
   shmap__arena_unlink(ctx, c);
-  free(c);
+  cache_put(ctx, c);
 }
 
 shmap__chunk *shmap__arena_find(shmap_ctx *ctx, const shmap_block *block)

@@ -108,7 +108,10 @@ int shmap__wait_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
   /* The condition is checked before the abort flag: a condition that holds
    * (e.g. every peer arrived) must win, so that all members of a group take
    * the same branch. */
-  for (int i = 0; i < rt->spin; i++) {
+  /* The map's caller spins only when it has a core to itself (or runs a
+   * worker's devices); device and worker threads when they fit the cores. */
+  int spin = w == &rt->host ? rt->host_spin : rt->spin;
+  for (int i = 0; i < spin; i++) {
     if (pred(arg))
       return 1;
     if (abort && atomic_load(abort))
@@ -404,6 +407,8 @@ static void free_devices(shmap__runtime *rt)
     waiter_fini(&rt->devs[d].waiter);
     shmap__fiber_destroy(&rt->devs[d].fiber);
     free(rt->devs[d].members);
+    for (int i = 0; i < SHMAP__CACHE; i++)
+      free(rt->devs[d].cache[i]);
   }
   if (rt->workers)
     for (int w = 0; w < rt->nworkers; w++)
@@ -487,9 +492,13 @@ static int start(shmap__runtime *rt)
     }
   }
   /* Spinning only pays when every thread (and the caller) has a core. */
-  rt->spin = env_int("SHMAP_SPIN", nthreads < ncpu() ? 4000 : 50);
+  rt->spin = env_int("SHMAP_SPIN", nthreads <= ncpu() ? 10000 : 50);
   if (rt->spin < 0)
     rt->spin = 0;
+  /* In fiber mode the caller is worker 0 (worker 0's own thread stays
+   * parked), so it may spin like the workers; with a thread per device it
+   * would take a core from a device unless one is left over. */
+  rt->host_spin = rt->mode == SHMAP__FIBERS || nthreads < ncpu() ? rt->spin : 50;
   for (int i = 0; i < nthreads; i++) {
     uv_thread_t t;
     int rc = rt->mode == SHMAP__FIBERS

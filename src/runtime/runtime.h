@@ -102,6 +102,9 @@ enum { SHMAP__F_START = 1, SHMAP__F_RUN, SHMAP__F_WAIT, SHMAP__F_DONE };
 struct shmap__worker;
 typedef bool (*shmap__pred)(void *arg);
 
+/* Large freed blocks a device keeps for reuse. */
+#define SHMAP__CACHE 2
+
 /* A rendezvous slot a group leader keeps for one call (coll.c). */
 #define SHMAP__SLOTS 16
 typedef struct shmap__bslot {
@@ -140,6 +143,7 @@ typedef struct shmap__dev {
   uint32_t seen_epoch;
   struct shmap_ctx *ctx; /* during a map: the device's context */
   int *members;          /* scratch for a group's devices (ndev) */
+  struct shmap__chunk *cache[SHMAP__CACHE]; /* freed large blocks (map.c) */
   /* The last axes text this device's collectives parsed, and the result. */
   char axes_text[48];
   int axes_parsed[SHMAP_MAX_AXES];
@@ -173,6 +177,7 @@ typedef struct shmap__runtime {
   shmap_mesh *mesh;
   int ndev;
   int spin;                /* spin iterations before sleeping */
+  int host_spin;           /* the same for the map's caller */
   int mode;                /* enum shmap__mode, chosen at the first map */
   int nworkers;            /* fiber mode */
   int dirty;               /* the last map failed: slots need a reset */
@@ -285,6 +290,7 @@ enum shmap__chunk_kind { SHMAP__CHUNK_IN, SHMAP__CHUNK_OUT, SHMAP__CHUNK_SCRATCH
 typedef struct shmap__chunk {
   struct shmap__chunk *prev, *next;
   int kind;
+  size_t cap;        /* bytes of data room */
   shmap_block block; /* data follows the header, 64-byte aligned */
 } shmap__chunk;
 
