@@ -790,6 +790,73 @@ static shmap_mesh *make_mesh(int P, int (**pairs)[2])
   return mesh;
 }
 
+
+/* ---- chained maps: device-resident arrays against host round trips ------ */
+
+/* One step of a chain: y = x + 1 on every device's block. */
+static int chain_body(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  shmap_block *y = x ? shmap_out(ctx, 0, x->dtype, x->rank, x->shape) : NULL;
+  if (!y)
+    return -1;
+  const float *a = x->data;
+  float *b = y->data;
+  int64_t n = shmap_block_numel(x);
+  for (int64_t i = 0; i < n; i++)
+    b[i] = a[i] + 1.0f;
+  return 0;
+}
+
+/* Median microseconds per step of `steps` chained maps on P devices with
+ * `bytes` per device: through sharded arrays (host == 0), or exporting to
+ * and importing from the host between steps (host == 1). */
+static double chain_measure(int P, size_t bytes, int host)
+{
+  char text[32];
+  snprintf(text, sizeof text, "i=%d", P);
+  shmap_mesh *mesh;
+  map_or_die(shmap_mesh_create(&mesh, text), "mesh");
+  int64_t n = (int64_t)(bytes / 4) * P;
+  float *buf = xalloc((size_t)n * 4);
+  memset(buf, 0, (size_t)n * 4);
+  const char *spec = "P('i')";
+  const int steps = 10, samples = opt.quick ? 3 : 7;
+  double t[16];
+  shmap_array *a;
+  map_or_die(shmap_array_from_host_sharded(&a, mesh, spec, SHMAP_F32, 1,
+                                           (int64_t[]){n}, buf),
+             "chain import");
+  for (int s = -1; s < samples; s++) { /* s = -1 warms up */
+    double t0 = now_us();
+    for (int k = 0; k < steps; k++) {
+      shmap_array *b;
+      if (host) {
+        shmap_array *h;
+        map_or_die(shmap_array_to_host(a, buf), "chain export");
+        shmap_array_destroy(a);
+        map_or_die(shmap_array_from_host(&h, SHMAP_F32, 1, (int64_t[]){n}, buf),
+                   "chain host array");
+        map_or_die(shmap_map(mesh, chain_body, NULL, 1, &h, &spec, 1, &b,
+                             &spec), "chain map");
+        shmap_array_destroy(h);
+      } else {
+        map_or_die(shmap_map(mesh, chain_body, NULL, 1, &a, &spec, 1, &b,
+                             &spec), "chain map");
+        shmap_array_destroy(a);
+      }
+      a = b;
+    }
+    if (s >= 0)
+      t[s] = (now_us() - t0) / steps;
+  }
+  shmap_array_destroy(a);
+  shmap_mesh_destroy(mesh);
+  free(buf);
+  return median(t, samples);
+}
+
 int main(int argc, char **argv)
 {
   parse_args(argc, argv);
@@ -851,6 +918,15 @@ int main(int argc, char **argv)
     run_omp_cases(first);
   }
 
+  /* Chained maps, 1 MiB per device on 8 devices (or the first P given). */
+  int cP = opt.nps ? opt.ps[opt.nps - 1] : 8;
+  size_t cbytes = (size_t)1 << 20;
+  progress("P=%d: chained maps", cP);
+  double chain_dev = chain_measure(cP, cbytes, 0);
+  double chain_host = chain_measure(cP, cbytes, 1);
+  /* A step reads each block and writes a new one. */
+  double chain_roof = 2.0 * (double)cP * (double)cbytes / B;
+
   cpustat c1 = cpu_now();
   double all = (c1.busy - c0.busy) + (c1.idle - c0.idle) + (c1.steal - c0.steal);
   double other = all > 0 ? 100 * ((c1.busy - c0.busy) - (c1.mine - c0.mine)) / all : NA;
@@ -882,6 +958,15 @@ int main(int argc, char **argv)
              fmt_us(r->omp, b, sizeof b), fmt_us(r->mpi, c, sizeof c),
              fmt_us(r->roof, d, sizeof d));
     }
+  {
+    char a[32], b[32], d[32];
+    printf("op=chain_device P=%d bytes=%zu shmap_us=%s omp_us=NA mpi_us=NA "
+           "roofline_us=%s\n", cP, cbytes, fmt_us(chain_dev, a, sizeof a),
+           fmt_us(chain_roof, d, sizeof d));
+    printf("op=chain_host P=%d bytes=%zu shmap_us=%s omp_us=NA mpi_us=NA "
+           "roofline_us=%s\n", cP, cbytes, fmt_us(chain_host, b, sizeof b),
+           fmt_us(chain_roof, d, sizeof d));
+  }
   progress("done in %.0f s", (now_us() - t_start) * 1e-6);
   free(results);
   return 0;

@@ -142,8 +142,7 @@ SHMAP_EXTERN void shmap_array_destroy(shmap_array *array)
   if (!array)
     return;
   if (array->mesh) {
-    for (int d = 0; d < array->mesh->ndev; d++)
-      free(array->mem[d]);
+    shmap__blocks_release(array->mesh, array->mem);
     free(array->mem);
     free(array->blocks);
     shmap__mesh_release(array->mesh);

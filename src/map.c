@@ -50,11 +50,10 @@ static shmap__chunk *cache_take(shmap_ctx *ctx, size_t bytes)
   return NULL;
 }
 
-/* Keep a chunk for later, or free it. */
-static void cache_put(shmap_ctx *ctx, shmap__chunk *c)
+/* Keep a chunk in device d's cache, or free it. */
+static void cache_put(shmap__dev *d, shmap__chunk *c)
 {
   if (c->cap >= CACHE_MIN && c->cap <= CACHE_MAX) {
-    shmap__dev *d = &ctx->rt->devs[ctx->dev];
     for (int i = 0; i < SHMAP__CACHE; i++)
       if (!d->cache[i]) {
         d->cache[i] = c;
@@ -72,6 +71,21 @@ static void cache_put(shmap_ctx *ctx, shmap__chunk *c)
     }
   }
   free(c);
+}
+
+void shmap__blocks_release(shmap_mesh *mesh, void **mem)
+{
+  shmap__runtime *rt = mesh->rt;
+  /* Give the blocks back to their devices when no map runs (a map may be
+   * running on another thread, or this may be a body of this mesh). */
+  if (rt->devs && shmap__runtime_trylock(rt)) {
+    for (int d = 0; d < mesh->ndev; d++)
+      cache_put(&rt->devs[d], mem[d]);
+    shmap__runtime_unlock(rt);
+    return;
+  }
+  for (int d = 0; d < mesh->ndev; d++)
+    free(mem[d]);
 }
 
 shmap__chunk *shmap__arena_alloc(shmap_ctx *ctx, shmap_dtype dtype, int rank,
@@ -119,7 +133,7 @@ void shmap__arena_unlink(shmap_ctx *ctx, shmap__chunk *c)
 void shmap__arena_free(shmap_ctx *ctx, shmap__chunk *c)
 {
   shmap__arena_unlink(ctx, c);
-  cache_put(ctx, c);
+  cache_put(&ctx->rt->devs[ctx->dev], c);
 }
 
 shmap__chunk *shmap__arena_find(shmap_ctx *ctx, const shmap_block *block)

@@ -556,6 +556,7 @@ void shmap__runtime_destroy(shmap__runtime *rt)
 
 void shmap__runtime_lock(shmap__runtime *rt) { uv_mutex_lock(rt->lock); }
 void shmap__runtime_unlock(shmap__runtime *rt) { uv_mutex_unlock(rt->lock); }
+bool shmap__runtime_trylock(shmap__runtime *rt) { return uv_mutex_trylock(rt->lock) == 0; }
 
 int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
                        shmap__run_fn run)

@@ -226,6 +226,7 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
                        shmap__run_fn run);
 void shmap__runtime_lock(shmap__runtime *rt);
 void shmap__runtime_unlock(shmap__runtime *rt);
+bool shmap__runtime_trylock(shmap__runtime *rt);
 
 /* The context of the body running on the calling thread, or NULL. */
 shmap_ctx *shmap__current(void);
