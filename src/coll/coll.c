@@ -815,24 +815,30 @@ SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,
   size_t bytes = shmap_block_nbytes(x);
   int src = from[p.rank];
   free(from);
-  void *tmp = NULL;
-  if (src >= 0 && bytes && !(tmp = shmap__malloc(bytes)))
-    return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_ENOMEM, "out of memory (%zu bytes)",
-                           bytes);
+  /* The incoming block waits in a scratch block of the device's arena
+   * (reused from call to call) until every member has read its source. */
+  shmap__chunk *tmp = NULL;
+  if (src >= 0 && bytes &&
+      !(tmp = shmap__arena_alloc(ctx, x->dtype, x->rank, x->shape,
+                                 SHMAP__CHUNK_SCRATCH, false)))
+    return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_ENOMEM, "%s",
+                           shmap__errbuf());
   p.call.dst = x->data;
   group g;
   if ((rc = arrive(ctx, &p, &g))) {
-    free(tmp);
+    if (tmp)
+      shmap__arena_free(ctx, tmp);
     return rc;
   }
   if (tmp)
-    memcpy(tmp, peer(&g, src)->src, bytes);
-  depart(ctx, &g, shmap_block_nbytes(x));
+    memcpy(tmp->block.data, peer(&g, src)->src, bytes);
+  depart(ctx, &g, bytes);
   /* Every member has read what it needs: now overwrite in place. */
-  if (tmp)
-    memcpy(x->data, tmp, bytes);
-  else if (bytes)
+  if (tmp) {
+    memcpy(x->data, tmp->block.data, bytes);
+    shmap__arena_free(ctx, tmp);
+  } else if (bytes) {
     memset(x->data, 0, bytes);
-  free(tmp);
+  }
   return 0;
 }
