@@ -396,7 +396,7 @@ START_TEST(t_trace_maps)
 }
 END_TEST
 
-/* The brief: every event has name, ph, pid and tid, metadata included.
+/* Every event has name, ph, pid and tid, metadata included.
  * (The Trace Event Format lets process-wide metadata such as process_name
  * leave tid out; the requirement here is stricter.) */
 START_TEST(t_every_event_has_tid)
@@ -479,7 +479,7 @@ START_TEST(t_states)
   root = load(p2);
   const mj_value *ev = events_of(root);
   check_common(ev);
-  /* Only this session's maps: the failed one's events are gone. */
+  /* Only this recording's maps: the failed one's events are gone. */
   check_mesh(ev, &mesh2d, 2);
   mj_free(root);
   unlink(p2);
