@@ -222,7 +222,7 @@ static int out_check(shmap_ctx *ctx, const char *op, int k)
   return 0;
 }
 
-static int block_check(shmap_ctx *ctx, const char *op, const char *name,
+int shmap__block_check(shmap_ctx *ctx, const char *op, const char *name,
                        const shmap_block *b)
 {
   if (!b)
@@ -255,11 +255,6 @@ bool shmap__block_valid(const shmap_block *b)
   return b->data || shmap__numel(b->rank, b->shape) == 0;
 }
 
-int shmap__block_check(shmap_ctx *ctx, const char *op, const char *name,
-                       const shmap_block *b)
-{
-  return block_check(ctx, op, name, b);
-}
 
 static shmap_block *new_block(shmap_ctx *ctx, const char *op, shmap_dtype dtype,
                               int rank, const int64_t shape[], int kind)
@@ -293,7 +288,7 @@ SHMAP_EXTERN shmap_block *shmap_out_copy(shmap_ctx *ctx, int k,
                                          const shmap_block *src)
 {
   if (out_check(ctx, "shmap_out_copy", k) ||
-      block_check(ctx, "shmap_out_copy", "source", src))
+      shmap__block_check(ctx, "shmap_out_copy", "source", src))
     return NULL;
   shmap_block *b = shmap_out(ctx, k, src->dtype, src->rank, src->shape);
   if (b)
@@ -306,7 +301,7 @@ SHMAP_EXTERN int shmap_out_set(shmap_ctx *ctx, int k, shmap_block *block)
   int rc = out_check(ctx, "shmap_out_set", k);
   if (rc)
     return rc;
-  if ((rc = block_check(ctx, "shmap_out_set", "the", block)))
+  if ((rc = shmap__block_check(ctx, "shmap_out_set", "the", block)))
     return rc;
   shmap__chunk *c = shmap__arena_find(ctx, block);
   if (c && c->kind == SHMAP__CHUNK_SCRATCH) {

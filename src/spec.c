@@ -312,7 +312,7 @@ int shmap__axes_parse(const shmap_mesh *mesh, const char *op, const char *text,
     names = ps.names[0];
   } else if (ps.ndims > 1) {
     for (int d = 0; d < ps.ndims; d++) {
-      if (ps.nnames[d] != 1 || d >= SHMAP_MAX_RANK)
+      if (ps.nnames[d] != 1)
         return shmap__err(SHMAP_ESYNTAX,
                           "%s: axes \"%.200s\" must be one axis name, a tuple "
                           "('i', 'j') or a list of names i, j",
