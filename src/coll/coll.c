@@ -19,21 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *kind_name(int kind)
-{
-  switch (kind) {
-  case SHMAP__PSUM: return "psum";
-  case SHMAP__PMAX: return "pmax";
-  case SHMAP__PMIN: return "pmin";
-  case SHMAP__PMEAN: return "pmean";
-  case SHMAP__PSUM_SCATTER: return "psum_scatter";
-  case SHMAP__ALL_GATHER: return "all_gather";
-  case SHMAP__ALL_TO_ALL: return "all_to_all";
-  case SHMAP__PPERMUTE: return "ppermute";
-  default: return "?";
-  }
-}
-
 static void call_format(const shmap_mesh *mesh, const shmap__call *c,
                         char *buf, size_t n)
 {
@@ -41,7 +26,7 @@ static void call_format(const shmap_mesh *mesh, const shmap__call *c,
   shmap__shape_format((shmap_dtype)c->dtype, c->rank, c->shape, shape,
                       sizeof shape);
   shmap__axes_format(mesh, c->axes, c->naxes, axes, sizeof axes);
-  snprintf(buf, n, "%s(", kind_name(c->kind));
+  snprintf(buf, n, "%s(", shmap__kind_name(c->kind));
   shmap__cat(buf, n, "%s over %s", shape, axes);
   const char *t = c->tiled ? "tiled" : "untiled";
   switch (c->kind) {
@@ -299,8 +284,8 @@ static int arrive(shmap_ctx *ctx, prep *p, group *g)
   g->mesh = rt->mesh;
   g->axes = call->axes;
   g->naxes = call->naxes;
-  g->n = shmap__group(rt->mesh, call->axes, call->naxes, ctx->dev, NULL,
-                      &g->rank);
+  g->n = p->n; /* prepare() found the group's size and our rank */
+  g->rank = p->rank;
   g->base = ctx->dev;
   for (int i = 0; i < call->naxes; i++) {
     int a = call->axes[i];

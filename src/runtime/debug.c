@@ -56,7 +56,7 @@ uint64_t shmap__pack_op(int kind, const int axes[], int naxes)
   return op;
 }
 
-static const char *op_name(int kind)
+const char *shmap__kind_name(int kind)
 {
   static const char *names[] = {"?", "psum", "pmax", "pmin", "pmean",
                                 "psum_scatter", "all_gather", "all_to_all",
@@ -73,7 +73,7 @@ static void op_format(const shmap_mesh *mesh, uint64_t op, char *buf, size_t n)
     axes[k] = (int)(op >> (12 + 4 * k) & 0xf);
   char a[320];
   shmap__axes_format(mesh, axes, naxes, a, sizeof a);
-  snprintf(buf, n, "%s over ", op_name((int)(op & 0xff)));
+  snprintf(buf, n, "%s over ", shmap__kind_name((int)(op & 0xff)));
   shmap__cat(buf, n, "%s", naxes ? a : "()");
 }
 
@@ -274,7 +274,7 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
         sb_printf(b, "{\"name\":\"%s\",\"cat\":\"collective\",\"ph\":\"X\","
                      "\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
                      "\"args\":{\"axes\":\"%s\",\"bytes\":%llu,\"call\":%u}}",
-                  op_name((int)(e->op & 0xff)), rt->id, d, ts, dur, ax,
+                  shmap__kind_name((int)(e->op & 0xff)), rt->id, d, ts, dur, ax,
                   (unsigned long long)e->bytes, e->seq);
       }
     }

@@ -264,6 +264,8 @@ void shmap__registry_remove(shmap__runtime *rt);
 uint64_t shmap__watchdog_ns(void);
 /* Print every device's state to `out`. */
 void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out);
+/* "psum", "all_gather", ... for a collective kind ("?" if unknown). */
+const char *shmap__kind_name(int kind);
 /* A collective as one word: kind, number of axes and the axes. */
 uint64_t shmap__pack_op(int kind, const int axes[], int naxes);
 /* A runtime goes away: keep its events for the trace file, free them. */
