@@ -614,6 +614,59 @@ START_TEST(t_failed_map_traced)
 }
 END_TEST
 
+/* The library's own allocation hook (src/alloc.c). */
+void shmap__test_fail_alloc(long k);
+
+static int body_psum_only(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  float v[4] = {1, 2, 3, 4};
+  shmap_block b = {v, SHMAP_F32, 1, {4}};
+  return shmap_psum(ctx, &b, "i");
+}
+
+/* Events that cannot be stored for lack of memory are not lost silently:
+ * the file is still written and shmap_trace_stop says how many are
+ * missing.  Walk the failing allocation until one hits the recorder
+ * rather than the map itself. */
+START_TEST(t_dropped_events_reported)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", "threads", 1), 0);
+  char path[256];
+  tmp_path(path, sizeof path, "dropped");
+  shmap_mesh *m = tu_mesh_new(mesh2d.text);
+  /* a first map starts the threads outside the walk */
+  ck_assert_int_eq(shmap_map(m, body_psum_only, NULL, 0, NULL, NULL, 0, NULL,
+                             NULL), 0);
+  bool seen = false;
+  for (long k = 1; k <= 40 && !seen; k++) {
+    ck_assert_int_eq(shmap_trace_start(path), 0);
+    shmap__test_fail_alloc(k);
+    int rc = shmap_map(m, body_psum_only, NULL, 0, NULL, NULL, 0, NULL, NULL);
+    shmap__test_fail_alloc(0);
+    int stop = shmap_trace_stop();
+    if (rc != 0) {
+      ck_assert_msg(rc == SHMAP_ENOMEM, "k=%ld: map returned %d", k, rc);
+      ck_assert_int_eq(stop, 0);
+      continue;
+    }
+    if (stop == SHMAP_ENOMEM) {
+      ck_assert_msg(strstr(shmap_errmsg(), "could not be recorded") != NULL,
+                    "k=%ld: message: %s", k, shmap_errmsg());
+      mj_value *root = load(path); /* written anyway, and valid */
+      check_common(events_of(root));
+      mj_free(root);
+      seen = true;
+    } else {
+      ck_assert_msg(stop == 0, "k=%ld: stop returned %d", k, stop);
+    }
+  }
+  ck_assert_msg(seen, "no failing allocation reached the trace recorder");
+  shmap_mesh_destroy(m);
+  unlink(path);
+}
+END_TEST
+
 /* SHMAP_TRACE: the child records everything and writes at exit. */
 static int trace_child(void)
 {
@@ -704,6 +757,7 @@ static Suite *suite(void)
   tcase_add_test(tc, t_every_event_has_tid);
   tcase_add_test(tc, t_states);
   tcase_add_test(tc, t_failed_map_traced);
+  tcase_add_test(tc, t_dropped_events_reported);
   tcase_add_test(tc, t_start_during_map);
   tcase_add_test(tc, t_env);
   suite_add_tcase(s, tc);
