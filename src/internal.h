@@ -59,6 +59,8 @@ struct shmap_mesh {
   _Atomic int refs;
   /* Data movement counters (updated under the runtime lock). */
   shmap_stats stats;
+  /* Which process runs each device (proc.h); NULL without MPI. */
+  struct shmap__place *place;
 };
 
 void shmap__mesh_retain(shmap_mesh *mesh);

@@ -11,18 +11,20 @@ src_libshmap_core_la_SOURCES = \
 	src/shard.c \
 	src/visualize.c \
 	src/map.c \
+	src/proc.c \
+	src/spmd.c \
 	src/runtime/runtime.c \
 	src/runtime/debug.c \
 	src/runtime/fiber.c \
 	src/coll/coll.c \
 	src/coll/ops.c
-noinst_HEADERS += src/internal.h src/runtime/runtime.h src/coll/coll.h
-src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(UV_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
-src_libshmap_core_la_LIBADD = $(UV_LIBS)
+noinst_HEADERS += src/internal.h src/runtime/runtime.h src/coll/coll.h src/proc.h
+src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(UV_CFLAGS) $(MPI_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
+src_libshmap_core_la_LIBADD = $(UV_LIBS) $(MPI_LIBS)
 
 lib_LTLIBRARIES += src/libshmap.la
 src_libshmap_la_SOURCES =
 # Forces the C linker for a library made only of a convenience library.
 nodist_EXTRA_src_libshmap_la_SOURCES = dummy.c
-src_libshmap_la_LIBADD = src/libshmap_core.la $(UV_LIBS)
+src_libshmap_la_LIBADD = src/libshmap_core.la $(UV_LIBS) $(MPI_LIBS)
 src_libshmap_la_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS) -version-info 0:0:0

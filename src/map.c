@@ -1,6 +1,7 @@
 /* map.c - one map call: validate the specs, hand each device its input
  * blocks, run the bodies, then check and assemble the outputs. */
 #include "runtime/runtime.h"
+#include "proc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,7 +81,8 @@ void shmap__blocks_release(shmap_mesh *mesh, void **mem)
    * running on another thread, or this may be a body of this mesh). */
   if (rt->devs && shmap__runtime_trylock(rt)) {
     for (int d = 0; d < mesh->ndev; d++)
-      cache_put(&rt->devs[d], mem[d]);
+      if (mem[d]) /* NULL: the block of another process's device */
+        cache_put(&rt->devs[d], mem[d]);
     shmap__runtime_unlock(rt);
     return;
   }
@@ -449,7 +451,7 @@ static int check_outputs(shmap__job *job, const char *const out_specs[],
   for (int k = 0; k < job->nout; k++) {
     int first = -1;
     for (int d = 0; d < mesh->ndev && first < 0; d++)
-      if (job->ctx[d].out[k])
+      if (job->ctx[d].out[k] && shmap__dev_local(mesh, d))
         first = d;
     if (first < 0)
       return shmap__err(SHMAP_EINVAL,
@@ -461,6 +463,8 @@ static int check_outputs(shmap__job *job, const char *const out_specs[],
     shmap__mesh_devname(mesh, first, n0, sizeof n0);
     shmap__shape_format(b0->dtype, b0->rank, b0->shape, s0, sizeof s0);
     for (int d = 0; d < mesh->ndev; d++) {
+      if (!shmap__dev_local(mesh, d))
+        continue;
       const shmap_block *b = job->ctx[d].out[k];
       char nd[96];
       shmap__mesh_devname(mesh, d, nd, sizeof nd);
@@ -496,7 +500,8 @@ static int check_replicated(shmap__job *job, int k, const char *spec_text,
   unsigned mask = shmap__spec_axes_mask(spec);
   for (int d = 0; d < mesh->ndev; d++) {
     int rep = shmap__representative(mesh, mask, d);
-    if (rep == d)
+    /* Copies held by other processes are not compared (shmap-mpi(7)). */
+    if (rep == d || !shmap__dev_local(mesh, d) || !shmap__dev_local(mesh, rep))
       continue;
     const shmap_block *a = job->ctx[rep].out[k], *b = job->ctx[d].out[k];
     size_t es = shmap_dtype_size(a->dtype);
@@ -534,7 +539,8 @@ static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
                         unsigned flags, shmap_array **res)
 {
   shmap_mesh *mesh = job->mesh;
-  const shmap_block *b0 = job->ctx[0].out[k];
+  int first = mesh->place ? mesh->place->local[0] : 0;
+  const shmap_block *b0 = job->ctx[first].out[k];
   int64_t gshape[SHMAP_MAX_RANK];
   shmap__global_shape(mesh, spec, b0->rank, b0->shape, gshape);
   char what[32];
@@ -565,6 +571,12 @@ static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
   shmap__mesh_retain(mesh);
   for (int d = 0; d < mesh->ndev; d++) {
     shmap_ctx *ctx = &job->ctx[d];
+    if (!shmap__dev_local(mesh, d)) {
+      /* Another process keeps this block: only its description here. */
+      a->blocks[d] = *b0;
+      a->blocks[d].data = NULL;
+      continue;
+    }
     shmap__chunk *c = shmap__arena_find(ctx, ctx->out[k]);
     shmap__arena_unlink(ctx, c);
     a->mem[d] = c;
@@ -577,7 +589,7 @@ static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
     size_t bytes = shmap_block_nbytes(&a->blocks[0]);
     for (int d = 0; d < mesh->ndev; d++) {
       int rep = shmap__representative(mesh, mask, d);
-      if (rep != d)
+      if (rep != d && a->blocks[d].data && a->blocks[rep].data)
         memcpy(a->blocks[d].data, a->blocks[rep].data, bytes);
     }
   }
@@ -609,6 +621,8 @@ static int prepare_inputs(shmap__job *job, const char *const in_specs[])
       return rc;
     shmap__block_shape(job->mesh, &ii->spec, a->rank, a->shape, ii->bshape);
     ii->borrow = a->mesh && shmap__spec_same(&a->spec, &ii->spec, a->rank);
+    if (a->mesh && !ii->borrow && (rc = shmap__proc_reshard_check(a, what)))
+      return rc;
   }
   return 0;
 }
@@ -711,18 +725,17 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
     shmap__err_set(rt->fail_msg);
   }
   shmap__runtime_unlock(rt);
-  if (rc)
+  if (rc == 0)
+    rc = check_outputs(&job, out_specs, ospec);
+  for (int k = 0; k < nout && rc == 0; k++)
+    if (!(flags & (SHMAP_NO_CHECK_REP | SHMAP__TRUSTED_REP)))
+      rc = check_replicated(&job, k, out_specs[k], &ospec[k]);
+  /* Every process of the job returns the same result (proc.c). */
+  if ((rc = shmap__proc_agree(mesh, rc)))
     goto done;
-
-  if ((rc = check_outputs(&job, out_specs, ospec)))
-    goto done;
-  for (int k = 0; k < nout; k++) {
-    if (!(flags & (SHMAP_NO_CHECK_REP | SHMAP__TRUSTED_REP)) &&
-        (rc = check_replicated(&job, k, out_specs[k], &ospec[k])))
-      goto done;
+  for (int k = 0; k < nout; k++)
     if ((rc = adopt_output(&job, k, &ospec[k], flags, &res[k])))
       goto done;
-  }
   for (int k = 0; k < nout; k++) {
     out[k] = res[k];
     res[k] = NULL;

@@ -1,5 +1,6 @@
 /* mesh.c - named device meshes: creation from text or arrays, queries. */
 #include "internal.h"
+#include "proc.h"
 #include "runtime/runtime.h"
 
 #include <ctype.h>
@@ -74,8 +75,13 @@ static int mesh_build(shmap_mesh **out, int naxes, const char *const names[],
     stride *= m->sizes[a];
   }
   atomic_init(&m->refs, 1);
-  int rc = shmap__runtime_create(&m->rt, m);
+  int rc = shmap__place_default(m);
   if (rc) {
+    free(m);
+    return rc;
+  }
+  if ((rc = shmap__runtime_create(&m->rt, m))) {
+    shmap__place_free(m->place);
     free(m);
     return rc;
   }
@@ -171,6 +177,7 @@ void shmap__mesh_release(shmap_mesh *mesh)
 {
   if (atomic_fetch_sub(&mesh->refs, 1) == 1) {
     shmap__runtime_destroy(mesh->rt);
+    shmap__place_free(mesh->place);
     free(mesh);
   }
 }
@@ -281,5 +288,7 @@ void shmap__mesh_devname(const shmap_mesh *mesh, int dev, char *buf, size_t n)
   snprintf(buf, n, "device %d (", dev);
   for (int a = 0; a < mesh->naxes; a++)
     shmap__cat(buf, n, "%s%s=%d", a ? ", " : "", mesh->names[a], c[a]);
-  shmap__cat(buf, n, ")");
+  char where[128];
+  shmap__proc_suffix(mesh, dev, where, sizeof where);
+  shmap__cat(buf, n, ")%s", where);
 }

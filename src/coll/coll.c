@@ -14,6 +14,7 @@
  * to a serial left fold whatever the thread timing.
  */
 #include "coll/coll.h"
+#include "proc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -402,6 +403,9 @@ static int prepare(shmap_ctx *ctx, const char *name, int kind,
   p->call.src = x->data;
   p->n = shmap__group(ctx->rt->mesh, p->call.axes, p->call.naxes, ctx->dev,
                       NULL, &p->rank);
+  if (ctx->rt->mesh->place && ctx->rt->mesh->place->nproc > 1)
+    return shmap__proc_group_check(ctx, op_of(ctx, p), p->call.axes,
+                                   p->call.naxes);
   return 0;
 }
 

@@ -1,5 +1,6 @@
 /* runtime.c - persistent device threads, parking, waiting and waking. */
 #include "runtime/runtime.h"
+#include "proc.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -212,7 +213,7 @@ static int env_int(const char *name, int dflt)
 static bool all_done(void *arg)
 {
   shmap__runtime *rt = arg;
-  return atomic_load(&rt->done) == rt->ndev;
+  return atomic_load(&rt->done) == rt->nrun;
 }
 
 static int current_tid(void)
@@ -247,7 +248,7 @@ static void device_main(void *arg)
       return;
     rt->run(rt->job, d->id);
     shmap__set_state(d, SHMAP__ST_PARKED, 0, shmap__now());
-    if (atomic_fetch_add(&rt->done, 1) + 1 == rt->ndev)
+    if (atomic_fetch_add(&rt->done, 1) + 1 == rt->nrun)
       shmap__wake(&rt->host);
   }
 }
@@ -289,8 +290,8 @@ static bool any_ready(void *arg)
 {
   shmap__worker *w = arg;
   shmap__runtime *rt = w->rt;
-  for (int d = w->id; d < rt->ndev; d += rt->nworkers)
-    if (fiber_ready(&rt->devs[d]))
+  for (int i = w->id; i < rt->nrun; i += rt->nworkers)
+    if (fiber_ready(&rt->devs[rt->run_ids[i]]))
       return true;
   return false;
 }
@@ -302,13 +303,13 @@ static void worker_job(shmap__worker *w)
    * worker 0) is where the devices return to. */
   shmap__fiber_host_init(&w->self);
   int n = 0;
-  for (int d = w->id; d < rt->ndev; d += rt->nworkers, n++)
-    rt->devs[d].fstate = SHMAP__F_START;
+  for (int i = w->id; i < rt->nrun; i += rt->nworkers, n++)
+    rt->devs[rt->run_ids[i]].fstate = SHMAP__F_START;
   int left = n;
   while (left > 0) {
     bool ran = false;
-    for (int d = w->id; d < rt->ndev; d += rt->nworkers) {
-      shmap__dev *dev = &rt->devs[d];
+    for (int i = w->id; i < rt->nrun; i += rt->nworkers) {
+      shmap__dev *dev = &rt->devs[rt->run_ids[i]];
       if (!fiber_ready(dev))
         continue;
       dev->fstate = SHMAP__F_RUN;
@@ -325,7 +326,7 @@ static void worker_job(shmap__worker *w)
     if (!ran && left > 0)
       shmap__wait(rt, &w->waiter, any_ready, w, NULL);
   }
-  if (atomic_fetch_add(&rt->done, n) + n == rt->ndev)
+  if (atomic_fetch_add(&rt->done, n) + n == rt->nrun)
     shmap__wake(&rt->host);
 }
 
@@ -390,11 +391,11 @@ static void join_threads(shmap__runtime *rt, int n)
   atomic_store(&rt->epoch, (atomic_load(&rt->epoch) | 1) + 1);
   for (int i = 0; i < n; i++)
     shmap__wake(rt->mode == SHMAP__FIBERS ? &rt->workers[i].park
-                                          : &rt->devs[i].waiter);
+                                          : &rt->devs[rt->run_ids[i]].waiter);
   for (int i = 0; i < n; i++) {
     uv_thread_t t = (uv_thread_t)(rt->mode == SHMAP__FIBERS
                                       ? rt->workers[i].thread
-                                      : rt->devs[i].thread);
+                                      : rt->devs[rt->run_ids[i]].thread);
     uv_thread_join(&t);
   }
 }
@@ -437,7 +438,14 @@ static void thread_name(const shmap_mesh *mesh, int d, char out[16])
 static int start(shmap__runtime *rt)
 {
   shmap_mesh *mesh = rt->mesh;
-  rt->mode = choose_mode(rt->ndev);
+  /* Under MPI this process runs only its own devices; the others keep a
+   * descriptor here (so device numbers index devs) but no thread. */
+  const shmap__place *pl = mesh->place;
+  rt->nrun = 0;
+  for (int d = 0; d < rt->ndev; d++)
+    if (!pl || pl->owner[d] == pl->self)
+      rt->run_ids[rt->nrun++] = d;
+  rt->mode = choose_mode(rt->nrun);
   rt->devs = shmap__alloc(sizeof(shmap__dev) * (size_t)rt->ndev, true);
   if (!rt->devs)
     return shmap__err(SHMAP_ENOMEM, "out of memory for %d devices", rt->ndev);
@@ -461,10 +469,10 @@ static int start(shmap__runtime *rt)
     opts.flags = UV_THREAD_HAS_STACK_SIZE;
     opts.stack_size = ss;
   }
-  int nthreads = rt->ndev;
+  int nthreads = rt->nrun;
   if (rt->mode == SHMAP__FIBERS) {
     int nw = env_int("SHMAP_WORKERS", ncpu());
-    rt->nworkers = nw < 1 ? 1 : nw > rt->ndev ? rt->ndev : nw;
+    rt->nworkers = nw < 1 ? 1 : nw > rt->nrun ? rt->nrun : nw;
     nthreads = rt->nworkers;
     rt->workers = shmap__alloc(sizeof(shmap__worker) * (size_t)rt->nworkers, true);
     if (!rt->workers) {
@@ -480,9 +488,10 @@ static int start(shmap__runtime *rt)
       waiter_init(&wk->park);
       snprintf(wk->name, sizeof wk->name, "shmap-w%d", w & 0xffff);
     }
-    for (int d = 0; d < rt->ndev; d++) {
+    for (int i = 0; i < rt->nrun; i++) {
+      int d = rt->run_ids[i];
       shmap__dev *dev = &rt->devs[d];
-      dev->worker = &rt->workers[d % rt->nworkers];
+      dev->worker = &rt->workers[i % rt->nworkers];
       dev->wq = &dev->worker->waiter;
       if (shmap__fiber_create(&dev->fiber, ss ? ss : ((size_t)1 << 20),
                               fiber_main, dev) != 0) {
@@ -503,7 +512,8 @@ static int start(shmap__runtime *rt)
     uv_thread_t t;
     int rc = rt->mode == SHMAP__FIBERS
                  ? uv_thread_create_ex(&t, &opts, worker_main, &rt->workers[i])
-                 : uv_thread_create_ex(&t, &opts, device_main, &rt->devs[i]);
+                 : uv_thread_create_ex(&t, &opts, device_main,
+                                       &rt->devs[rt->run_ids[i]]);
     if (rc != 0) {
       join_threads(rt, i);
       free_devices(rt);
@@ -514,7 +524,7 @@ static int start(shmap__runtime *rt)
     if (rt->mode == SHMAP__FIBERS)
       rt->workers[i].thread = (uintptr_t)t;
     else
-      rt->devs[i].thread = (uintptr_t)t;
+      rt->devs[rt->run_ids[i]].thread = (uintptr_t)t;
   }
   rt->started = 1;
   return 0;
@@ -532,6 +542,13 @@ int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh)
   rt->mesh = mesh;
   rt->ndev = mesh->ndev;
   rt->lock = lock;
+  rt->run_ids = shmap__malloc(sizeof(int) * (size_t)mesh->ndev);
+  if (!rt->run_ids) {
+    uv_mutex_destroy(lock);
+    free(rt);
+    free(lock);
+    return shmap__err(SHMAP_ENOMEM, "out of memory creating a mesh runtime");
+  }
   atomic_init(&rt->failed_dev, -1);
   waiter_init(&rt->host);
   shmap__registry_add(rt);
@@ -546,8 +563,9 @@ void shmap__runtime_destroy(shmap__runtime *rt)
   shmap__registry_remove(rt);
   shmap__trace_runtime_gone(rt);
   if (rt->started)
-    join_threads(rt, rt->mode == SHMAP__FIBERS ? rt->nworkers : rt->ndev);
+    join_threads(rt, rt->mode == SHMAP__FIBERS ? rt->nworkers : rt->nrun);
   free_devices(rt);
+  free(rt->run_ids);
   waiter_fini(&rt->host);
   uv_mutex_destroy(rt->lock);
   free(rt->lock);
