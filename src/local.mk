@@ -17,8 +17,9 @@ src_libshmap_core_la_SOURCES = \
 	src/runtime/debug.c \
 	src/runtime/fiber.c \
 	src/coll/coll.c \
-	src/coll/ops.c
-noinst_HEADERS += src/internal.h src/runtime/runtime.h src/coll/coll.h src/proc.h
+	src/coll/ops.c \
+	src/transport/mpi.c
+noinst_HEADERS += src/internal.h src/runtime/runtime.h src/coll/coll.h src/proc.h src/transport/mpi.h
 src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(UV_CFLAGS) $(MPI_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
 src_libshmap_core_la_LIBADD = $(UV_LIBS) $(MPI_LIBS)
 

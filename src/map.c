@@ -2,6 +2,7 @@
  * blocks, run the bodies, then check and assemble the outputs. */
 #include "runtime/runtime.h"
 #include "proc.h"
+#include "transport/mpi.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -412,7 +413,8 @@ static void run_device(shmap__job *job, int dev)
   shmap__set_current(NULL);
   self->ctx = NULL;
   /* Peers waiting for this device in a collective must learn that it
-   * left; any device may be one of them. */
+   * left; any device may be one of them, in any process. */
+  shmap__mpi_dev_done(rt, dev, ctx->seq);
   atomic_store(&rt->devs[dev].finished, 1);
   shmap__wake_all(rt);
 }
@@ -707,6 +709,7 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
 
   shmap__runtime *rt = mesh->rt;
   shmap__runtime_lock(rt);
+  shmap__mpi_map_begin(mesh);
   rc = shmap__runtime_run(rt, &job, run_device);
   if (rc == 0) {
     shmap_stats *st = &mesh->stats;
@@ -718,6 +721,7 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
       st->bytes_host += ctx->moved.host;
       st->bytes_local += ctx->moved.local;
       st->bytes_moved += ctx->moved.moved;
+      st->bytes_remote += ctx->remote;
     }
   }
   if (rc == 0 && atomic_load(&rt->failed_dev) >= 0) {
@@ -731,7 +735,7 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
     if (!(flags & (SHMAP_NO_CHECK_REP | SHMAP__TRUSTED_REP)))
       rc = check_replicated(&job, k, out_specs[k], &ospec[k]);
   /* Every process of the job returns the same result (proc.c). */
-  if ((rc = shmap__proc_agree(mesh, rc)))
+  if ((rc = shmap__mpi_map_end(mesh, rc, NULL)))
     goto done;
   for (int k = 0; k < nout; k++)
     if ((rc = adopt_output(&job, k, &ospec[k], flags, &res[k])))

@@ -1,6 +1,7 @@
 /* mesh.c - named device meshes: creation from text or arrays, queries. */
 #include "internal.h"
 #include "proc.h"
+#include "transport/mpi.h"
 #include "runtime/runtime.h"
 
 #include <ctype.h>
@@ -76,11 +77,14 @@ static int mesh_build(shmap_mesh **out, int naxes, const char *const names[],
   }
   atomic_init(&m->refs, 1);
   int rc = shmap__place_default(m);
+  if (rc == 0 && (rc = shmap__mpi_mesh_init(m)))
+    shmap__place_free(m->place);
   if (rc) {
     free(m);
     return rc;
   }
   if ((rc = shmap__runtime_create(&m->rt, m))) {
+    shmap__mpi_mesh_free(m);
     shmap__place_free(m->place);
     free(m);
     return rc;
@@ -177,6 +181,7 @@ void shmap__mesh_release(shmap_mesh *mesh)
 {
   if (atomic_fetch_sub(&mesh->refs, 1) == 1) {
     shmap__runtime_destroy(mesh->rt);
+    shmap__mpi_mesh_free(mesh);
     shmap__place_free(mesh->place);
     free(mesh);
   }

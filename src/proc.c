@@ -267,7 +267,7 @@ int shmap__place_default(shmap_mesh *mesh)
   return shmap__place_new(mesh, axes, mesh->naxes, &mesh->place);
 }
 
-/* ---- agreement between processes ----------------------------------------- */
+/* ---- waiting for one request --------------------------------------------- */
 
 #ifdef SHMAP_HAVE_MPI
 int shmap__mpi_wait(void *request)
@@ -295,47 +295,7 @@ int shmap__mpi_wait(void *request)
   }
 }
 
-/* What one process reports at the end of a map. */
-typedef struct verdict {
-  int code;
-  char msg[SHMAP__MSG_MAX];
-} verdict;
 #endif
-
-int shmap__proc_agree(const shmap_mesh *mesh, int rc)
-{
-#ifdef SHMAP_HAVE_MPI
-  if (!mesh->place || mesh->place->nproc == 1)
-    return rc;
-  verdict *all = shmap__calloc((size_t)self.size, sizeof *all);
-  if (!all) /* cannot take part: the job would hang, so stop it */
-    MPI_Abort(comm, 1);
-  all[self.rank].code = rc;
-  if (rc)
-    snprintf(all[self.rank].msg, sizeof all[0].msg, "%s", shmap__errbuf());
-  MPI_Request req;
-  int err = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all,
-                           (int)sizeof *all, MPI_BYTE, comm, &req);
-  if (err != MPI_SUCCESS || shmap__mpi_wait(&req) != 0)
-    rc = err != MPI_SUCCESS ? mpi_fail(SHMAP_ESYS, "MPI_Iallgather", err)
-                            : SHMAP_ESYS;
-  else {
-    /* The failure of the lowest-numbered failing process is everyone's. */
-    rc = 0;
-    for (int r = 0; r < self.size; r++)
-      if (all[r].code) {
-        rc = all[r].code;
-        shmap__err_set(all[r].msg);
-        break;
-      }
-  }
-  free(all);
-  return rc;
-#else
-  (void)mesh;
-  return rc;
-#endif
-}
 
 int shmap__proc_reshard_check(const shmap_array *a, const char *what)
 {
@@ -349,30 +309,6 @@ int shmap__proc_reshard_check(const shmap_array *a, const char *what)
                     "processes, which this version cannot do (pass the same "
                     "spec, or start from a host array)",
                     what, spec, a->mesh->place->nproc);
-}
-
-int shmap__proc_group_check(shmap_ctx *ctx, const char *op, const int axes[],
-                            int naxes)
-{
-  const shmap_mesh *mesh = ctx->rt->mesh;
-  const shmap__place *pl = mesh->place;
-  int rank;
-  int n = shmap__group(mesh, axes, naxes, ctx->dev, ctx->members, &rank);
-  for (int r = 0; r < n; r++) {
-    int m = ctx->members[r];
-    if (pl->owner[m] != pl->self) {
-      char at[320];
-      shmap__axes_format(mesh, axes, naxes, at, sizeof at);
-      return shmap__dev_fail(ctx, op, SHMAP_EINVAL,
-                             "its group over %s includes device %d of "
-                             "process %d (host %s); this version runs "
-                             "collectives only between the devices of one "
-                             "process: choose process axes the collectives "
-                             "do not run over (shmap_mesh_set_process_axes)",
-                             at, m, pl->owner[m], host_of(pl->owner[m]));
-    }
-  }
-  return 0;
 }
 
 /* ---- public --------------------------------------------------------------- */
@@ -409,6 +345,7 @@ SHMAP_EXTERN int shmap_mesh_set_process_axes(shmap_mesh *mesh, const char *axes)
   }
   shmap__place *p = NULL;
   if (self.mpi && (rc = shmap__place_new(mesh, ax, n, &p)) == 0) {
+    p->mpi = mesh->place->mpi; /* the mesh keeps its communicator */
     shmap__place_free(mesh->place);
     mesh->place = p;
   }

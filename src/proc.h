@@ -38,6 +38,7 @@ typedef struct shmap__place {
   int *owner;  /* process of each device */
   int nlocal;  /* devices of this process ... */
   int *local;  /* ... in increasing device number */
+  struct shmap__mpimesh *mpi; /* with several processes (transport/mpi.c) */
 } shmap__place;
 
 /* Compute a placement of `mesh` over the job's processes (mesh->place is
@@ -61,21 +62,12 @@ static inline bool shmap__dev_local(const shmap_mesh *mesh, int dev)
 /* " on process 1 (host node2)" when the job has several processes, else "". */
 void shmap__proc_suffix(const shmap_mesh *mesh, int dev, char *buf, size_t n);
 
-/* The end of a map: every process learns every other's result `rc` and
- * returns the same code and message (the lowest-numbered failing
- * process's).  Without MPI, or with one process, returns rc. */
-int shmap__proc_agree(const shmap_mesh *mesh, int rc);
 /* Reading sharded array `a` with another spec (`what` names the input):
  * 0 when every piece is in this process, else SHMAP_EINVAL. */
 int shmap__proc_reshard_check(const shmap_array *a, const char *what);
 /* Wait for one MPI request (an MPI_Request *) without a blocking call:
  * 0 or SHMAP_ESYS with a message. */
 int shmap__mpi_wait(void *request);
-
-/* A collective of device ctx over `axes` (op names it): 0 when every
- * member of its group runs in this process, else the device fails. */
-int shmap__proc_group_check(shmap_ctx *ctx, const char *op, const int axes[],
-                            int naxes);
 
 /* Host data over processes (spmd.c). */
 /* Copy every block this process holds into `dst` (row-major, whole). */

@@ -15,6 +15,7 @@
  */
 #include "coll/coll.h"
 #include "proc.h"
+#include "transport/mpi.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,6 +67,7 @@ typedef struct prep {
   char op[360]; /* "psum over 'j'", formatted only for messages */
   shmap__call call;
   int n, rank;  /* group size and this device's rank */
+  const int *from; /* ppermute: the source rank of each rank, or -1 */
 } prep;
 
 /* The call's name for messages: "psum over ('i', 'j')". */
@@ -121,6 +123,9 @@ typedef struct group {
   shmap__dev *succ;
   uint64_t t0;        /* when this device entered the call */
   uint64_t op;        /* packed kind and axes, for traces */
+  /* A group spanning processes: every member's call, its data received
+   * into this device's memory (transport/mpi.c); NULL otherwise. */
+  shmap__call *x;
 } group;
 
 /* Device number of the member of rank r (O(number of axes)). */
@@ -270,6 +275,108 @@ static int join(shmap_ctx *ctx, prep *p, group *g)
   }
 }
 
+/* Whether some member of the group runs in another process. */
+static bool spans_processes(shmap_ctx *ctx, group *g)
+{
+  const shmap__place *pl = ctx->rt->mesh->place;
+  if (!pl || pl->nproc == 1)
+    return false;
+  fill_members(g);
+  for (int r = 0; r < g->n; r++)
+    if (pl->owner[g->members[r]] != pl->self)
+      return true;
+  return false;
+}
+
+/*
+ * A group spanning processes: every member sends its call to every other,
+ * and each compares them all with its own (a mismatch fails the map); then
+ * each member receives, straight into its own memory, the blocks it reads,
+ * and the algorithm runs on those as it would on its peers' buffers.  No
+ * member reads another's memory, so there is no departure to wait for.
+ */
+static int arrive_remote(shmap_ctx *ctx, prep *p, group *g)
+{
+  shmap__runtime *rt = ctx->rt;
+  const shmap__call *call = &p->call;
+  int n = g->n;
+  size_t es = shmap_dtype_size((shmap_dtype)call->dtype);
+  size_t bytes = (size_t)shmap__numel(call->rank, call->shape) * es;
+  size_t hdr = (sizeof(shmap__call) + sizeof(void *) + 1) * (size_t)n;
+  hdr = (hdr + 63) & ~(size_t)63;
+  int nrecv = 0;
+  for (int r = 0; r < n; r++)
+    if (r != g->rank && (!p->from || p->from[g->rank] == r))
+      nrecv++;
+  char *mem = shmap__alloc(hdr + (size_t)nrecv * bytes, false);
+  if (!mem)
+    return leave(ctx, g, 0,
+                 shmap__dev_fail(ctx, op_of(ctx, p), SHMAP_ENOMEM,
+                                 "out of memory for %d blocks of %zu bytes",
+                                 nrecv, bytes));
+  shmap__call *x = (shmap__call *)mem;
+  void **bufs = (void **)(mem + sizeof(shmap__call) * (size_t)n);
+  bool *send = (bool *)(bufs + n);
+  int short_dev = -1;
+  uint32_t short_calls = 0;
+  int rc = shmap__mpi_agree(ctx, call, g->members, n, g->rank, g->k, x,
+                            &short_dev, &short_calls);
+  char why[SHMAP__MSG_MAX - 200];
+  why[0] = '\0';
+  const shmap_mesh *mesh = rt->mesh;
+  char me[128], other[128], cm[256], co[256];
+  if (rc == SHMAP_EMISMATCH && !atomic_load(&rt->abort)) {
+    shmap__mesh_devname(mesh, ctx->dev, me, sizeof me);
+    shmap__mesh_devname(mesh, short_dev, other, sizeof other);
+    call_format(mesh, call, cm, sizeof cm);
+    shmap__cat(why, sizeof why,
+             "%s called %s as its collective call #%u, but %s returned from "
+             "its body after %u collective call%s",
+             me, cm, g->k, other, short_calls, short_calls == 1 ? "" : "s");
+  }
+  for (int r = 0; rc == 0 && r < n && !why[0]; r++)
+    if (r != g->rank && !call_equal(call, &x[r])) {
+      shmap__mesh_devname(mesh, ctx->dev, me, sizeof me);
+      shmap__mesh_devname(mesh, g->members[r], other, sizeof other);
+      call_format(mesh, call, cm, sizeof cm);
+      call_format(mesh, &x[r], co, sizeof co);
+      shmap__cat(why, sizeof why,
+               "collective call #%u differs between devices: %s called %s but "
+               "%s called %s",
+               g->k, me, cm, other, co);
+    }
+  if (rc == 0 && !why[0]) {
+    char *data = mem + hdr;
+    for (int r = 0; r < n; r++) {
+      bool in = r != g->rank && (!p->from || p->from[g->rank] == r);
+      bufs[r] = in ? data : NULL;
+      data += in ? bytes : 0;
+      send[r] = r != g->rank && (!p->from || p->from[r] == g->rank);
+    }
+    rc = shmap__mpi_exchange(ctx, g->members, n, g->rank, g->k, call->src,
+                             bytes, send, bufs);
+  }
+  if (rc == 0 && !why[0]) {
+    for (int r = 0; r < n; r++) {
+      if (bufs[r] && rt->mesh->place->owner[g->members[r]] !=
+                         rt->mesh->place->self)
+        ctx->remote += bytes;
+      x[r].src = bufs[r];
+      x[r].dst = NULL;
+    }
+    x[g->rank] = *call;
+    g->x = x;
+    return 0;
+  }
+  free(mem);
+  if (why[0])
+    return leave(ctx, g, 0, shmap__dev_fail(ctx, op_of(ctx, p),
+                                            SHMAP_EMISMATCH, "%s", why));
+  if (rc == SHMAP_ECANCELED || rc == SHMAP_EMISMATCH)
+    return leave(ctx, g, 0, shmap__canceled(ctx, op_of(ctx, p)));
+  return leave(ctx, g, 0, rc);
+}
+
 static int arrive(shmap_ctx *ctx, prep *p, group *g)
 {
   const shmap__call *call = &p->call;
@@ -295,8 +402,11 @@ static int arrive(shmap_ctx *ctx, prep *p, group *g)
   g->k = ++ctx->seq;
   self->calls[g->k % SHMAP__HIST] = *call;
   atomic_store(&self->arrive, g->k);
+  g->x = NULL;
   if (g->n == 1)
     return 0;
+  if (spans_processes(ctx, g))
+    return arrive_remote(ctx, p, g);
   /* The predecessor may be waiting to compare its call with ours. */
   shmap__dev_wake(&rt->devs[member(g, (g->rank + g->n - 1) % g->n)]);
   g->succ = &rt->devs[member(g, (g->rank + 1) % g->n)];
@@ -341,7 +451,10 @@ static int arrive(shmap_ctx *ctx, prep *p, group *g)
 static void depart(shmap_ctx *ctx, group *g, uint64_t bytes)
 {
   shmap__runtime *rt = ctx->rt;
-  if (g->n > 1) {
+  if (g->x) {
+    free(g->x);
+    g->x = NULL;
+  } else if (g->n > 1) {
     uint64_t w = atomic_fetch_sub(&g->slot->word, 1);
     if (LEFT(w) == 1) {
       atomic_store(&g->slot->word, 0); /* free the slot for a later call */
@@ -357,6 +470,8 @@ static void depart(shmap_ctx *ctx, group *g, uint64_t bytes)
  * fill_members() first. */
 static const shmap__call *peer(const group *g, int r)
 {
+  if (g->x)
+    return &g->x[r];
   return &g->devs[member(g, r)].calls[g->k % SHMAP__HIST];
 }
 
@@ -403,9 +518,7 @@ static int prepare(shmap_ctx *ctx, const char *name, int kind,
   p->call.src = x->data;
   p->n = shmap__group(ctx->rt->mesh, p->call.axes, p->call.naxes, ctx->dev,
                       NULL, &p->rank);
-  if (ctx->rt->mesh->place && ctx->rt->mesh->place->nproc > 1)
-    return shmap__proc_group_check(ctx, op_of(ctx, p), p->call.axes,
-                                   p->call.naxes);
+  p->from = NULL;
   return 0;
 }
 
@@ -536,6 +649,14 @@ static int reduce_inplace(shmap_ctx *ctx, shmap_block *x, const char *axes,
   size_t chunk = (numel + (size_t)g.n - 1) / (size_t)g.n;
   chunk = (chunk + align - 1) / align * align;
   size_t lo = chunk * (size_t)g.rank, hi = lo + chunk;
+  /* Over processes every member folds the whole block, for itself. */
+  int w0 = 0, w1 = g.n;
+  if (g.x) {
+    lo = 0;
+    hi = numel;
+    w0 = g.rank;
+    w1 = g.rank + 1;
+  }
   if (hi > numel)
     hi = numel;
   shmap__reduce_fn fold = shmap__reducer(kind, x->dtype);
@@ -550,7 +671,7 @@ static int reduce_inplace(shmap_ctx *ctx, shmap_block *x, const char *axes,
       fold(tmp, (const char *)peer(&g, r)->src + off * es, len);
     if (kind == SHMAP__PMEAN)
       shmap__divide(tmp, len, x->dtype, g.n);
-    for (int r = 0; r < g.n; r++)
+    for (int r = w0; r < w1; r++)
       memcpy((char *)peer(&g, r)->dst + off * es, tmp, len * es);
   }
   depart(ctx, &g, shmap_block_nbytes(x));
@@ -803,18 +924,23 @@ SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,
   p.call.pairs_hash = h;
   size_t bytes = shmap_block_nbytes(x);
   int src = from[p.rank];
-  free(from);
+  p.from = from; /* between processes, only the pairs' blocks move */
   /* The incoming block waits in a scratch block of the device's arena
    * (reused from call to call) until every member has read its source. */
   shmap__chunk *tmp = NULL;
   if (src >= 0 && bytes &&
       !(tmp = shmap__arena_alloc(ctx, x->dtype, x->rank, x->shape,
                                  SHMAP__CHUNK_SCRATCH, false)))
+  {
+    free(from);
     return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_ENOMEM, "%s",
                            shmap__errbuf());
+  }
   p.call.dst = x->data;
   group g;
-  if ((rc = arrive(ctx, &p, &g))) {
+  rc = arrive(ctx, &p, &g);
+  free(from);
+  if (rc) {
     if (tmp)
       shmap__arena_free(ctx, tmp);
     return rc;

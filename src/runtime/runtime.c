@@ -1,6 +1,7 @@
 /* runtime.c - persistent device threads, parking, waiting and waking. */
 #include "runtime/runtime.h"
 #include "proc.h"
+#include "transport/mpi.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -151,6 +152,7 @@ int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg)
     snprintf(rt->fail_msg, sizeof rt->fail_msg, "%s", msg);
     atomic_store(&rt->abort, 1); /* publishes fail_code and fail_msg */
     shmap__wake_all(rt);
+    shmap__mpi_on_fail(rt, dev, code, msg); /* other processes */
   }
   return code;
 }
@@ -323,8 +325,14 @@ static void worker_job(shmap__worker *w)
       if (dev->fstate == SHMAP__F_DONE)
         left--;
     }
-    if (!ran && left > 0)
-      shmap__wait(rt, &w->waiter, any_ready, w, NULL);
+    if (!ran && left > 0) {
+      /* Nobody wakes a device waiting for MPI: test again soon. */
+      if (atomic_load(&rt->mpi_waiters))
+        shmap__wait_until(rt, &w->waiter, any_ready, w, NULL,
+                          shmap__now() + 50000);
+      else
+        shmap__wait(rt, &w->waiter, any_ready, w, NULL);
+    }
   }
   if (atomic_fetch_add(&rt->done, n) + n == rt->nrun)
     shmap__wake(&rt->host);

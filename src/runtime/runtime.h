@@ -201,6 +201,7 @@ typedef struct shmap__runtime {
   int fail_code;
   char fail_msg[SHMAP__MSG_MAX];
   _Atomic int done;        /* devices finished with the job */
+  _Atomic int mpi_waiters; /* device fibers waiting for MPI transfers */
   shmap__waiter host;      /* the thread that called the map */
 } shmap__runtime;
 
@@ -220,6 +221,7 @@ struct shmap_ctx {
   /* Input blocks shared and built, and the bytes copied to build them. */
   uint64_t shared, built;
   shmap__moved moved;
+  uint64_t remote; /* bytes received from other processes (MPI) */
 };
 
 int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh);
