@@ -10,10 +10,15 @@ EXTRA_DIST += tests/mpi/run.sh tests/mpi/np1.sh tests/mpi/np2.sh \
 	tests/mpi/np4.sh tests/mpi/netns.sh
 
 if BUILD_MPI
-check_PROGRAMS += tests/mpi/test_mpi_proc tests/mpi/test_mpi_level
+check_PROGRAMS += tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \
+	tests/mpi/test_mpi_coll
 tests_mpi_test_mpi_proc_SOURCES = tests/mpi/test_mpi_proc.c
 tests_mpi_test_mpi_proc_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 tests_mpi_test_mpi_proc_LDADD = src/libshmap.la $(MPI_LIBS)
+tests_mpi_test_mpi_coll_SOURCES = tests/mpi/test_mpi_coll.c tests/refcoll.c \
+	tests/refcoll.h
+tests_mpi_test_mpi_coll_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
+tests_mpi_test_mpi_coll_LDADD = src/libshmap.la $(MPI_LIBS)
 tests_mpi_test_mpi_level_SOURCES = tests/mpi/test_mpi_level.c
 tests_mpi_test_mpi_level_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 tests_mpi_test_mpi_level_LDADD = src/libshmap.la $(MPI_LIBS)

@@ -150,9 +150,11 @@ int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg)
   if (atomic_compare_exchange_strong(&rt->failed_dev, &expected, dev)) {
     rt->fail_code = code;
     snprintf(rt->fail_msg, sizeof rt->fail_msg, "%s", msg);
+    /* Other processes first: a device released here may tell them it
+     * returned, which must not reach them before the failure does. */
+    shmap__mpi_on_fail(rt, dev, code, msg);
     atomic_store(&rt->abort, 1); /* publishes fail_code and fail_msg */
     shmap__wake_all(rt);
-    shmap__mpi_on_fail(rt, dev, code, msg); /* other processes */
   }
   return code;
 }

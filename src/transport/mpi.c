@@ -94,7 +94,7 @@ int shmap__mpi_mesh_init(shmap_mesh *mesh)
     m->slot[s].done = shmap__calloc((size_t)mesh->ndev, 1);
     m->slot[s].counts = shmap__calloc((size_t)mesh->ndev, sizeof(uint32_t));
     m->slot[s].fail_dev = -1;
-    m->slot[s].epoch = (uint32_t)s;
+    m->slot[s].epoch = s ? 1 : 2; /* maps are numbered from 1 */
     m->out[s] = shmap__calloc(1, sizeof(notice));
     ok = ok && m->slot[s].done && m->slot[s].counts && m->out[s];
   }
@@ -291,11 +291,16 @@ static bool requests_done(void *arg)
   if ((w->polls++ & 7) == 0) {
     poll_notices(w->rt, w->m);
     eslot *s = &w->m->slot[w->m->epoch & 1];
+    const shmap__place *pl = w->rt->mesh->place;
     for (int i = 0; i < w->nwatch; i++) {
       int d = w->watch[i];
-      if (s->done[d] && s->counts[d] < w->k) {
+      bool local = pl->owner[d] == pl->self;
+      const shmap__dev *dv = &w->rt->devs[d];
+      bool gone = local ? atomic_load(&dv->finished) != 0 : s->done[d];
+      uint32_t calls = local ? atomic_load(&dv->arrive) : s->counts[d];
+      if (gone && calls < w->k) {
         w->short_dev = d;
-        w->short_calls = s->counts[d];
+        w->short_calls = calls;
         return true;
       }
     }
@@ -385,8 +390,7 @@ int shmap__mpi_agree(shmap_ctx *ctx, const shmap__call *mine,
               tag_of(m, d, ctx->dev), m->comm, &reqs[nreq++]);
     MPI_Isend(&wire, (int)sizeof wire, MPI_BYTE, p, tag_of(m, ctx->dev, d),
               m->comm, &reqs[nreq++]);
-    if (p != pl->self)
-      watch[nwatch++] = d;
+    watch[nwatch++] = d;
   }
   waitarg w = {.m = m, .reqs = reqs, .nreq = nreq, .watch = watch,
                .nwatch = nwatch, .k = k};

@@ -72,9 +72,13 @@ run() { # NP PROGRAM [ARGS]: ranks split evenly over the two namespaces
     -np "$np" --host "$ipa:$per,$ipb:$per" \
     --mca plm_rsh_agent "$work/agent" \
     --mca btl tcp,self --mca btl_tcp_if_include "$net.0/24" \
-    --mca oob_tcp_if_include "$net.0/24" "$@"
+    --mca oob_tcp_if_include "$net.0/24" \
+    -x SHMAP_SCHED -x SHMAP_PROP_CASES "$@"
 }
 
+# Remote ranks get only the variables passed with -x: every process must
+# run the same cases.
+export SHMAP_PROP_CASES=40
 fail=0
 # The ranks really run in both namespaces (so they talk over the veth).
 where=$(run 2 ip netns identify | sort | tr '\n' ' ')
@@ -85,6 +89,8 @@ for np in 2 4; do
     export SHMAP_SCHED=$sched
     echo "== two namespaces, np=$np, SHMAP_SCHED=$sched: test_mpi_proc"
     run "$np" "$b/tests/mpi/test_mpi_proc" || { echo "FAIL: test_mpi_proc"; fail=1; }
+    echo "== two namespaces, np=$np, SHMAP_SCHED=$sched: test_mpi_coll"
+    run "$np" "$b/tests/mpi/test_mpi_coll" || { echo "FAIL: test_mpi_coll"; fail=1; }
     echo "== two namespaces, np=$np, SHMAP_SCHED=$sched: 09_processes"
     single=$("$b/examples/09_processes") || fail=1
     many=$(run "$np" "$b/examples/09_processes") || { echo "FAIL: 09_processes"; fail=1; }
