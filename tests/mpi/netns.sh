@@ -79,6 +79,7 @@ run() { # NP PROGRAM [ARGS]: ranks split evenly over the two namespaces
 # Remote ranks get only the variables passed with -x: every process must
 # run the same cases.
 export SHMAP_PROP_CASES=40
+export SHMAP_SCHED=${SHMAP_SCHED:-auto}
 fail=0
 # The ranks really run in both namespaces (so they talk over the veth).
 where=$(run 2 ip netns identify | sort | tr '\n' ' ')
