@@ -8,11 +8,11 @@
  * placed on the devices with P('i', 'j'), so each device holds a 2x8 block
  * (device 3, at (1, 1), holds 40..47 and 56..63).  The body copies its block
  * to its output and adds it up over 'j' with shmap_psum.  Device 3 sleeps
- * SECONDS (default 0.2) before its psum, so device 2 waits for it in the
+ * SECONDS (default 1) before its psum, so device 2 waits for it in the
  * psum while devices 0 and 1 finish: with SHMAP_WATCHDOG=1 and SECONDS=2.5
  * the watchdog reports it.  main() checks the result and exits 0.
  *
- * The sleep goes in steps of 10 ms and ends early when delay_seconds is
+ * The sleep goes in steps of 0.25 s and ends early when delay_seconds is
  * lowered, so that a debugger attached to a long sleep can end it
  * ("print delay_seconds = 0") and let the program finish.
  *
@@ -41,7 +41,7 @@ struct target {
 };
 
 /* Seconds device 3 sleeps before its psum. */
-volatile double delay_seconds = 0.2;
+volatile double delay_seconds = 1.0;
 
 static void check(int rc, const char *what)
 {
@@ -68,8 +68,8 @@ static void sleep_delay(void)
     double left = delay_seconds - seconds_since(&t0);
     if (left <= 0)
       break;
-    if (left > 0.01)
-      left = 0.01;
+    if (left > 0.25)
+      left = 0.25;
     struct timespec ts = {0, (long)(left * 1e9)};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
       ;
