@@ -10,12 +10,17 @@
 #   shmap meshes            one line per live mesh: axes, devices, whether
 #                           a map is running and which body it runs
 #   shmap devices           every device of every live mesh: number,
-#                           coordinates, gdb thread, and what it does, in
-#                           the watchdog's words ("running its body for
-#                           1.2 s", "waiting in psum over 'j' (call #1)")
-#   shmap thread DEV [MESH] switch to the thread of device DEV
-#   $shmap_device()         the device number of the selected thread, or -1
-#                           (break f.c:42 if $shmap_device() == 3)
+#                           coordinates, the gdb thread running it (or
+#                           "parked", for a fiber no thread runs), and what
+#                           it does, in the watchdog's words ("running its
+#                           body for 1.2 s", "waiting in psum over 'j'")
+#   shmap device DEV [MESH] select device DEV: switch to its thread, or show
+#                           a parked fiber from its saved registers (also
+#                           spelled shmap thread)
+#   shmap release           give back the registers a parked fiber borrowed
+#                           (done by itself before the program resumes)
+#   $shmap_device()         the device number the selected thread runs, or
+#                           -1 (break f.c:42 if $shmap_device() == 3)
 #   set shmap values N      how many leading values the printers show
 #
 # and pretty-printers for shmap_block ("f32[2,8] {40, 41, ...}"),
@@ -537,7 +542,8 @@ class ShmapPrefix(gdb.Command):
 
 shmap meshes            -- one line per live mesh
 shmap devices [MESH]    -- every device of every live mesh (or of mesh #MESH)
-shmap thread DEV [MESH] -- switch to the thread of device DEV
+shmap device DEV [MESH] -- select device DEV (also: shmap thread DEV)
+shmap release           -- give back the registers a parked fiber borrowed
 See also: set shmap values, $shmap_device(), and shmap-debugging(7)."""
 
     def __init__(self):
@@ -904,9 +910,16 @@ def _install_hooks():
         _View.thread = _View.regs = _View.rt_id = _View.dev = None
         _Cache.key = None
 
+    # Sourcing the file twice must not connect the handlers twice.
+    old = getattr(gdb, "_shmap_event_handlers", None)
+    if old is not None:
+        if hasattr(gdb.events, "gdb_exiting"):
+            gdb.events.gdb_exiting.disconnect(old[0])
+        gdb.events.exited.disconnect(old[1])
     if hasattr(gdb.events, "gdb_exiting"):
         gdb.events.gdb_exiting.connect(exiting)
     gdb.events.exited.connect(exited)
+    gdb._shmap_event_handlers = (exiting, exited)
 
 
 class ShmapSetPrefix(gdb.Command):
