@@ -7,10 +7,11 @@
 # build tree) rewrites the blocks from fresh runs.
 #
 # The transcripts were made in a plain (no sanitizer) in-tree GCC build on
-# x86-64 Linux, with gdb: frame numbers and source paths depend on all of
-# that, so the test is skipped (exit 77) elsewhere: without python3 or
-# gdb, when gdb cannot run programs (ptrace), in a build tree apart from
-# the source tree, in a sanitizer build, or with a compiler other than GCC.
+# x86-64 Linux, with gdb and libc's debug information: frame numbers and
+# source paths depend on all of that, so the test is skipped (exit 77)
+# elsewhere: without python3 or gdb, when gdb cannot run programs (ptrace),
+# without libc's debug information, in a build tree apart from the source
+# tree, in a sanitizer build, or with a compiler other than GCC.
 # Exit status: 0 pass, 1 fail, 77 skip, 99 hard error.
 
 top_srcdir=${top_srcdir:-.}
@@ -42,6 +43,14 @@ out=$(DEBUGINFOD_URLS= gdb -nx -batch -ex run --args /bin/sh -c 'exit 0' 2>&1)
 case $out in
   *"exited normally"*) ;;
   *) skip "gdb cannot run a program here (ptrace not permitted?)" ;;
+esac
+# The gdb sessions show libc's frames with their source lines, which gdb
+# knows only with libc's debug information (Debian: libc6-dbg).
+libc=$(ldd /bin/sh 2>/dev/null | awk '/libc\.so/ { print $3 }')
+out=$(DEBUGINFOD_URLS= gdb -nx -batch -ex 'info line syscall' "$libc" 2>&1)
+case $out in
+  *"syscall.S"*) ;;
+  *) skip "no debug information for libc (${libc:-not found})" ;;
 esac
 for prog in tests/gdb_target examples/02_shapes; do
   test -x "$top_builddir/$prog" || {
