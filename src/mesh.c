@@ -1,8 +1,8 @@
 /* mesh.c - named device meshes: creation from text or arrays, queries. */
 #include "internal.h"
 #include "proc.h"
-#include "transport/mpi.h"
 #include "runtime/runtime.h"
+#include "transport/mpi.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -24,7 +24,11 @@
  * MPICH's mpiexec kill the job when one of its processes dies.
  */
 #include "transport/mpi.h"
+
+#include "coll/coll.h"
+#include "map.h"
 #include "proc.h"
+#include "transport/comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,8 +300,8 @@ static bool requests_done(void *arg)
       int d = w->watch[i];
       bool local = pl->owner[d] == pl->self;
       const shmap__dev *dv = &w->rt->devs[d];
-      bool gone = local ? atomic_load(&dv->finished) != 0 : s->done[d];
-      uint32_t calls = local ? atomic_load(&dv->arrive) : s->counts[d];
+      bool gone = local ? atomic_load(&dv->coll.finished) != 0 : s->done[d];
+      uint32_t calls = local ? atomic_load(&dv->coll.arrive) : s->counts[d];
       if (gone && calls < w->k) {
         w->short_dev = d;
         w->short_calls = calls;
@@ -361,31 +365,160 @@ static int tag_of(const shmap__mpimesh *m, int from, int to)
   return (int)(1 + (e * m->ndev + from) * m->ndev + to);
 }
 
-/* ---- a collective ------------------------------------------------------------ */
+/* ---- the transport (transport/comm.h) ---------------------------------------- */
 
-int shmap__mpi_agree(shmap_ctx *ctx, const shmap__call *mine,
-                     const int members[], int n, int rank, uint32_t k,
-                     shmap__call theirs[], int *short_dev,
-                     uint32_t *short_calls)
+/* Per call: the requests this device posted, and buffers that must live
+ * until depart (allreduce results being sent). */
+typedef struct mcall {
+  MPI_Request *reqs;
+  int nreq, cap;
+  void **keep;
+  int nkeep, capkeep;
+} mcall;
+
+static mcall *MC(shmap__coll *c) { return *(mcall **)c->priv; }
+
+static void add_req(shmap__coll *c, MPI_Request r)
 {
+  mcall *mc = MC(c);
+  if (mc->nreq == mc->cap) {
+    int cap = mc->cap ? 2 * mc->cap : 16;
+    MPI_Request *n = shmap__realloc(mc->reqs, sizeof *n * (size_t)cap);
+    if (!n) /* cannot track it: wait for it now instead */
+      { MPI_Wait(&r, MPI_STATUS_IGNORE); return; }
+    mc->reqs = n;
+    mc->cap = cap;
+  }
+  mc->reqs[mc->nreq++] = r;
+}
+
+static void keep(shmap__coll *c, void *p)
+{
+  mcall *mc = MC(c);
+  if (mc->nkeep == mc->capkeep) {
+    int cap = mc->capkeep ? 2 * mc->capkeep : 8;
+    void **n = shmap__realloc(mc->keep, sizeof *n * (size_t)cap);
+    if (!n)
+      abort(); /* a few pointers: the allocator is gone */
+    mc->keep = n;
+    mc->capkeep = cap;
+  }
+  mc->keep[mc->nkeep++] = p;
+}
+
+/* The MPI type of a strided box of elements of `es` bytes. */
+static MPI_Datatype box_type(int rank, const int64_t shape[],
+                             const int64_t strides[], size_t es)
+{
+  MPI_Datatype t, nt;
+  MPI_Type_contiguous((int)es, MPI_BYTE, &t);
+  for (int d = rank - 1; d >= 0; d--) {
+    MPI_Type_create_hvector((int)shape[d], 1, (MPI_Aint)(strides[d] * (int64_t)es),
+                            t, &nt);
+    MPI_Type_free(&t);
+    t = nt;
+  }
+  MPI_Type_commit(&t);
+  return t;
+}
+
+static int peer_proc(shmap__coll *c, int r, int *dev)
+{
+  *dev = shmap__comm_member(c, r);
+  return c->comm->mesh->place->owner[*dev];
+}
+
+/* Wait for requests that must complete (data of a call every member
+ * entered): no release by failures, as comm.h requires. */
+static void wait_must(shmap__coll *c, MPI_Request *reqs, int n)
+{
+  shmap_ctx *ctx = c->ctx;
+  waitarg w = {.m = c->comm->priv, .reqs = reqs, .nreq = n};
+  w.rt = ctx->rt;
+  w.short_dev = -1;
   shmap__runtime *rt = ctx->rt;
-  shmap__mpimesh *m = mm_of(rt->mesh);
-  const shmap__place *pl = rt->mesh->place;
+  shmap__dev *self = &rt->devs[ctx->dev];
+  if (rt->mode == SHMAP__FIBERS) {
+    atomic_fetch_add(&rt->mpi_waiters, 1);
+    while (!shmap__dev_wait(rt, self, requests_done, &w, NULL) || !w.done)
+      ;
+    atomic_fetch_sub(&rt->mpi_waiters, 1);
+  } else {
+    uint64_t nap = 20000;
+    while (shmap__wait_until(rt, &self->waiter, requests_done, &w, NULL,
+                             shmap__now() + nap) != 1 || !w.done)
+      if (nap < 1000000)
+        nap *= 2;
+  }
+}
+
+static int mpi_open(shmap__comm *comm)
+{
+  shmap__mpimesh *m = mm_of(comm->mesh);
+  shmap__mpi_map_begin((shmap_mesh *)comm->mesh);
+  comm->priv = m;
+  return 0;
+}
+
+static void mpi_close(shmap__comm *comm, bool failed)
+{
+  (void)comm;
+  (void)failed;
+}
+
+static bool mpi_is_local(const shmap__comm *comm, int dev)
+{
+  return shmap__dev_local(comm->mesh, dev);
+}
+
+static void mpi_finish(shmap__comm *comm, int dev)
+{
+  shmap__runtime *rt = comm->rt;
+  const shmap_ctx *ctx = rt->devs[dev].ctx;
+  shmap__mpi_dev_done(rt, dev, ctx ? ctx->seq : atomic_load(&rt->devs[dev].coll.arrive));
+  atomic_store(&rt->devs[dev].coll.finished, 1);
+  shmap__wake_all(rt);
+}
+
+static void mpi_failed(shmap__runtime *rt)
+{
+  /* The notice to the other processes went out first (shmap__fail). */
+  shmap__wake_all(rt);
+}
+
+static int mpi_arrive(shmap__coll *c)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shmap__mpimesh *m = c->comm->priv;
+  shmap__dev *self = &rt->devs[ctx->dev];
+  mcall *mc = shmap__calloc(1, sizeof *mc);
+  memcpy(c->priv, &mc, sizeof mc);
+  atomic_store(&self->coll.arrive, c->k);
+  if (!mc)
+    return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
+                           "out of memory");
+  if (c->n == 1)
+    return 0;
+  int n = c->n;
+  shmap__call *theirs = shmap__malloc(sizeof *theirs * (size_t)n);
   MPI_Request *reqs = shmap__malloc(sizeof *reqs * 2 * (size_t)n);
   int *watch = shmap__malloc(sizeof *watch * (size_t)n);
-  if (!reqs || !watch) {
+  if (!theirs || !reqs || !watch) {
+    free(theirs);
     free(reqs);
     free(watch);
-    return shmap__dev_fail(ctx, "collective", SHMAP_ENOMEM, "out of memory");
+    return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
+                           "out of memory");
   }
-  shmap__call wire = *mine;
+  shmap__call wire = c->call;
   wire.src = NULL;
   wire.dst = NULL;
   int nreq = 0, nwatch = 0;
   for (int r = 0; r < n; r++) {
-    if (r == rank)
+    if (r == c->rank)
       continue;
-    int d = members[r], p = pl->owner[d];
+    int d, p = peer_proc(c, r, &d);
     MPI_Irecv(&theirs[r], (int)sizeof *theirs, MPI_BYTE, p,
               tag_of(m, d, ctx->dev), m->comm, &reqs[nreq++]);
     MPI_Isend(&wire, (int)sizeof wire, MPI_BYTE, p, tag_of(m, ctx->dev, d),
@@ -393,51 +526,175 @@ int shmap__mpi_agree(shmap_ctx *ctx, const shmap__call *mine,
     watch[nwatch++] = d;
   }
   waitarg w = {.m = m, .reqs = reqs, .nreq = nreq, .watch = watch,
-               .nwatch = nwatch, .k = k};
+               .nwatch = nwatch, .k = c->k};
   int rc = wait_all(ctx, &w);
-  if (rc == SHMAP_EMISMATCH) {
-    *short_dev = w.short_dev;
-    *short_calls = w.short_calls;
-  }
+  char why[SHMAP__MSG_MAX - 200];
+  why[0] = '\0';
+  if (rc == SHMAP_EMISMATCH && !atomic_load(&rt->abort))
+    shmap__call_mismatch(rt->mesh, ctx->dev, &c->call, w.short_dev, NULL,
+                         c->k, w.short_calls, why, sizeof why);
+  for (int r = 0; rc == 0 && r < n && !why[0]; r++)
+    if (r != c->rank && !shmap__call_equal(&c->call, &theirs[r]))
+      shmap__call_mismatch(rt->mesh, ctx->dev, &c->call,
+                           shmap__comm_member(c, r), &theirs[r], c->k, c->k,
+                           why, sizeof why);
+  free(theirs);
   free(reqs);
   free(watch);
-  return rc;
+  if (why[0])
+    return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH, "%s",
+                           why);
+  if (rc)
+    return shmap__canceled(ctx, shmap__coll_opname(c));
+  return 0;
 }
 
-/* Messages of at most 1 GiB (MPI counts are ints). */
-#define PART ((size_t)1 << 30)
-
-int shmap__mpi_exchange(shmap_ctx *ctx, const int members[], int n, int rank,
-                        uint32_t k, const void *src, size_t bytes,
-                        const bool send[], void *const bufs[])
+static void mpi_send(shmap__coll *c, int peer, const shmap__box *from)
 {
-  shmap__runtime *rt = ctx->rt;
-  shmap__mpimesh *m = mm_of(rt->mesh);
-  const shmap__place *pl = rt->mesh->place;
-  size_t parts = bytes ? (bytes + PART - 1) / PART : 0;
-  MPI_Request *reqs = shmap__malloc(sizeof *reqs * 2 * (size_t)n * parts + 1);
-  if (!reqs)
-    return shmap__dev_fail(ctx, "collective", SHMAP_ENOMEM, "out of memory");
+  shmap__mpimesh *m = c->comm->priv;
+  int d, p = peer_proc(c, peer, &d);
+  MPI_Datatype t = box_type(from->rank, from->shape, from->strides, c->esize);
+  MPI_Request r;
+  MPI_Isend((const char *)c->call.src + from->off, 1, t, p,
+            tag_of(m, c->ctx->dev, d), m->comm, &r);
+  MPI_Type_free(&t);
+  add_req(c, r);
+}
+
+static void mpi_recv(shmap__coll *c, int peer, const shmap__box *to)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  int d, p = peer_proc(c, peer, &d);
+  MPI_Datatype t = box_type(to->rank, to->shape, to->strides, c->esize);
+  MPI_Request r;
+  MPI_Irecv((char *)c->call.dst + to->off, 1, t, p,
+            tag_of(m, d, c->ctx->dev), m->comm, &r);
+  MPI_Type_free(&t);
+  add_req(c, r);
+  c->ctx->remote += p != m->self ? (uint64_t)shmap__numel(to->rank, to->shape) * c->esize : 0;
+}
+
+static void mpi_get(shmap__coll *c, int peer, const shmap__box *from, void *to,
+                    const int64_t to_strides[])
+{
+  if (peer == c->rank) {
+    shmap__copy_box(to, to_strides, (const char *)c->call.src + from->off,
+                    from->strides, from->rank, from->shape, c->esize);
+    return;
+  }
+  shmap__mpimesh *m = c->comm->priv;
+  int d, p = peer_proc(c, peer, &d);
+  MPI_Datatype t = box_type(from->rank, from->shape, to_strides, c->esize);
+  MPI_Request r;
+  MPI_Irecv(to, 1, t, p, tag_of(m, d, c->ctx->dev), m->comm, &r);
+  MPI_Type_free(&t);
+  wait_must(c, &r, 1);
+  c->ctx->remote += p != m->self ? (uint64_t)shmap__numel(from->rank, from->shape) * c->esize : 0;
+}
+
+/* Every member's src[off..off+count) folded in rank order into acc. */
+static void fold_terms(shmap__coll *c, size_t off, size_t count,
+                       const shmap__fold *fold, void *acc)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  size_t bytes = count * c->esize;
+  int n = c->n;
+  char *terms = shmap__alloc(bytes * (size_t)n + 1, false);
+  MPI_Request *reqs = shmap__malloc(sizeof *reqs * (size_t)n);
+  if (!terms || !reqs)
+    abort(); /* no way to fail a call every member entered */
+  MPI_Datatype t;
+  MPI_Type_contiguous((int)c->esize, MPI_BYTE, &t);
+  MPI_Type_commit(&t);
   int nreq = 0;
   for (int r = 0; r < n; r++) {
-    if (r == rank)
+    if (r == c->rank)
       continue;
-    int d = members[r], p = pl->owner[d];
-    for (size_t off = 0; off < bytes; off += PART) {
-      int len = (int)(bytes - off < PART ? bytes - off : PART);
-      if (bufs[r])
-        MPI_Irecv((char *)bufs[r] + off, len, MPI_BYTE, p,
-                  tag_of(m, d, ctx->dev), m->comm, &reqs[nreq++]);
-      if (send[r])
-        MPI_Isend((const char *)src + off, len, MPI_BYTE, p,
-                  tag_of(m, ctx->dev, d), m->comm, &reqs[nreq++]);
-    }
+    int d, p = peer_proc(c, r, &d);
+    MPI_Irecv(terms + (size_t)r * bytes, (int)count, t, p,
+              tag_of(m, d, c->ctx->dev), m->comm, &reqs[nreq++]);
+    if (p != m->self)
+      c->ctx->remote += bytes;
   }
-  waitarg w = {.m = m, .reqs = reqs, .nreq = nreq, .k = k};
-  int rc = wait_all(ctx, &w);
+  MPI_Type_free(&t);
+  wait_must(c, reqs, nreq);
+  const char *own = (const char *)c->call.src + off * c->esize;
+  memcpy(acc, c->rank == 0 ? own : terms, bytes);
+  for (int r = 1; r < n; r++)
+    fold->fn(acc, r == c->rank ? own : terms + (size_t)r * bytes, count);
+  free(terms);
   free(reqs);
-  return rc;
 }
+
+static void mpi_reduce(shmap__coll *c, size_t off, size_t count,
+                       const shmap__fold *fold, void *acc)
+{
+  fold_terms(c, off, count, fold, acc);
+}
+
+static void mpi_allreduce(shmap__coll *c, size_t off, size_t count,
+                          const shmap__fold *fold)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  size_t bytes = count * c->esize;
+  char *acc = shmap__alloc(bytes + 1, false);
+  if (!acc)
+    abort(); /* no way to fail a call every member entered */
+  fold_terms(c, off, count, fold, acc);
+  if (fold->mean)
+    shmap__divide(acc, count, (shmap_dtype)c->call.dtype, c->n);
+  /* In place (psum): what this device sent from src must be out before
+   * its dst, the same memory, changes. */
+  mcall *mc = MC(c);
+  wait_must(c, mc->reqs, mc->nreq);
+  mc->nreq = 0;
+  memcpy((char *)c->call.dst + off * c->esize, acc, bytes);
+  MPI_Datatype t;
+  MPI_Type_contiguous((int)c->esize, MPI_BYTE, &t);
+  MPI_Type_commit(&t);
+  for (int r = 0; r < c->n; r++) {
+    if (r == c->rank)
+      continue;
+    int d, p = peer_proc(c, r, &d);
+    MPI_Request q;
+    MPI_Isend(acc, (int)count, t, p, tag_of(m, c->ctx->dev, d), m->comm, &q);
+    add_req(c, q);
+  }
+  MPI_Type_free(&t);
+  keep(c, acc);
+}
+
+static int mpi_depart(shmap__coll *c)
+{
+  mcall *mc = MC(c);
+  if (!mc)
+    return 0;
+  if (mc->nreq)
+    wait_must(c, mc->reqs, mc->nreq);
+  for (int i = 0; i < mc->nkeep; i++)
+    free(mc->keep[i]);
+  free(mc->keep);
+  free(mc->reqs);
+  free(mc);
+  memset(c->priv, 0, sizeof mc);
+  return 0;
+}
+
+const shmap__transport shmap__mpi_transport = {
+    .name = "mpi",
+    .open = mpi_open,
+    .close = mpi_close,
+    .is_local = mpi_is_local,
+    .finish = mpi_finish,
+    .failed = mpi_failed,
+    .arrive = mpi_arrive,
+    .get = mpi_get,
+    .reduce = mpi_reduce,
+    .allreduce = mpi_allreduce,
+    .send = mpi_send,
+    .recv = mpi_recv,
+    .depart = mpi_depart,
+};
 
 /* ---- the end of a map ----------------------------------------------------------- */
 
@@ -526,22 +783,5 @@ int shmap__mpi_map_end(shmap_mesh *mesh, int rc, const uint32_t *calls)
 void shmap__mpi_on_fail(shmap__runtime *rt, int dev, int code, const char *msg)
 {
   (void)rt; (void)dev; (void)code; (void)msg;
-}
-int shmap__mpi_agree(shmap_ctx *ctx, const shmap__call *mine,
-                     const int members[], int n, int rank, uint32_t k,
-                     shmap__call theirs[], int *short_dev,
-                     uint32_t *short_calls)
-{
-  (void)mine; (void)members; (void)n; (void)rank; (void)k; (void)theirs;
-  (void)short_dev; (void)short_calls;
-  return shmap__dev_fail(ctx, "collective", SHMAP_ESTATE, "built without MPI");
-}
-int shmap__mpi_exchange(shmap_ctx *ctx, const int members[], int n, int rank,
-                        uint32_t k, const void *src, size_t bytes,
-                        const bool send[], void *const bufs[])
-{
-  (void)members; (void)n; (void)rank; (void)k; (void)src; (void)bytes;
-  (void)send; (void)bufs;
-  return shmap__dev_fail(ctx, "collective", SHMAP_ESTATE, "built without MPI");
 }
 #endif

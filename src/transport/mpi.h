@@ -32,24 +32,9 @@ void shmap__mpi_dev_done(shmap__runtime *rt, int dev, uint32_t calls);
 void shmap__mpi_on_fail(shmap__runtime *rt, int dev, int code,
                         const char *msg);
 
-/* One collective of device ctx whose group (members[0..n), device
- * numbers in rank order; this device is rank `rank`) spans processes; k is
- * the device's call number.
- *
- * Agreement: send `mine` to every other member, receive theirs.  Returns
- * 0, SHMAP_ECANCELED when the map failed meanwhile (nothing set), or
- * SHMAP_EMISMATCH with *short_dev and *short_calls set when member
- * *short_dev returned from its body after fewer calls. */
-int shmap__mpi_agree(shmap_ctx *ctx, const shmap__call *mine,
-                     const int members[], int n, int rank, uint32_t k,
-                     shmap__call theirs[], int *short_dev,
-                     uint32_t *short_calls);
-/* Data: send `bytes` from `src` to each member r with send[r], receive
- * `bytes` from each member r with recv[r] into bufs[r].  Every transfer
- * goes straight between the user's buffers and MPI.  0 or
- * SHMAP_ECANCELED. */
-int shmap__mpi_exchange(shmap_ctx *ctx, const int members[], int n, int rank,
-                        uint32_t k, const void *src, size_t bytes,
-                        const bool send[], void *const bufs[]);
+/* The transport between processes (transport/comm.h), used by a mesh
+ * placed on several processes (defined only when built with MPI). */
+struct shmap__transport;
+extern const struct shmap__transport shmap__mpi_transport;
 
 #endif /* SHMAP_TRANSPORT_MPI_H */
