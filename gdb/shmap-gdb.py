@@ -33,6 +33,7 @@
 # meshes through the global list head shmap__registry.  See
 # shmap-debugging(7).
 
+import bisect
 import sys
 import time
 
@@ -345,7 +346,8 @@ def _mesh_summary(rt):
 # below the return address and then 8 bytes of MXCSR and x87 control word:
 #
 #     sp+0 csr  sp+8 r15  sp+16 r14  sp+24 r13  sp+32 r12  sp+40 rbx
-#     sp+48 rbp  sp+56 return address (in shmap__fiber_switch)
+#     sp+48 rbp  sp+56 return address (in shmap__fiber_switch, or in its
+#                      caller when the compiler turned the call into a jump)
 #
 # A running device is found by its stack: the thread whose stack pointer is
 # inside the device's fiber stack runs it.  A parked device is shown by
@@ -499,7 +501,6 @@ def _device_index():
 def _device_at_sp(sp):
     """(runtime number, device) whose fiber stack holds sp, or None."""
     _device_index()
-    import bisect
     i = bisect.bisect_right(_Cache.ranges, (sp, float("inf"))) - 1
     if i >= 0:
         lo, hi, rid, d = _Cache.ranges[i]
