@@ -299,8 +299,11 @@ def _state_text(rt, dev, now):
         if not _map_running(rt):
             when = ("for %.1f s" % secs) if since else ""
             return "parked between maps", when
-        what = ("returned from its body" if _int(dev["finished"])
-                else "not started yet")
+        if not _int(dev["finished"]):
+            # Its time of state is the end of the previous map, not when it
+            # began to wait for this one (which nothing records).
+            return "not started yet", ""
+        what = "returned from its body"
     else:
         what = "in unknown state %d" % state
     if not since:
