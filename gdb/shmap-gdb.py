@@ -888,9 +888,14 @@ one device without calling into the program:
 
 # Commands that let the program run, or end the session with it: before
 # each, a thread showing a parked device gets its own registers back.
+# (Not "call" and "print": a function called while a parked device is
+# shown runs on that device's stack, below its saved frames, and gdb puts
+# the shown registers back when it returns; the other threads run
+# meanwhile, so the device may have moved on: "shmap device" shows it
+# afresh.)
 _RESUMING = ("continue", "next", "step", "stepi", "nexti", "finish", "until",
-             "advance", "jump", "signal", "queue-signal", "call", "kill",
-             "detach", "disconnect", "run", "start", "starti")
+             "advance", "jump", "signal", "queue-signal", "kill", "detach",
+             "disconnect", "run", "start", "starti")
 
 
 def _install_hooks():
