@@ -283,23 +283,23 @@ def _state_text(rt, dev, now):
     """What the device does, worded like the watchdog, and whether the
     duration is in the past ("... ago")."""
     axes = _mesh_axes(rt["mesh"].dereference())
-    state = _int(dev["state"])
-    since = _int(dev["since"])
+    state = _int(dev["dbg"]["state"])
+    since = _int(dev["dbg"]["since"])
     secs = (now - since) / 1e9 if since and now > since else 0.0
     if state == _ST_INPUTS:
         what = "building its input blocks"
     elif state == _ST_BODY:
         what = "running its body"
     elif state == _ST_COLL:
-        what = "waiting in %s (call #%d)" % (_op_text(axes, _int(dev["op"])),
-                                            _int(dev["arrive"]))
+        what = "waiting in %s (call #%d)" % (_op_text(axes, _int(dev["dbg"]["op"])),
+                                            _int(dev["coll"]["arrive"]))
     elif state == _ST_DONE:
         what = "returned from its body"
     elif state == _ST_PARKED:
         if not _map_running(rt):
             when = ("for %.1f s" % secs) if since else ""
             return "parked between maps", when
-        if not _int(dev["finished"]):
+        if not _int(dev["coll"]["finished"]):
             # Its time of state is the end of the previous map, not when it
             # began to wait for this one (which nothing records).
             return "not started yet", ""
@@ -323,7 +323,7 @@ def _mesh_summary(rt):
         status = "no map yet (device threads not started)"
     elif _map_running(rt):
         devs = rt["devs"]
-        finished = sum(1 for d in range(ndev) if _int(devs[d]["finished"]))
+        finished = sum(1 for d in range(ndev) if _int(devs[d]["coll"]["finished"]))
         status = "a map is running (%d of %d bodies returned)" % (finished,
                                                                   ndev)
         body = _body_function(rt)
@@ -373,7 +373,7 @@ def _is_fibers(rt):
 
 def _fiber_range(dev):
     """[lo, hi) of a shmap__dev value's fiber stack, or None."""
-    f = dev["fiber"]
+    f = dev["sched"]["fiber"]
     lo = _int(f["stack"])
     size = _int(f["stack_size"])
     if lo == 0 or size <= 0 or _int(f["map"]) == 0:
@@ -438,7 +438,7 @@ def _release_view():
 def _load_context(th, dev):
     """Load parked device `dev`'s saved registers into thread th (selected
     afterwards).  The thread's own registers are kept in _View."""
-    sp = _int(dev["fiber"]["sp"])
+    sp = _int(dev["sched"]["fiber"]["sp"])
     if sp == 0:
         raise ShmapError("device %d has no saved context" % _int(dev["id"]))
     inf = gdb.selected_inferior()
@@ -531,7 +531,7 @@ def _worker_thread(rt, dev, maps):
     """The gdb thread of a fiber device's worker (where a parked device is
     shown), or None."""
     try:
-        w = dev["worker"]
+        w = dev["sched"]["worker"]
         if _int(w) == 0:
             return None
         return _find_thread(w.dereference(), maps)
@@ -647,7 +647,7 @@ include the time the program has been stopped in gdb."""
         for rt in rts:
             if _int(rt["devs"]):
                 n = min(_int(rt["ndev"]), _MAX_DEVICES)
-                since_all += [_int(rt["devs"][d]["since"]) for d in range(n)]
+                since_all += [_int(rt["devs"][d]["dbg"]["since"]) for d in range(n)]
         now, exact = _now_ns(since_all)
         # Showing where parked devices are borrows threads: give back the
         # one that shows a device, and show it again afterwards.
@@ -697,7 +697,7 @@ include the time the program has been stopped in gdb."""
         for d in range(ndev):
             dev = rt["devs"][d]
             what, when = _state_text(rt, dev, now)
-            state = _int(dev["state"])
+            state = _int(dev["dbg"]["state"])
             want_where = (body is not None and ndev <= _MAX_WHERE
                           and state in (_ST_BODY, _ST_COLL))
             uf = None
@@ -708,8 +708,8 @@ include the time the program has been stopped in gdb."""
                     tcol, tname = "thread %d" % th.num, th.name or ""
                 else:
                     tcol = "parked"
-                    tname = _str(dev["worker"]["name"]) if _int(
-                        dev["worker"]) else ""
+                    tname = _str(dev["sched"]["worker"]["name"]) if _int(
+                        dev["sched"]["worker"]) else ""
                 mark = "*" if sel_dev == (rid, d) else " "
                 if want_where and th is not None:
                     uf = self._where(th, body, lib)
