@@ -393,6 +393,8 @@ static int prepare(shmap_ctx *ctx, const char *name, int kind,
   p->call.kind = kind;
   if ((rc = axes_cached(ctx, name, axes, p->call.axes, &p->call.naxes)))
     return shmap__dev_fail(ctx, name, rc, "%s", shmap__errbuf());
+  if ((rc = shmap__ctx_axes(ctx, name, axes, p->call.axes, p->call.naxes)))
+    return rc;
   p->axes_ok = true;
   if (!shmap__block_valid(x))
     return shmap__block_check(ctx, op_of(ctx, p), "the input", x);
@@ -488,6 +490,8 @@ static int group_query(shmap_ctx *ctx, const char *name, const char *axes,
   if ((rc = shmap__axes_parse(ctx->rt->mesh, name, axes, ax, &nax))) {
     return shmap__dev_fail(ctx, name, rc, "%s", shmap__errbuf());
   }
+  if ((rc = shmap__ctx_axes(ctx, name, axes, ax, nax)))
+    return rc;
   return shmap__group(ctx->rt->mesh, ax, nax, ctx->dev, NULL, rank);
 }
 

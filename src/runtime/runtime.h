@@ -216,6 +216,11 @@ struct shmap_ctx {
   /* Input blocks shared and built, and the bytes copied to build them. */
   uint64_t shared, built;
   shmap__moved moved;
+  /* The map's manual axes (bits of mesh axes); a nested map's context
+   * points to the context of the body that started it. */
+  unsigned manual;
+  struct shmap_ctx *outer;
+  int depth; /* 0 for a map that is not nested */
 };
 
 int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh);
@@ -328,5 +333,11 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
                shmap_array *const in[], const char *const in_specs[],
                int nout, shmap_array *out[], const char *const out_specs[],
                unsigned flags);
+/* Check that the axes a collective names are manual axes of ctx's map. */
+int shmap__ctx_axes(shmap_ctx *ctx, const char *op, const char *text,
+                    const int axes[], int naxes);
+/* "device 3 (i=1, j=1)", followed for a nested map by the map's axes and
+ * those of the maps around it. */
+void shmap__ctx_devname(const shmap_ctx *ctx, char *buf, size_t n);
 
 #endif /* SHMAP_RUNTIME_H */
