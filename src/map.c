@@ -411,6 +411,8 @@ static void run_device(shmap__job *job, int dev)
   shmap__dev *self = &rt->devs[dev];
   ctx->members = self->members;
   self->ctx = ctx;
+  atomic_store_explicit(&self->nest, (uint64_t)1 << 56 | job->manual,
+                        memory_order_relaxed);
   shmap__set_current(ctx);
   shmap__set_state(self, SHMAP__ST_INPUTS, 0, shmap__now());
   bool ok = true;
@@ -453,6 +455,7 @@ static void run_device(shmap__job *job, int dev)
   shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
   shmap__set_current(NULL);
   self->ctx = NULL;
+  atomic_store_explicit(&self->nest, 0, memory_order_relaxed);
   /* Peers waiting for this device in a collective must learn that it
    * left; any device may be one of them. */
   atomic_store(&rt->devs[dev].finished, 1);
@@ -1220,6 +1223,15 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
   shmap__dev *self = &rt->devs[octx->dev];
   self->ctx = &ictx;
   shmap__set_current(&ictx);
+  /* The watchdog and the gdb extension show every level of nesting. */
+  uint64_t nest = atomic_load_explicit(&self->nest, memory_order_relaxed);
+  int levels = (int)(nest >> 56);
+  if (levels < SHMAP__NEST_LEVELS)
+    atomic_store_explicit(&self->nest,
+                          ((nest & ~((uint64_t)0xff << 56)) |
+                           (uint64_t)manual << (8 * levels) |
+                           (uint64_t)(levels + 1) << 56),
+                          memory_order_relaxed);
 
   /* Agree on the call: same axes, specs and counts on every member. */
   char all_axes[320];
@@ -1251,8 +1263,15 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
     uint64_t t0 = shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
     int brc = body(&ictx, arg);
     uint64_t t1 = shmap__now();
-    if (shmap__tracing())
-      shmap__trace_event(self, t0, t1, 0, 0, ictx.seq);
+    if (shmap__tracing()) {
+      int axes[SHMAP_MAX_AXES], na = 0;
+      for (int a = 0; a < mesh->naxes; a++)
+        if (manual & (1u << a))
+          axes[na++] = a;
+      shmap__trace_event(self, t0, t1,
+                         shmap__pack_op(SHMAP__NESTED_BODY, axes, na), 0,
+                         ictx.seq);
+    }
     if (brc != 0) {
       if (ictx.err)
         rc = ictx.err;
@@ -1282,6 +1301,7 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
   octx->moved.moved += ictx.moved.moved;
   self->ctx = octx;
   shmap__set_current(octx);
+  atomic_store_explicit(&self->nest, nest, memory_order_relaxed);
   shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
   if (rc) {
     if (!octx->err)

@@ -2,7 +2,7 @@
 # maps nested in a body, sub-meshes and transfers between meshes
 # (test_meshparts), and property tests of them against the serial
 # reference model (test_meshparts_prop; SHMAP_PROP_CASES cases, default
-# 300, from seed SHMAP_PROP_SEED).
+# 200, from seed SHMAP_PROP_SEED).
 MESHPARTS_TESTS = tests/test_meshparts
 check_PROGRAMS += $(MESHPARTS_TESTS)
 TESTS += $(MESHPARTS_TESTS)
@@ -11,3 +11,11 @@ tests_test_meshparts_SOURCES = tests/test_meshparts.c tests/refmodel.c \
 	tests/refmodel.h tests/testutil.c tests/testutil.h
 tests_test_meshparts_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_meshparts_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+MESHPARTS_PROP_TESTS = tests/test_meshparts_prop
+check_PROGRAMS += $(MESHPARTS_PROP_TESTS)
+TESTS += $(MESHPARTS_PROP_TESTS)
+tests_test_meshparts_prop_SOURCES = tests/test_meshparts_prop.c \
+	tests/refmodel.c tests/refmodel.h tests/testutil.c tests/testutil.h
+tests_test_meshparts_prop_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_meshparts_prop_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)

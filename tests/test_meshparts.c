@@ -5,7 +5,9 @@
  * scheduling modes (loop index 0: threads, 1: fibers).
  */
 #include <check.h>
+#include <errno.h>
 #include <pthread.h>
+#include <unistd.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -806,6 +808,99 @@ START_TEST(transfer_between_slices)
 }
 END_TEST
 
+
+/* ---- watchdog and trace see nesting ---------------------------------------- */
+
+static int slow_inner(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  if (shmap_ctx_device(ctx) == 2)
+    tu_sleep_ms(700);
+  double v = 1;
+  shmap_block b = {&v, SHMAP_F64, 0, {0}};
+  return shmap_psum(ctx, &b, "model");
+}
+
+static int slow_outer(shmap_ctx *ctx, void *arg)
+{
+  shmap_map_opts o = {.manual_axes = "model"};
+  return shmap_map_nested(ctx, slow_inner, arg, 0, NULL, NULL, 0, NULL, NULL,
+                          &o);
+}
+
+START_TEST(watchdog_shows_nesting)
+{
+  set_mode(_i);
+  shmap_mesh *m = tu_mesh_new("data=2, model=2");
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/shmap-meshparts-XXXXXX");
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  fflush(stderr);
+  int saved = dup(2);
+  ck_assert_int_eq(dup2(fd, 2), 2);
+  close(fd);
+  ck_assert_int_eq(shmap_set_watchdog(0.2), 0);
+  shmap_map_opts o = {.manual_axes = "data"};
+  int rc = shmap_map_ex(m, slow_outer, NULL, 0, NULL, NULL, 0, NULL, NULL, &o);
+  shmap_set_watchdog(0);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  char *text = tu_slurp(path, NULL);
+  unlink(path);
+  tu_map_ok(rc, "slow nested map");
+  ck_assert_ptr_nonnull(text);
+  ck_assert_msg(t_has(text, "device 3 (data=1, model=1) [map over 'data' > "
+                            "nested over 'model']: waiting in psum over "
+                            "'model'"),
+                "watchdog output: %s", text);
+  ck_assert_msg(t_has(text, "device 2 (data=1, model=0) [map over 'data' > "
+                            "nested over 'model']: running its body"),
+                "watchdog output: %s", text);
+  free(text);
+  shmap_mesh_destroy(m);
+}
+END_TEST
+
+static int quick_inner(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  double v = 1;
+  shmap_block b = {&v, SHMAP_F64, 0, {0}};
+  return shmap_psum(ctx, &b, "model");
+}
+
+static int quick_outer(shmap_ctx *ctx, void *arg)
+{
+  return shmap_map_nested(ctx, quick_inner, arg, 0, NULL, NULL, 0, NULL, NULL,
+                          NULL);
+}
+
+START_TEST(trace_shows_nesting)
+{
+  set_mode(_i);
+  shmap_mesh *m = tu_mesh_new("data=2, model=2");
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/shmap-meshparts-%d.json", (int)getpid());
+  ck_assert_int_eq(shmap_trace_start(path), 0);
+  shmap_map_opts o = {.manual_axes = "data"};
+  tu_map_ok(shmap_map_ex(m, quick_outer, NULL, 0, NULL, NULL, 0, NULL, NULL,
+                         &o), "traced");
+  ck_assert_int_eq(shmap_trace_stop(), 0);
+  char *text = tu_slurp(path, NULL);
+  unlink(path);
+  ck_assert_ptr_nonnull(text);
+  /* Per device: the body, the nested body over 'model', and the psum. */
+  ck_assert_msg(t_count(text, "\"name\":\"nested body\"") == 4, "%s", text);
+  ck_assert_msg(t_count(text, "\"axes\":\"'model'\",\"collectives\"") == 4,
+                "%s", text);
+  ck_assert_msg(t_count(text, "\"name\":\"body\"") == 4, "%s", text);
+  free(text);
+  shmap_mesh_destroy(m);
+}
+END_TEST
+
 static Suite *meshparts_suite(void)
 {
   Suite *s = suite_create("meshparts");
@@ -829,6 +924,11 @@ static Suite *meshparts_suite(void)
   tcase_add_test(tc, submesh_errors);
   tcase_add_loop_test(tc, slices_concurrently, 0, 2);
   tcase_add_loop_test(tc, transfer_between_slices, 0, 2);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("debug");
+  tcase_set_timeout(tc, TIMEOUT);
+  tcase_add_loop_test(tc, watchdog_shows_nesting, 0, 2);
+  tcase_add_loop_test(tc, trace_shows_nesting, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }

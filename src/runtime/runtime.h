@@ -134,6 +134,11 @@ typedef struct shmap__dev {
   alignas(SHMAP__CACHELINE) _Atomic int state;
   _Atomic uint64_t since;  /* uv_hrtime() when the state began */
   _Atomic uint64_t op;     /* in a collective: shmap__pack_op() */
+  /* The maps the device is in: byte L is the manual axes (mesh axis bits)
+   * of the map at nesting level L (0: the map the caller started), the
+   * top byte the number of levels (0 between maps).  See
+   * shmap__nest_format(). */
+  _Atomic uint64_t nest;
   /* Trace events of this device (owned by the device while a map runs). */
   shmap__tev *tev;
   size_t ntev, captev;
@@ -290,6 +295,13 @@ static inline uint64_t shmap__set_state(shmap__dev *d, int state, uint64_t op,
   return now;
 }
 uint64_t shmap__now(void);
+/* " [map over 'data' > nested over 'model']" for a device in a nested map
+ * or a map over some axes, "" otherwise. */
+void shmap__nest_format(const shmap_mesh *mesh, uint64_t nest, char *buf,
+                        size_t n);
+#define SHMAP__NEST_LEVELS 7
+/* A nested map's body in a trace: a body "kind" of 0 with its axes. */
+#define SHMAP__NESTED_BODY 0
 
 /* ---- the device arena (map.c) ------------------------------------------ */
 
