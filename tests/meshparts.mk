@@ -19,3 +19,12 @@ tests_test_meshparts_prop_SOURCES = tests/test_meshparts_prop.c \
 	tests/refmodel.c tests/refmodel.h tests/testutil.c tests/testutil.h
 tests_test_meshparts_prop_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_meshparts_prop_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+# gdb shows the maps a device is in (skipped without gdb or ptrace).
+check_PROGRAMS += tests/gdb_nested_target
+tests_gdb_nested_target_SOURCES = tests/gdb_nested_target.c
+tests_gdb_nested_target_CFLAGS = $(AM_CFLAGS) -O0 -g
+tests_gdb_nested_target_LDADD = src/libshmap.la
+tests_gdb_nested_target_LDFLAGS = $(AM_LDFLAGS) -no-install
+TESTS += tests/test_gdb_nested.sh
+EXTRA_DIST += tests/test_gdb_nested.sh
