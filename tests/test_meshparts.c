@@ -472,6 +472,8 @@ static int bad_inner(shmap_ctx *ctx, void *arg)
     shmap_out(ctx, 0, SHMAP_F32, 1, (int64_t[]){1});
     return shmap_map_nested(ctx, bad_inner, arg, 0, NULL, NULL, 0, NULL, NULL,
                             NULL);
+  case 20: /* no output at all */
+    return 0;
   case 13: /* a nested map started with the outer context */
     shmap_out(ctx, 0, SHMAP_F32, 1, (int64_t[]){1});
     return shmap_map_nested(shmap_ctx_outer(ctx), bad_inner, arg, 0, NULL,
@@ -512,6 +514,29 @@ static int bad_outer(shmap_ctx *ctx, void *arg)
   case 14: /* in spec longer than the block's rank */
     is[0] = "P(None, 'model')";
     break;
+  case 15: /* not divisible: blocks of 2 over model=2 ... of 3 elements */
+    is[0] = "P('model')";
+    {
+      shmap_block *odd = shmap_block_alloc(ctx, SHMAP_F32, 1, (int64_t[]){3});
+      const shmap_block *in1[1] = {odd};
+      return shmap_map_nested(ctx, bad_inner, b, 1, in1, is, 1, &out, os, &o);
+    }
+  case 16: /* NULL spec */
+    is[0] = NULL;
+    break;
+  case 17: /* negative count */
+    return shmap_map_nested(ctx, bad_inner, b, -1, &x, is, 1, &out, os, &o);
+  case 18: /* outputs but no array for them */
+    return shmap_map_nested(ctx, bad_inner, b, 1, &x, is, 1, NULL, os, &o);
+  case 19: /* an invalid input block */
+    {
+      shmap_block bogus = {NULL, SHMAP_F32, 1, {4}};
+      const shmap_block *in1[1] = {&bogus};
+      return shmap_map_nested(ctx, bad_inner, b, 1, in1, is, 1, &out, os, &o);
+    }
+  case 20: /* no device declares the output */
+    b->what = 20;
+    break;
   }
   rc = shmap_map_nested(ctx, bad_inner, b, 1, &x, is, 1, &out, os, &o);
   if (rc)
@@ -550,6 +575,13 @@ START_TEST(nested_errors)
       {12, SHMAP_EINVAL, "shmap_map_nested", "unknown flags 0x20", NULL},
       {13, SHMAP_ESTATE, "shmap_map_nested", "outer map", NULL},
       {14, SHMAP_ESHAPE, "in_specs[0]", "length 2", "rank 1"},
+      {15, SHMAP_ESHAPE, "in_specs[0]", "size 3", "divisible by 2"},
+      {16, SHMAP_EINVAL, "shmap_map_nested", "in_specs[0] is NULL", NULL},
+      {17, SHMAP_EINVAL, "shmap_map_nested", "negative count (nin=-1", NULL},
+      {18, SHMAP_EINVAL, "shmap_map_nested", "is NULL", NULL},
+      {19, SHMAP_EINVAL, "in_specs[0] block has no data", NULL, NULL},
+      {20, SHMAP_EINVAL, "output 0 was not declared by any device", NULL,
+       NULL},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     b.what = cases[c].what;
@@ -565,6 +597,82 @@ START_TEST(nested_errors)
   tu_map_ok(shmap_map_ex(m, bad_outer, &b, 1, &x, is, 1, &y, os, &o), "after");
   shmap_array_destroy(y);
   shmap_array_destroy(x);
+  shmap_mesh_destroy(m);
+}
+END_TEST
+
+/* Context queries: bad arguments, and a context kept past its body. */
+static shmap_ctx *kept;
+static int ctx_query_body(shmap_ctx *ctx, void *arg)
+{
+  int *res = arg;
+  int dev = shmap_ctx_device(ctx);
+  kept = ctx;
+  char buf[4];
+  /* Truncated like snprintf: the full length comes back. */
+  if (dev == 0) {
+    res[0] = shmap_ctx_manual_axes(ctx, buf, sizeof buf);
+    res[1] = strcmp(buf, "('i") == 0;
+    res[2] = shmap_ctx_outer(ctx) == NULL;
+    res[3] = shmap_ctx_manual_axes(ctx, NULL, 0);
+  }
+  return 0;
+}
+
+START_TEST(ctx_queries)
+{
+  set_mode(_i);
+  shmap_mesh *m = tu_mesh_new("i=2, j=2");
+  int res[4] = {0};
+  tu_map_ok(shmap_map(m, ctx_query_body, res, 0, NULL, NULL, 0, NULL, NULL),
+            "queries");
+  ck_assert_int_eq(res[0], (int)strlen("('i', 'j')"));
+  ck_assert_int_eq(res[1], 1);
+  ck_assert_int_eq(res[2], 1);
+  ck_assert_int_eq(res[3], (int)strlen("('i', 'j')"));
+  expect_err(shmap_ctx_manual_axes(NULL, NULL, 0), SHMAP_EINVAL,
+             "shmap_ctx_manual_axes: ctx is NULL", NULL, NULL);
+  ck_assert_ptr_null(shmap_ctx_outer(NULL));
+  expect_err(SHMAP_EINVAL, SHMAP_EINVAL, "shmap_ctx_outer: ctx is NULL", NULL,
+             NULL);
+  expect_err(shmap_ctx_manual_axes(kept, NULL, 0), SHMAP_ESTATE,
+             "shmap_ctx_manual_axes", "not the context of a body", NULL);
+  ck_assert_ptr_null(shmap_ctx_outer(kept));
+  expect_err(SHMAP_ESTATE, SHMAP_ESTATE, "shmap_ctx_outer",
+             "not the context of a body", NULL);
+  expect_err(shmap_map_nested(kept, ctx_query_body, res, 0, NULL, NULL, 0,
+                              NULL, NULL, NULL),
+             SHMAP_ESTATE, "shmap_map_nested", "not the context of a body",
+             NULL);
+  shmap_mesh_destroy(m);
+}
+END_TEST
+
+typedef struct bad_buf {
+  int rc[4];
+  char msg[4][256];
+} bad_buf;
+
+static int bad_buf_body(shmap_ctx *ctx, void *arg)
+{
+  bad_buf *b = arg;
+  int dev = shmap_ctx_device(ctx);
+  b->rc[dev] = shmap_ctx_manual_axes(ctx, NULL, 8);
+  snprintf(b->msg[dev], sizeof b->msg[dev], "%s", shmap_errmsg());
+  return 0;
+}
+
+START_TEST(ctx_query_bad_buf)
+{
+  set_mode(_i);
+  shmap_mesh *m = tu_mesh_new("i=2");
+  bad_buf b;
+  tu_map_ok(shmap_map(m, bad_buf_body, &b, 0, NULL, NULL, 0, NULL, NULL),
+            "bad buf");
+  for (int d = 0; d < 2; d++) {
+    ck_assert_int_eq(b.rc[d], SHMAP_EINVAL);
+    ck_assert_str_eq(b.msg[d], "shmap_ctx_manual_axes: buf is NULL");
+  }
   shmap_mesh_destroy(m);
 }
 END_TEST
@@ -916,6 +1024,8 @@ static Suite *meshparts_suite(void)
   tcase_add_loop_test(tc, nested_basic, 0, 2);
   tcase_add_loop_test(tc, nested_three_levels, 0, 2);
   tcase_add_loop_test(tc, nested_errors, 0, 2);
+  tcase_add_loop_test(tc, ctx_queries, 0, 2);
+  tcase_add_loop_test(tc, ctx_query_bad_buf, 0, 2);
   suite_add_tcase(s, tc);
   tc = tcase_create("submesh");
   tcase_set_timeout(tc, TIMEOUT);
