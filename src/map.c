@@ -851,7 +851,24 @@ SHMAP_EXTERN int shmap_map(shmap_mesh *mesh, shmap_body_fn body, void *arg,
                          out_specs, 0);
 }
 
-/* ---- nested maps ------------------------------------------------------------ */
+/* ---- nested maps ------------------------------------------------------------ *
+ *
+ * A map over some axes runs its body on every device: devices along the free
+ * axes run the same instance on equal blocks, as XLA runs a partially
+ * manual computation.  So when a body starts a nested map over free axes,
+ * every device of the mesh is already there to run its part: the nested map
+ * runs inline, on the device's own thread or fiber, with a second context
+ * chained to the first.  No device set changes hands and no thread is
+ * woken; the inner map's groups are groups of the same mesh over the inner
+ * axes, so whatever the map's communicator does for a collective (shared
+ * memory here; another transport for devices in other processes) it does
+ * for the nested map's collectives, and for those the inner body makes
+ * over the outer axes through the outer context.  The inner body's inputs
+ * are cut from the outer blocks locally; its outputs are assembled with
+ * all_gathers over the inner axes, after an agreement (an all_gather of a
+ * small descriptor) that turns devices making different nested calls or
+ * returning different shapes into an error naming two of them.
+ */
 
 SHMAP_EXTERN shmap_ctx *shmap_ctx_outer(const shmap_ctx *ctx)
 {
