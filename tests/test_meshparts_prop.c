@@ -10,8 +10,10 @@
  * reference's slices; the nested body returns its block (assembled back by
  * its spec) and its psum over the inner axes; the outer body returns what
  * it got, so the map's outputs must equal the input and the reference's
- * sums.  Cases alternate between thread and fiber mode.  SHMAP_PROP_CASES
- * (default 200) and SHMAP_PROP_SEED choose the cases.
+ * sums.  A second test moves random arrays between random meshes (slices,
+ * meshes over random subsets of devices, unrelated meshes) with random
+ * specs.  Cases alternate between thread and fiber mode.  SHMAP_PROP_CASES
+ * (default 200, half as many transfers) and SHMAP_PROP_SEED choose them.
  */
 #include <check.h>
 #include <stdio.h>
@@ -315,12 +317,127 @@ START_TEST(random_partial_and_nested)
 }
 END_TEST
 
+/* A random mesh of up to 3 axes (names a, b, c) into m and its text. */
+static void random_mesh(uint64_t *rng, ref_mesh *m, char *text, size_t n,
+                        int most)
+{
+  do {
+    m->naxes = t_rng_range(rng, 1, 3);
+    text[0] = '\0';
+    int ndev = 1;
+    for (int a = 0; a < m->naxes; a++) {
+      m->sizes[a] = t_rng_range(rng, 1, 3);
+      ndev *= m->sizes[a];
+      snprintf(m->names[a], sizeof m->names[a], "%c", 'a' + a);
+      size_t len = strlen(text);
+      snprintf(text + len, n - len, "%s%s=%d", a ? ", " : "", m->names[a],
+               m->sizes[a]);
+    }
+    if (ref_ndev(m) <= most)
+      return;
+  } while (1);
+}
+
+/* Arrays moved between random meshes: a slice of the source mesh, a mesh
+ * over a random subset of its devices, or a mesh of its own, with random
+ * specs; the values must arrive unchanged, and the destination counts
+ * every byte its devices built. */
+START_TEST(random_transfers)
+{
+  const char *env = getenv("SHMAP_PROP_CASES");
+  int cases = env && *env ? atoi(env) / 2 : 100;
+  env = getenv("SHMAP_PROP_SEED");
+  uint64_t rng = env && *env ? strtoull(env, NULL, 0) : 12;
+  rng ^= 0x5eed;
+  for (int i = 0; i < cases; i++) {
+    setenv("SHMAP_SCHED", i % 2 ? "fibers" : "threads", 1);
+    ref_mesh sm, dm;
+    char stext[64], dtext[64];
+    random_mesh(&rng, &sm, stext, sizeof stext, 27);
+    shmap_mesh *src = tu_mesh_new(stext), *dst = NULL;
+    int kind = t_rng_range(&rng, 0, 2);
+    if (kind == 0 && sm.naxes > 1) {
+      /* A slice fixing axis 0. */
+      int c = t_rng_range(&rng, 0, sm.sizes[0] - 1);
+      char co[16];
+      snprintf(co, sizeof co, "a=%d", c);
+      ck_assert_int_eq(shmap_mesh_slice(&dst, src, co), 0);
+      dm.naxes = sm.naxes - 1;
+      dtext[0] = '\0';
+      for (int a = 0; a < dm.naxes; a++) {
+        dm.sizes[a] = sm.sizes[a + 1];
+        snprintf(dm.names[a], sizeof dm.names[a], "%c", 'b' + a);
+      }
+    } else if (kind == 1) {
+      /* A 1-axis mesh over a random subset of the devices. */
+      int n = ref_ndev(&sm), k = t_rng_range(&rng, 1, n), devs[27];
+      for (int d = 0; d < n; d++)
+        devs[d] = d;
+      for (int d = n - 1; d > 0; d--) {
+        int j = t_rng_range(&rng, 0, d);
+        int t = devs[d];
+        devs[d] = devs[j];
+        devs[j] = t;
+      }
+      snprintf(dtext, sizeof dtext, "a=%d", k);
+      ck_assert_int_eq(shmap_mesh_submesh(&dst, src, dtext, devs), 0);
+      dm.naxes = 1;
+      dm.sizes[0] = k;
+      snprintf(dm.names[0], sizeof dm.names[0], "a");
+    } else {
+      random_mesh(&rng, &dm, dtext, sizeof dtext, 27);
+      dst = tu_mesh_new(dtext);
+    }
+    int rank = t_rng_range(&rng, 1, 3);
+    ref_spec ss, ds;
+    random_spec(&rng, (1u << sm.naxes) - 1, sm.naxes, rank, &ss);
+    random_spec(&rng, (1u << dm.naxes) - 1, dm.naxes, rank, &ds);
+    int64_t shape[3];
+    for (int d = 0; d < rank; d++)
+      shape[d] = t_rng_range(&rng, 1, 2) * ref_count(&sm, &ss, d) *
+                 ref_count(&dm, &ds, d);
+    int64_t n = ref_numel(rank, shape);
+    int32_t *g = malloc((size_t)n * 4 + 4), *back = malloc((size_t)n * 4 + 4);
+    for (int64_t e = 0; e < n; e++)
+      g[e] = (int32_t)(t_rng_next(&rng) % 100000);
+    char st[160], dt[160];
+    spec_text(&sm, &ss, st, sizeof st);
+    spec_text(&dm, &ds, dt, sizeof dt);
+    shmap_array *a = NULL, *b = NULL;
+    ck_assert_int_eq(shmap_array_from_host_sharded(&a, src, st, SHMAP_I32,
+                                                   rank, shape, g), 0);
+    shmap_mesh_stats_reset(dst);
+    int rc = shmap_array_transfer(&b, a, dst, dt);
+    ck_assert_msg(rc == 0, "case %d: %s %s -> kind %d %s: %s", i, stext, st,
+                  kind, dt, shmap_errmsg());
+    ck_assert_int_eq(shmap_array_to_host(b, back), 0);
+    ck_assert_msg(memcmp(g, back, (size_t)n * 4) == 0,
+                  "case %d: values differ after %s %s -> %s", i, stext, st,
+                  dt);
+    /* Every device built its whole block from the source. */
+    int64_t bshape[3];
+    ck_assert_int_eq(ref_block_shape(&dm, &ds, rank, shape, bshape), 0);
+    shmap_stats stats;
+    shmap_mesh_stats(dst, &stats);
+    ck_assert_uint_eq(stats.bytes_transferred,
+                      (uint64_t)ref_ndev(&dm) * ref_numel(rank, bshape) * 4);
+    shmap_array_destroy(b);
+    shmap_array_destroy(a);
+    shmap_mesh_destroy(dst);
+    shmap_mesh_destroy(src);
+    free(g);
+    free(back);
+  }
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("meshparts_prop");
   TCase *tc = tcase_create("random");
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, random_partial_and_nested);
+  tcase_add_test(tc, random_transfers);
   suite_add_tcase(s, tc);
   return tu_run_suite(s);
 }
