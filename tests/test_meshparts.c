@@ -607,10 +607,10 @@ static int ctx_query_body(shmap_ctx *ctx, void *arg)
 {
   int *res = arg;
   int dev = shmap_ctx_device(ctx);
-  kept = ctx;
   char buf[4];
   /* Truncated like snprintf: the full length comes back. */
   if (dev == 0) {
+    kept = ctx;
     res[0] = shmap_ctx_manual_axes(ctx, buf, sizeof buf);
     res[1] = strcmp(buf, "('i") == 0;
     res[2] = shmap_ctx_outer(ctx) == NULL;
