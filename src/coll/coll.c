@@ -299,7 +299,7 @@ static int arrive(shmap_ctx *ctx, prep *p, group *g)
   /* The predecessor may be waiting to compare its call with ours. */
   shmap__dev_wake(&rt->devs[member(g, (g->rank + g->n - 1) % g->n)]);
   g->succ = &rt->devs[member(g, (g->rank + 1) % g->n)];
-  if (!shmap__dev_wait(rt, self, succ_arrived, g, &rt->abort))
+  if (!shmap__dev_wait_on(rt, self, g->succ, succ_arrived, g, &rt->abort))
     return leave(ctx, g, 0, shmap__canceled(ctx, op_of(ctx, p)));
   char why[SHMAP__MSG_MAX - 200];
   if (!member_agrees(ctx, g, (int)(g->succ - rt->devs), call, why, sizeof why)) {
