@@ -368,7 +368,10 @@ static void device_main(void *arg)
   shmap__dev *d = arg;
   shmap__runtime *rt = d->rt;
   int own_tid = current_tid();
-  d->tid = own_tid;
+  /* Device 0's number belongs to the map's caller while it runs device 0
+   * (host_run_device0); this thread takes it only for a map it runs. */
+  if (d->id != 0 || !rt->host_runs)
+    d->tid = own_tid;
 #ifdef HAVE_PTHREAD_SETNAME_NP
   pthread_setname_np(pthread_self(), d->name);
 #endif
