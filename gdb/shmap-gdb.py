@@ -279,6 +279,27 @@ def _user_frame(th, body, lib):
     return None
 
 
+def _nest_text(axes, dev):
+    """The maps a device is in, as the watchdog words them:
+    " [map over 'data' > nested over 'model']", or "" for a map over every
+    axis (older libraries have no such field)."""
+    try:
+        nest = _int(dev["dbg"]["nest"])
+    except gdb.error:
+        return ""
+    levels = nest >> 56
+    everything = (1 << len(axes)) - 1
+    if levels == 0 or (levels == 1 and (nest & 0xFF) == everything):
+        return ""
+    parts = []
+    for lvl in range(min(levels, 7)):
+        mask = (nest >> (8 * lvl)) & 0xFF
+        names = ", ".join("'%s'" % axes[a][0] for a in range(len(axes))
+                          if mask & (1 << a)) or "none"
+        parts.append("%s over %s" % ("nested" if lvl else "map", names))
+    return " [" + " > ".join(parts) + "]"
+
+
 def _state_text(rt, dev, now):
     """What the device does, worded like the watchdog, and whether the
     duration is in the past ("... ago")."""
@@ -306,6 +327,7 @@ def _state_text(rt, dev, now):
         what = "returned from its body"
     else:
         what = "in unknown state %d" % state
+    what += _nest_text(axes, dev)
     if not since:
         return what, ""
     if what.startswith("returned"):
