@@ -288,6 +288,18 @@ int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg)
       rt->tp->failed(rt);
     else
       shmap__wake_all(rt);
+  } else {
+    /* Another failure came first and is being recorded.  Wait until it is
+     * published: otherwise this device could return from its body before
+     * the map is seen to have failed, and a peer waiting for it in a
+     * collective would take its leaving for a mismatch.  The winner only
+     * formats a message before publishing (no waits, no fiber switch). */
+    for (int i = 0; !atomic_load(&rt->abort); i++) {
+      if (i < 1000)
+        cpu_relax();
+      else
+        sched_yield();
+    }
   }
   return code;
 }
