@@ -117,6 +117,8 @@ typedef struct shmap__bslot {
 typedef struct shmap__dev {
   alignas(SHMAP__CACHELINE) _Atomic uint32_t arrive; /* calls entered */
   _Atomic int finished;      /* body returned */
+  /* Who waits for this device's next arrival (coll.c), written by peers. */
+  _Atomic uint32_t watch;
   alignas(SHMAP__CACHELINE) shmap__call calls[SHMAP__HIST];
   shmap__bslot bslot[SHMAP__SLOTS]; /* as a group leader */
   alignas(SHMAP__CACHELINE) shmap__waiter waiter;
