@@ -14,6 +14,10 @@
 #                  SHMAP_WATCHDOG.
 # test_trace       the Chrome trace file, read back with tests/minijson.c,
 #                  start/stop states, an unwritable path, SHMAP_TRACE.
+# test_reliability two application threads mapping on one mesh, a body
+#                  destroying its mesh, statistics and traces inside bodies,
+#                  meshes made in bodies while traces start and stop, size
+#                  overflow (SHMAP_REL_MAPS: maps per thread, default 300).
 # test_reliability_mismatch  random collective sequences in which one device
 #                  deviates (kind, axes, order, early return), and random
 #                  pairs of sequences against a serial model of the rule:
@@ -30,7 +34,8 @@ RELIABILITY_TESTS = \
 	tests/test_errors_model \
 	tests/test_watchdog \
 	tests/test_trace \
-	tests/test_reliability_mismatch
+	tests/test_reliability_mismatch \
+	tests/test_reliability
 check_PROGRAMS += $(RELIABILITY_TESTS)
 TESTS += $(RELIABILITY_TESTS)
 EXTRA_DIST += tests/valgrind-examples.sh
@@ -59,3 +64,8 @@ tests_test_reliability_mismatch_SOURCES = tests/test_reliability_mismatch.c \
 	tests/testutil.c tests/testutil.h
 tests_test_reliability_mismatch_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_reliability_mismatch_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+tests_test_reliability_SOURCES = tests/test_reliability.c \
+	tests/testutil.c tests/testutil.h
+tests_test_reliability_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_reliability_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)

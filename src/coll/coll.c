@@ -764,9 +764,15 @@ SHMAP_EXTERN int shmap_all_gather(shmap_ctx *ctx, const shmap_block *x,
   for (int i = 0, j = 0; i < orank; i++) {
     if (!tiled && i == a)
       oshape[i] = p.n;
-    else
-      oshape[i] = x->shape[j++] * (tiled && i == a ? p.n : 1);
+    else if (!shmap__mul_size(x->shape[j++], tiled && i == a ? p.n : 1,
+                              &oshape[i]))
+      return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_ESHAPE,
+                             "the result's dimension %d would exceed 2^62", i);
   }
+  if (shmap__shape_size("the result", orank, oshape,
+                        shmap_dtype_size(x->dtype), NULL, NULL))
+    return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_ESHAPE, "%s",
+                           shmap__errbuf());
   shmap_block *res;
   group g;
   if ((rc = begin_new_block(ctx, &p, orank, oshape, &g, &res)))
@@ -827,7 +833,10 @@ SHMAP_EXTERN int shmap_all_to_all(shmap_ctx *ctx, const shmap_block *x,
   int64_t oshape[SHMAP_MAX_RANK], ostr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK];
   if (tiled) {
     memcpy(oshape, cshape, sizeof(int64_t) * (size_t)rank);
-    oshape[ca] *= p.n;
+    /* Dimensions only move between axes: the bytes stay those of x. */
+    if (!shmap__mul_size(oshape[ca], p.n, &oshape[ca]))
+      return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_ESHAPE,
+                             "the result's dimension %d would exceed 2^62", ca);
   } else {
     for (int i = 0, j = 0; i < rank; i++)
       oshape[i] = i == ca ? p.n : cshape[j++];

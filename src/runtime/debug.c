@@ -17,11 +17,30 @@ uint64_t shmap__now(void) { return uv_hrtime(); }
 
 /* ---- registry ----------------------------------------------------------- */
 
+/*
+ * Lock order.  A thread that holds several of the library's locks took
+ * them in this order, and none is held while waiting for an earlier one:
+ *   1. a runtime's lock (runtime.c): held by the thread that runs a map,
+ *      for the whole map, so a body counts as holding its map's;
+ *   2. registry_lock (here), held for list updates only;
+ *   3. trace_lock (here), never held while waiting for a map;
+ *   4. leaves, held for a few instructions: the statistics lock (mesh.c),
+ *      the settings lock (settings.c).
+ * So a body may create and destroy other meshes and start traces (2, 3),
+ * and shmap_trace_stop, which must wait for running maps (1), takes no
+ * other lock while it waits: it pins each runtime in the registry and
+ * collects them one at a time.  A runtime destroyed meanwhile hands over
+ * its events itself, or waits for the collection of its own under way.
+ */
+
 /* Head of the list of live runtimes.  Not static: the gdb extension finds
  * it by name. */
 shmap__runtime *shmap__registry;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t registry_cond = PTHREAD_COND_INITIALIZER;
 static int registry_next_id;
+/* trace_pin values: collect its events, or being collected now. */
+enum { PIN_NONE, PIN_WANTED, PIN_BUSY };
 
 static void trace_env_start(void);
 
@@ -35,14 +54,21 @@ void shmap__registry_add(shmap__runtime *rt)
   pthread_mutex_unlock(&registry_lock);
 }
 
+static void trace_runtime_take(shmap__runtime *rt, bool pinned);
+
+/* Also hands the runtime's trace events over (no map runs on it). */
 void shmap__registry_remove(shmap__runtime *rt)
 {
   pthread_mutex_lock(&registry_lock);
+  while (rt->trace_pin == PIN_BUSY)
+    pthread_cond_wait(&registry_cond, &registry_lock);
   for (shmap__runtime **p = &shmap__registry; *p; p = &(*p)->next)
     if (*p == rt) {
       *p = rt->next;
       break;
     }
+  trace_runtime_take(rt, rt->trace_pin == PIN_WANTED);
+  rt->trace_pin = PIN_NONE;
   pthread_mutex_unlock(&registry_lock);
 }
 
@@ -195,7 +221,10 @@ static void sb_printf(strbuf *b, const char *fmt, ...)
 }
 
 static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Recording (events are taken); trace_state also tells a trace being
+ * stopped (2) from none (0). */
 static _Atomic int tracing;
+static int trace_state;
 static uint64_t trace_t0;
 static char *trace_path;
 static strbuf trace_done; /* events of meshes destroyed while tracing */
@@ -284,12 +313,18 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
   }
 }
 
-void shmap__trace_runtime_gone(shmap__runtime *rt)
+/* A runtime leaves the registry (registry_lock held): keep its events
+ * while a trace records, or while a stopping trace still wants them. */
+static void trace_runtime_take(shmap__runtime *rt, bool pinned)
 {
   pthread_mutex_lock(&trace_lock);
-  if (atomic_load(&tracing))
+  if (trace_state == 1 || (trace_state == 2 && pinned))
     trace_runtime(&trace_done, rt);
   pthread_mutex_unlock(&trace_lock);
+}
+
+void shmap__trace_runtime_gone(shmap__runtime *rt)
+{
   if (rt->devs)
     for (int d = 0; d < rt->ndev; d++)
       free(rt->devs[d].tev);
@@ -300,11 +335,12 @@ SHMAP_EXTERN int shmap_trace_start(const char *path)
   if (!path || !*path)
     return shmap__err(SHMAP_EINVAL, "shmap_trace_start: path is empty");
   pthread_mutex_lock(&trace_lock);
-  if (atomic_load(&tracing)) {
+  if (trace_state != 0) {
+    int busy = trace_state;
     pthread_mutex_unlock(&trace_lock);
     return shmap__err(SHMAP_ESTATE,
-                      "shmap_trace_start: a trace is already being recorded "
-                      "to %s", trace_path);
+                      "shmap_trace_start: a trace is already being %s %s",
+                      busy == 1 ? "recorded to" : "written to", trace_path);
   }
   /* Fail now, not at the end of a long run, when the file cannot be
    * written. */
@@ -328,6 +364,7 @@ SHMAP_EXTERN int shmap_trace_start(const char *path)
   trace_first = 1;
   trace_dropped = 0;
   trace_t0 = shmap__now();
+  trace_state = 1;
   atomic_store(&tracing, 1);
   pthread_mutex_unlock(&trace_lock);
   return 0;
@@ -335,22 +372,49 @@ SHMAP_EXTERN int shmap_trace_start(const char *path)
 
 SHMAP_EXTERN int shmap_trace_stop(void)
 {
+  /* It waits for every running map to end: inside a body, its own. */
+  if (shmap__current())
+    return shmap__err(SHMAP_ESTATE,
+                      "shmap_trace_stop: called from inside a body; stop the "
+                      "trace after the map returns (it waits for running "
+                      "maps, this one included)");
   pthread_mutex_lock(&trace_lock);
-  if (!atomic_load(&tracing)) {
+  if (trace_state != 1) {
+    int busy = trace_state;
     pthread_mutex_unlock(&trace_lock);
-    return shmap__err(SHMAP_ESTATE, "shmap_trace_stop: no trace is being recorded");
+    return shmap__err(SHMAP_ESTATE, "shmap_trace_stop: %s",
+                      busy ? "another thread is stopping the trace"
+                           : "no trace is being recorded");
   }
+  trace_state = 2;
   atomic_store(&tracing, 0);
-  strbuf b = trace_done;
-  trace_done = (strbuf){0};
-  /* Live meshes: wait for any running map, then take their events. */
+  pthread_mutex_unlock(&trace_lock);
+  /* Live meshes: pin them all, then take each one's events once no map
+   * runs on it, holding no other lock while waiting for its map. */
   pthread_mutex_lock(&registry_lock);
-  for (shmap__runtime *rt = shmap__registry; rt; rt = rt->next) {
+  for (shmap__runtime *rt = shmap__registry; rt; rt = rt->next)
+    rt->trace_pin = PIN_WANTED;
+  for (;;) {
+    shmap__runtime *rt = shmap__registry;
+    while (rt && rt->trace_pin != PIN_WANTED)
+      rt = rt->next;
+    if (!rt)
+      break;
+    rt->trace_pin = PIN_BUSY;
+    pthread_mutex_unlock(&registry_lock);
     shmap__runtime_lock(rt);
-    trace_runtime(&b, rt);
+    pthread_mutex_lock(&trace_lock);
+    trace_runtime(&trace_done, rt);
+    pthread_mutex_unlock(&trace_lock);
     shmap__runtime_unlock(rt);
+    pthread_mutex_lock(&registry_lock);
+    rt->trace_pin = PIN_NONE;
+    pthread_cond_broadcast(&registry_cond);
   }
   pthread_mutex_unlock(&registry_lock);
+  pthread_mutex_lock(&trace_lock);
+  strbuf b = trace_done;
+  trace_done = (strbuf){0};
   int rc = 0;
   FILE *f = fopen(trace_path, "w");
   if (!f) {
@@ -371,6 +435,7 @@ SHMAP_EXTERN int shmap_trace_stop(void)
                       trace_path, (unsigned long long)trace_dropped);
   }
   free(b.s);
+  trace_state = 0;
   pthread_mutex_unlock(&trace_lock);
   return rc;
 }

@@ -543,7 +543,7 @@ void shmap__runtime_destroy(shmap__runtime *rt)
 {
   if (!rt)
     return;
-  shmap__registry_remove(rt);
+  shmap__registry_remove(rt); /* takes its trace events */
   shmap__trace_runtime_gone(rt);
   if (rt->started)
     join_threads(rt, rt->mode == SHMAP__FIBERS ? rt->nworkers : rt->ndev);

@@ -176,6 +176,7 @@ typedef struct shmap__worker {
 typedef struct shmap__runtime {
   struct shmap__runtime *next; /* in the registry of live runtimes */
   int id;                      /* registry number (trace process id) */
+  int trace_pin;               /* debug.c: a stopping trace's claim on it */
   shmap_mesh *mesh;
   int ndev;
   int spin;                /* spin iterations before sleeping */
