@@ -3,6 +3,7 @@
 noinst_LTLIBRARIES += src/libshmap_core.la
 src_libshmap_core_la_SOURCES = \
 	src/error.c \
+	src/settings.c \
 	src/alloc.c \
 	src/mesh.c \
 	src/spec.c \
@@ -16,7 +17,7 @@ src_libshmap_core_la_SOURCES = \
 	src/runtime/fiber.c \
 	src/coll/coll.c \
 	src/coll/ops.c
-noinst_HEADERS += src/internal.h src/runtime/runtime.h src/coll/coll.h
+noinst_HEADERS += src/settings.h src/internal.h src/runtime/runtime.h src/coll/coll.h
 src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(UV_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
 src_libshmap_core_la_LIBADD = $(UV_LIBS)
 

@@ -18,6 +18,8 @@
 #                  destroying its mesh, statistics and traces inside bodies,
 #                  meshes made in bodies while traces start and stop, size
 #                  overflow (SHMAP_REL_MAPS: maps per thread, default 300).
+# test_reliability_settings  SHMAP_* parsers; a bad value is reported once
+#                  on stderr with the accepted values, and the default used.
 # test_reliability_mismatch  random collective sequences in which one device
 #                  deviates (kind, axes, order, early return), and random
 #                  pairs of sequences against a serial model of the rule:
@@ -35,7 +37,8 @@ RELIABILITY_TESTS = \
 	tests/test_watchdog \
 	tests/test_trace \
 	tests/test_reliability_mismatch \
-	tests/test_reliability
+	tests/test_reliability \
+	tests/test_reliability_settings
 check_PROGRAMS += $(RELIABILITY_TESTS)
 TESTS += $(RELIABILITY_TESTS)
 EXTRA_DIST += tests/valgrind-examples.sh
@@ -69,3 +72,8 @@ tests_test_reliability_SOURCES = tests/test_reliability.c \
 	tests/testutil.c tests/testutil.h
 tests_test_reliability_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_reliability_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+tests_test_reliability_settings_SOURCES = tests/test_reliability_settings.c \
+	tests/testutil.c tests/testutil.h
+tests_test_reliability_settings_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_reliability_settings_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)

@@ -4,6 +4,7 @@
  * Chrome trace recorder (one track per device, opens in Perfetto).
  */
 #include "runtime/runtime.h"
+#include "settings.h"
 
 #include <errno.h>
 #include <math.h>
@@ -110,12 +111,9 @@ static pthread_once_t watchdog_once = PTHREAD_ONCE_INIT;
 
 static void watchdog_env(void)
 {
-  const char *env = getenv("SHMAP_WATCHDOG");
-  if (env && *env) {
-    double s = atof(env);
-    if (s > 0)
-      atomic_store(&watchdog_ns, (uint64_t)(s * 1e9));
-  }
+  double s = shmap__setting_watchdog();
+  if (s > 0)
+    atomic_store(&watchdog_ns, (uint64_t)(s * 1e9));
 }
 
 uint64_t shmap__watchdog_ns(void)
@@ -450,8 +448,8 @@ static pthread_once_t trace_once = PTHREAD_ONCE_INIT;
 
 static void trace_env(void)
 {
-  const char *env = getenv("SHMAP_TRACE");
-  if (env && *env && shmap_trace_start(env) == 0)
+  const char *env = shmap__setting_trace();
+  if (env && shmap_trace_start(env) == 0)
     atexit(trace_atexit);
 }
 

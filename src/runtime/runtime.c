@@ -1,5 +1,6 @@
 /* runtime.c - persistent device threads, parking, waiting and waking. */
 #include "runtime/runtime.h"
+#include "settings.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -193,20 +194,14 @@ static bool debugger_attached(void)
  * device as a thread), and fibers on one worker per core otherwise. */
 static int choose_mode(int ndev)
 {
-  const char *env = getenv("SHMAP_SCHED");
-  if (env && strcmp(env, "threads") == 0)
+  int sched = shmap__setting_sched();
+  if (sched == SHMAP__SCHED_THREADS)
     return SHMAP__THREADS;
-  if (env && strcmp(env, "fibers") == 0)
+  if (sched == SHMAP__SCHED_FIBERS)
     return SHMAP__FIBERS;
   if (ndev <= ncpu() || debugger_attached())
     return SHMAP__THREADS;
   return SHMAP__FIBERS;
-}
-
-static int env_int(const char *name, int dflt)
-{
-  const char *env = getenv(name);
-  return env && *env ? atoi(env) : dflt;
 }
 
 static bool all_done(void *arg)
@@ -376,12 +371,7 @@ bool shmap__dev_wait(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
 
 /* ---- starting and stopping ------------------------------------------------ */
 
-static size_t stack_size(void)
-{
-  const char *env = getenv("SHMAP_STACK_SIZE");
-  long long v = env ? atoll(env) : 0;
-  return v > 0 ? (size_t)v : 0;
-}
+static size_t stack_size(void) { return shmap__setting_stack_size(); }
 
 /* Stop and join the first n threads (devices or workers). */
 static void join_threads(shmap__runtime *rt, int n)
@@ -463,7 +453,7 @@ static int start(shmap__runtime *rt)
   }
   int nthreads = rt->ndev;
   if (rt->mode == SHMAP__FIBERS) {
-    int nw = env_int("SHMAP_WORKERS", ncpu());
+    int nw = shmap__setting_workers() ? shmap__setting_workers() : ncpu();
     rt->nworkers = nw < 1 ? 1 : nw > rt->ndev ? rt->ndev : nw;
     nthreads = rt->nworkers;
     rt->workers = shmap__alloc(sizeof(shmap__worker) * (size_t)rt->nworkers, true);
@@ -484,7 +474,7 @@ static int start(shmap__runtime *rt)
       shmap__dev *dev = &rt->devs[d];
       dev->worker = &rt->workers[d % rt->nworkers];
       dev->wq = &dev->worker->waiter;
-      if (shmap__fiber_create(&dev->fiber, ss ? ss : ((size_t)1 << 20),
+      if (shmap__fiber_create(&dev->fiber, ss ? ss : SHMAP__FIBER_STACK_DEFAULT,
                               fiber_main, dev) != 0) {
         free_devices(rt);
         return shmap__err(SHMAP_ESYS, "cannot allocate the stack of device %d", d);
@@ -492,7 +482,8 @@ static int start(shmap__runtime *rt)
     }
   }
   /* Spinning only pays when every thread (and the caller) has a core. */
-  rt->spin = env_int("SHMAP_SPIN", nthreads <= ncpu() ? 10000 : 50);
+  long spin = shmap__setting_spin();
+  rt->spin = spin >= 0 ? (int)spin : nthreads <= ncpu() ? 10000 : 50;
   if (rt->spin < 0)
     rt->spin = 0;
   /* In fiber mode the caller is worker 0 (worker 0's own thread stays
