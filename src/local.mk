@@ -15,6 +15,7 @@ src_libshmap_core_la_SOURCES = \
 	src/runtime/runtime.c \
 	src/runtime/debug.c \
 	src/runtime/fiber.c \
+	src/runtime/guard.c \
 	src/coll/coll.c \
 	src/coll/ops.c
 noinst_HEADERS += src/settings.h src/internal.h src/runtime/runtime.h src/coll/coll.h

@@ -20,6 +20,8 @@
 #                  overflow (SHMAP_REL_MAPS: maps per thread, default 300).
 # test_reliability_settings  SHMAP_* parsers; a bad value is reported once
 #                  on stderr with the accepted values, and the default used.
+# test_reliability_stack  a 700 KiB stack buffer survives collectives; a
+#                  stack overflow names the device before SIGSEGV.
 # test_reliability_mismatch  random collective sequences in which one device
 #                  deviates (kind, axes, order, early return), and random
 #                  pairs of sequences against a serial model of the rule:
@@ -38,7 +40,8 @@ RELIABILITY_TESTS = \
 	tests/test_trace \
 	tests/test_reliability_mismatch \
 	tests/test_reliability \
-	tests/test_reliability_settings
+	tests/test_reliability_settings \
+	tests/test_reliability_stack
 check_PROGRAMS += $(RELIABILITY_TESTS)
 TESTS += $(RELIABILITY_TESTS)
 EXTRA_DIST += tests/valgrind-examples.sh
@@ -77,3 +80,8 @@ tests_test_reliability_settings_SOURCES = tests/test_reliability_settings.c \
 	tests/testutil.c tests/testutil.h
 tests_test_reliability_settings_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_reliability_settings_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+tests_test_reliability_stack_SOURCES = tests/test_reliability_stack.c \
+	tests/testutil.c tests/testutil.h
+tests_test_reliability_stack_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_reliability_stack_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)

@@ -232,6 +232,7 @@ static void device_main(void *arg)
   shmap__dev *d = arg;
   shmap__runtime *rt = d->rt;
   d->tid = current_tid();
+  shmap__guard_thread();
 #ifdef HAVE_PTHREAD_SETNAME_NP
   pthread_setname_np(pthread_self(), d->name);
 #endif
@@ -296,6 +297,7 @@ static void worker_job(shmap__worker *w)
   /* Whichever thread runs this job (the worker's, or the map's caller for
    * worker 0) is where the devices return to. */
   shmap__fiber_host_init(&w->self);
+  shmap__guard_thread();
   int n = 0;
   for (int d = w->id; d < rt->ndev; d += rt->nworkers, n++)
     rt->devs[d].fstate = SHMAP__F_START;

@@ -89,6 +89,10 @@ void shmap__fiber_host_init(shmap__fiber *host);
 void shmap__fiber_switch(shmap__fiber *from, shmap__fiber *to);
 /* First thing a new fiber does (tells the sanitizers where it came from). */
 void shmap__fiber_entered(shmap__fiber *self, shmap__fiber *from);
+/* guard.c: a thread that runs devices (once per thread): the SIGSEGV
+ * handler that names a device overflowing its stack, and an alternate
+ * signal stack for it. */
+void shmap__guard_thread(void);
 
 /* How devices are run. */
 enum shmap__mode {
