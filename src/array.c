@@ -81,7 +81,9 @@ void shmap__bulk_copy(void *dst, const void *src, size_t bytes)
     return;
 #if defined(_OPENMP) && !defined(__SANITIZE_THREAD__)
   const size_t piece = (size_t)1 << 20;
-  if (bytes >= 4 * piece) {
+  /* Not in a child of fork(): OpenMP's threads stayed in the parent. */
+  shmap__fork_init();
+  if (bytes >= 4 * piece && shmap__fork_generation() == 0) {
     long n = (long)((bytes + piece - 1) / piece);
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < n; i++) {
@@ -236,7 +238,9 @@ void shmap__array_assemble(const shmap_array *a, void *dst)
   int64_t gstr[SHMAP_MAX_RANK], bstr[SHMAP_MAX_RANK];
   shmap__strides(a->rank, a->shape, gstr);
   shmap__strides(a->rank, a->bshape, bstr);
-  bool big = (size_t)a->numel * es >= ((size_t)4 << 20);
+  shmap__fork_init();
+  bool big = (size_t)a->numel * es >= ((size_t)4 << 20) &&
+             shmap__fork_generation() == 0;
   (void)big;
 #if defined(_OPENMP) && !defined(__SANITIZE_THREAD__)
 #pragma omp parallel for schedule(dynamic) if (big)

@@ -220,6 +220,13 @@ void shmap__shape_format(shmap_dtype dtype, int rank, const int64_t shape[],
 /* Bulk memcpy, split over OpenMP threads when large. */
 void shmap__bulk_copy(void *dst, const void *src, size_t bytes);
 
+/* ---- fork.c ------------------------------------------------------------ */
+
+/* Register the fork handlers (once; cheap after). */
+void shmap__fork_init(void);
+/* 0 in the process that first used the library, +1 per fork() since. */
+unsigned shmap__fork_generation(void);
+
 /* ---- alloc.c: every allocation of the library ---------------------------- */
 
 /* 64-byte aligned allocation of n bytes (n may be 0); free with free(). */

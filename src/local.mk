@@ -4,6 +4,7 @@ noinst_LTLIBRARIES += src/libshmap_core.la
 src_libshmap_core_la_SOURCES = \
 	src/error.c \
 	src/settings.c \
+	src/fork.c \
 	src/alloc.c \
 	src/mesh.c \
 	src/spec.c \

@@ -647,6 +647,11 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
   if (nout > 0 && (!out || !out_specs))
     return shmap__err(SHMAP_EINVAL, "shmap_map: nout=%d but %s is NULL", nout,
                       out ? "out_specs" : "out");
+  unsigned gen = atomic_load(&mesh->rt->forkgen);
+  if (gen && gen != shmap__fork_generation() + 1)
+    return shmap__err(SHMAP_ESTATE,
+                      "shmap_map: the mesh's device threads belong to the "
+                      "process that forked this one; create a new mesh here");
   shmap_ctx *outer = shmap__current();
   if (outer)
     return shmap__dev_fail(outer, "shmap_map", SHMAP_ESTATE,

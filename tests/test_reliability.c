@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "testutil.h"
@@ -424,6 +425,186 @@ START_TEST(test_global_shape_overflow)
 }
 END_TEST
 
+/* ---- the watchdog names user synchronisation in fiber mode ------------------- */
+
+typedef struct spin_arg {
+  _Atomic int flag;
+  _Atomic int gave_up;
+} spin_arg;
+
+static double now_s(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* Device 0 waits for a flag device 1 sets: fine with threads, a hang in
+ * fiber mode when both share a worker (device 0 gives up after 3 s). */
+static int body_spin(shmap_ctx *ctx, void *arg)
+{
+  spin_arg *a = arg;
+  if (shmap_ctx_device(ctx) == 1) {
+    atomic_store(&a->flag, 1);
+    return 0;
+  }
+  double t0 = now_s();
+  while (!atomic_load(&a->flag))
+    if (now_s() - t0 > 3.0) {
+      atomic_store(&a->gave_up, 1);
+      break;
+    }
+  return 0;
+}
+
+START_TEST(test_watchdog_names_user_sync)
+{
+  for (int m = 0; m < 2; m++) {
+    ck_assert_int_eq(setenv("SHMAP_WORKERS", "1", 1), 0);
+    shmap_mesh *mesh = mesh_in(modes[m], "i=2");
+    char path[] = "/tmp/shmap_rel_wdXXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    close(fd);
+    ck_assert_int_eq(shmap_set_watchdog(0.5), 0);
+    spin_arg a = {0};
+    int rc = shmap_map(mesh, body_spin, &a, 0, NULL, NULL, 0, NULL, NULL);
+    shmap_set_watchdog(0);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    char *err = tu_slurp(path, NULL);
+    unlink(path);
+    ck_assert_ptr_nonnull(err);
+    tu_map_ok(rc, "map with a spin");
+    const char *hint = "likely cause: device 0 (i=0) has run its body for ";
+    if (m == 0) {
+      ck_assert_msg(!atomic_load(&a.gave_up), "threads: device 1 never set the "
+                    "flag");
+      ck_assert_msg(!strstr(err, "likely cause"), "threads: %s", err);
+    } else {
+      ck_assert(atomic_load(&a.gave_up));
+      ck_assert_msg(strstr(err, hint) &&
+                        strstr(err, "without calling a collective while device "
+                                    "1 (i=1), which shares its worker thread, "
+                                    "cannot start or resume; in fiber mode") &&
+                        strstr(err, "devices may synchronise only through "
+                                    "collectives"),
+                    "fibers: stderr:\n%s", err);
+    }
+    free(err);
+    shmap_mesh_destroy(mesh);
+  }
+}
+END_TEST
+
+/* ---- fork() ------------------------------------------------------------------- */
+
+#define BIGN ((int64_t)8 << 20) /* 32 MiB of f32: copies run on OpenMP */
+
+static int body_copy(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  const shmap_block *a = shmap_in(ctx, 0);
+  if (!a || !shmap_out_copy(ctx, 0, a))
+    return -1;
+  float v = 1;
+  shmap_block b = {&v, SHMAP_F32, 0, {0}};
+  return shmap_psum(ctx, &b, "i");
+}
+
+/* One round trip of a large array through a map: 0 when right. */
+static int round_trip(shmap_mesh *mesh, float *host, float *back)
+{
+  shmap_array *in = NULL, *out = NULL;
+  if (shmap_array_from_host(&in, SHMAP_F32, 1, (int64_t[]){BIGN}, host))
+    return 1;
+  int rc = shmap_map(mesh, body_copy, NULL, 1, &in, (const char *[]){"i"}, 1,
+                     &out, (const char *[]){"i"});
+  shmap_array_destroy(in);
+  if (rc)
+    return 2;
+  memset(back, 0, (size_t)BIGN * sizeof *back);
+  rc = shmap_array_to_host(out, back);
+  shmap_array_destroy(out);
+  if (rc || memcmp(host, back, (size_t)BIGN * sizeof *back))
+    return 3;
+  return 0;
+}
+
+/* In the child: 0, or the number of the step that failed. */
+static int child_steps(shmap_mesh *parent_mesh, shmap_array *parent_out,
+                       float *host, float *back)
+{
+  alarm(60);
+  /* Large copies of host arrays and of the parent's sharded array. */
+  shmap_array *h = NULL;
+  if (shmap_array_from_host(&h, SHMAP_F32, 1, (int64_t[]){BIGN}, host))
+    return 10;
+  if (shmap_array_to_host(h, back) || memcmp(host, back, (size_t)BIGN * 4))
+    return 11;
+  shmap_array_destroy(h);
+  memset(back, 0, (size_t)BIGN * 4);
+  if (shmap_array_to_host(parent_out, back) || memcmp(host, back, (size_t)BIGN * 4))
+    return 12;
+  shmap_array_destroy(parent_out);
+  /* A map on the parent's mesh: refused, with a message. */
+  if (shmap_map(parent_mesh, body_noop, NULL, 0, NULL, NULL, 0, NULL, NULL) !=
+          SHMAP_ESTATE ||
+      !strstr(shmap_errmsg(), "belong to the process that forked this one"))
+    return 13;
+  if (shmap_mesh_destroy(parent_mesh) != 0)
+    return 14;
+  /* A new mesh works. */
+  shmap_mesh *m = NULL;
+  if (shmap_mesh_create(&m, "i=4"))
+    return 15;
+  int rc = round_trip(m, host, back);
+  if (rc)
+    return 20 + rc;
+  shmap_mesh_destroy(m);
+  return 0;
+}
+
+START_TEST(test_fork)
+{
+  float *host = malloc((size_t)BIGN * sizeof *host);
+  float *back = malloc((size_t)BIGN * sizeof *back);
+  ck_assert(host && back);
+  for (int64_t e = 0; e < BIGN; e++)
+    host[e] = (float)(e % 1000003);
+  for (int m = 0; m < 2; m++) {
+    shmap_mesh *mesh = mesh_in(modes[m], "i=4");
+    ck_assert_int_eq(round_trip(mesh, host, back), 0);
+    shmap_array *in = NULL, *out = NULL;
+    ck_assert_int_eq(shmap_array_from_host(&in, SHMAP_F32, 1, (int64_t[]){BIGN},
+                                           host), 0);
+    tu_map_ok(shmap_map(mesh, body_copy, NULL, 1, &in, (const char *[]){"i"}, 1,
+                        &out, (const char *[]){"i"}), "map before fork");
+    shmap_array_destroy(in);
+    fflush(NULL);
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+      _exit(child_steps(mesh, out, host, back));
+    int status = 0;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "%s: the child failed at step %d (status 0x%x)", modes[m],
+                  WIFEXITED(status) ? WEXITSTATUS(status) : -1, status);
+    /* The parent goes on as before. */
+    shmap_array_destroy(out);
+    ck_assert_int_eq(round_trip(mesh, host, back), 0);
+    shmap_mesh_destroy(mesh);
+  }
+  free(host);
+  free(back);
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("reliability");
@@ -437,6 +618,8 @@ int main(void)
       {"meshes_while_tracing", test_meshes_in_bodies_while_tracing},
       {"sizes", test_size_overflow},
       {"global_shape", test_global_shape_overflow},
+      {"watchdog", test_watchdog_names_user_sync},
+      {"fork", test_fork},
   };
   /* One tcase per area (CK_RUN_CASE=locks runs one). */
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

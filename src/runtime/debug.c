@@ -47,6 +47,7 @@ static void trace_env_start(void);
 
 void shmap__registry_add(shmap__runtime *rt)
 {
+  shmap__fork_init();
   trace_env_start();
   pthread_mutex_lock(&registry_lock);
   rt->id = ++registry_next_id;
@@ -133,6 +134,51 @@ SHMAP_EXTERN int shmap_set_watchdog(double seconds)
   return 0;
 }
 
+/* Fiber mode: a device keeps its worker until it calls a collective (or
+ * returns), so a body that waits for another device by other means (a
+ * flag, a barrier) never ends when that device shares its worker.  Name
+ * the likely cause: the device longest in its body, and a device of the
+ * same worker still to run. */
+static void stuck_fiber_hint(const shmap__runtime *rt, uint64_t now, FILE *out)
+{
+  if (rt->mode != SHMAP__FIBERS || !rt->workers)
+    return;
+  int longest = -1;
+  uint64_t longest_since = 0;
+  for (int d = 0; d < rt->ndev; d++) {
+    const shmap__dev *dev = &rt->devs[d];
+    uint64_t since = atomic_load_explicit(&dev->since, memory_order_relaxed);
+    if (atomic_load(&dev->state) == SHMAP__ST_BODY && since &&
+        (longest < 0 || since < longest_since)) {
+      longest = d;
+      longest_since = since;
+    }
+  }
+  if (longest < 0 || now < longest_since + 1000000000u)
+    return;
+  for (int d = longest % rt->nworkers; d < rt->ndev; d += rt->nworkers) {
+    const shmap__dev *dev = &rt->devs[d];
+    int state = atomic_load(&dev->state);
+    if (d == longest || state == SHMAP__ST_DONE ||
+        (state == SHMAP__ST_PARKED && atomic_load(&dev->finished)))
+      continue;
+    char a[96], b[96];
+    shmap__mesh_devname(rt->mesh, longest, a, sizeof a);
+    shmap__mesh_devname(rt->mesh, d, b, sizeof b);
+    fprintf(out,
+            "  likely cause: %s has run its body for %.1f s without calling a "
+            "collective while %s, which shares its worker thread, %s; in "
+            "fiber mode a device runs until it calls a collective or returns, "
+            "so devices may synchronise only through collectives (a spin on "
+            "a flag or a barrier between devices never ends; "
+            "SHMAP_SCHED=threads gives each device a thread)\n",
+            a, (double)(now - longest_since) / 1e9, b,
+            state == SHMAP__ST_COLL ? "waits in a collective"
+                                    : "cannot start or resume");
+    return;
+  }
+}
+
 void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
 {
   FILE *out = out_;
@@ -174,6 +220,7 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
     fprintf(out, "  %s: %s %s%.1f s%s\n", name, what, past ? "" : "for ", secs,
             past ? " ago" : "");
   }
+  stuck_fiber_hint(rt, now, out);
   funlockfile(out);
   fflush(out);
 }
@@ -219,6 +266,17 @@ static void sb_printf(strbuf *b, const char *fmt, ...)
 }
 
 static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void shmap__debug_fork(int phase)
+{
+  if (phase == 0) {
+    pthread_mutex_lock(&registry_lock);
+    pthread_mutex_lock(&trace_lock);
+  } else {
+    pthread_mutex_unlock(&trace_lock);
+    pthread_mutex_unlock(&registry_lock);
+  }
+}
 /* Recording (events are taken); trace_state also tells a trace being
  * stopped (2) from none (0). */
 static _Atomic int tracing;

@@ -510,6 +510,7 @@ static int start(shmap__runtime *rt)
       rt->devs[i].thread = (uintptr_t)t;
   }
   rt->started = 1;
+  atomic_store(&rt->forkgen, shmap__fork_generation() + 1);
   return 0;
 }
 
@@ -538,7 +539,8 @@ void shmap__runtime_destroy(shmap__runtime *rt)
     return;
   shmap__registry_remove(rt); /* takes its trace events */
   shmap__trace_runtime_gone(rt);
-  if (rt->started)
+  /* In a child of fork() the threads stayed in the parent (fork.c). */
+  if (rt->started && atomic_load(&rt->forkgen) == shmap__fork_generation() + 1)
     join_threads(rt, rt->mode == SHMAP__FIBERS ? rt->nworkers : rt->ndev);
   free_devices(rt);
   waiter_fini(&rt->host);

@@ -181,6 +181,9 @@ typedef struct shmap__runtime {
   struct shmap__runtime *next; /* in the registry of live runtimes */
   int id;                      /* registry number (trace process id) */
   int trace_pin;               /* debug.c: a stopping trace's claim on it */
+  /* The fork generation (fork.c) whose process started the threads, + 1;
+   * 0 while none run. */
+  _Atomic unsigned forkgen;
   shmap_mesh *mesh;
   int ndev;
   int spin;                /* spin iterations before sleeping */
@@ -264,6 +267,9 @@ int shmap__canceled(shmap_ctx *ctx, const char *op);
 
 /* ---- debug.c: registry, watchdog, trace --------------------------------- */
 
+/* Around fork(): 0 before (take the registry and trace locks), 1 in the
+ * parent after, 2 in the child after (release them). */
+void shmap__debug_fork(int phase);
 /* Every live runtime, for the gdb extension and the trace writer. */
 void shmap__registry_add(shmap__runtime *rt);
 void shmap__registry_remove(shmap__runtime *rt);
