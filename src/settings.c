@@ -139,7 +139,7 @@ size_t shmap__setting_stack_size(void)
       v <= SHMAP__STACK_MAX)
     return v;
   bad_value(V_STACK, "SHMAP_STACK_SIZE", s,
-            "a size in bytes such as 65536, 64k, 8M or 1G, from 64k to 1G",
+            "a size in bytes such as 65536, 64k, 8M or 1G, at least 64k",
             "the default (4M for fibers, the system's for threads)");
   return 0;
 }

@@ -14,7 +14,9 @@
 /* Smallest and largest stack a device may be given, and the fiber
  * default (thread mode's default is the system's). */
 #define SHMAP__STACK_MIN ((size_t)64 << 10)
-#define SHMAP__STACK_MAX ((size_t)1 << 30)
+/* No real limit above: what the system refuses is reported by the map
+ * (SHMAP_ESYS); this one only keeps the page rounding from overflowing. */
+#define SHMAP__STACK_MAX ((size_t)1 << 62)
 #define SHMAP__FIBER_STACK_DEFAULT ((size_t)4 << 20)
 
 enum shmap__sched_setting { SHMAP__SCHED_AUTO, SHMAP__SCHED_THREADS,

@@ -3,7 +3,10 @@
  * meshes (walked by the gdb extension), the watchdog's report, and the
  * Chrome trace recorder (one track per device, opens in Perfetto).
  */
-#include "runtime/runtime.h"
+#include "runtime/debug.h"
+
+#include "coll/desc.h"
+#include "map.h"
 #include "settings.h"
 
 #include <errno.h>
@@ -76,22 +79,6 @@ void shmap__registry_remove(shmap__runtime *rt)
 
 /* ---- describing a device ------------------------------------------------ */
 
-uint64_t shmap__pack_op(int kind, const int axes[], int naxes)
-{
-  uint64_t op = (uint64_t)kind | (uint64_t)naxes << 8;
-  for (int k = 0; k < naxes; k++)
-    op |= (uint64_t)axes[k] << (12 + 4 * k);
-  return op;
-}
-
-const char *shmap__kind_name(int kind)
-{
-  static const char *names[] = {"?", "psum", "pmax", "pmin", "pmean",
-                                "psum_scatter", "all_gather", "all_to_all",
-                                "ppermute"};
-  return kind > 0 && kind <= SHMAP__PPERMUTE ? names[kind] : "?";
-}
-
 static void op_format(const shmap_mesh *mesh, uint64_t op, char *buf, size_t n)
 {
   int axes[SHMAP_MAX_AXES] = {0}, naxes = (int)(op >> 8 & 0xf);
@@ -103,6 +90,25 @@ static void op_format(const shmap_mesh *mesh, uint64_t op, char *buf, size_t n)
   shmap__axes_format(mesh, axes, naxes, a, sizeof a);
   snprintf(buf, n, "%s over ", shmap__kind_name((int)(op & 0xff)));
   shmap__cat(buf, n, "%s", naxes ? a : "()");
+}
+
+void shmap__nest_format(const shmap_mesh *mesh, uint64_t nest, char *buf,
+                        size_t n)
+{
+  buf[0] = '\0';
+  int levels = (int)(nest >> 56);
+  if (levels == 0 ||
+      (levels == 1 && (unsigned)(nest & 0xff) == shmap__mesh_all(mesh)))
+    return;
+  shmap__cat(buf, n, " [");
+  for (int l = 0; l < levels && l < SHMAP__NEST_LEVELS; l++) {
+    char axes[320];
+    shmap__mask_format(mesh, (unsigned)(nest >> (8 * l) & 0xff), axes,
+                       sizeof axes);
+    shmap__cat(buf, n, "%s%s over %s", l ? " > " : "",
+               l ? "nested" : "map", axes);
+  }
+  shmap__cat(buf, n, "]");
 }
 
 /* ---- watchdog ------------------------------------------------------------ */
@@ -147,8 +153,8 @@ static void stuck_fiber_hint(const shmap__runtime *rt, uint64_t now, FILE *out)
   uint64_t longest_since = 0;
   for (int d = 0; d < rt->ndev; d++) {
     const shmap__dev *dev = &rt->devs[d];
-    uint64_t since = atomic_load_explicit(&dev->since, memory_order_relaxed);
-    if (atomic_load(&dev->state) == SHMAP__ST_BODY && since &&
+    uint64_t since = atomic_load_explicit(&dev->dbg.since, memory_order_relaxed);
+    if (atomic_load(&dev->dbg.state) == SHMAP__ST_BODY && since &&
         (longest < 0 || since < longest_since)) {
       longest = d;
       longest_since = since;
@@ -158,9 +164,9 @@ static void stuck_fiber_hint(const shmap__runtime *rt, uint64_t now, FILE *out)
     return;
   for (int d = longest % rt->nworkers; d < rt->ndev; d += rt->nworkers) {
     const shmap__dev *dev = &rt->devs[d];
-    int state = atomic_load(&dev->state);
+    int state = atomic_load(&dev->dbg.state);
     if (d == longest || state == SHMAP__ST_DONE ||
-        (state == SHMAP__ST_PARKED && atomic_load(&dev->finished)))
+        (state == SHMAP__ST_PARKED && atomic_load(&dev->coll.finished)))
       continue;
     char a[96], b[96];
     shmap__mesh_devname(rt->mesh, longest, a, sizeof a);
@@ -193,12 +199,16 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
           axes, (double)running_ns / 1e9);
   for (int d = 0; d < rt->ndev; d++) {
     const shmap__dev *dev = &rt->devs[d];
-    int state = atomic_load_explicit(&dev->state, memory_order_acquire);
-    uint64_t since = atomic_load_explicit(&dev->since, memory_order_relaxed);
-    uint64_t op = atomic_load_explicit(&dev->op, memory_order_relaxed);
+    int state = atomic_load_explicit(&dev->dbg.state, memory_order_acquire);
+    uint64_t since = atomic_load_explicit(&dev->dbg.since, memory_order_relaxed);
+    uint64_t op = atomic_load_explicit(&dev->dbg.op, memory_order_relaxed);
     double secs = since && now > since ? (double)(now - since) / 1e9 : 0;
-    char name[96], what[420];
+    char name[480], what[420];
     shmap__mesh_devname(mesh, d, name, sizeof name);
+    size_t len = strlen(name);
+    shmap__nest_format(mesh, atomic_load_explicit(&dev->dbg.nest,
+                                                  memory_order_relaxed),
+                       name + len, sizeof name - len);
     switch (state) {
     case SHMAP__ST_INPUTS: snprintf(what, sizeof what, "building its input blocks"); break;
     case SHMAP__ST_BODY: snprintf(what, sizeof what, "running its body"); break;
@@ -206,14 +216,19 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
       char o[360];
       op_format(mesh, op, o, sizeof o);
       snprintf(what, sizeof what, "waiting in %s (call #%u)", o,
-               atomic_load(&dev->arrive));
+               atomic_load(&dev->coll.arrive));
       break;
     }
     case SHMAP__ST_DONE: snprintf(what, sizeof what, "returned from its body"); break;
     default:
-      snprintf(what, sizeof what, "%s", atomic_load(&dev->finished)
-                                            ? "returned from its body"
-                                            : "not started yet");
+      if (atomic_load(&dev->coll.finished)) {
+        snprintf(what, sizeof what, "returned from its body");
+      } else {
+        /* Parked since the previous map (or never run): it has waited to
+         * start for as long as this map has run. */
+        snprintf(what, sizeof what, "not started yet");
+        secs = (double)running_ns / 1e9;
+      }
       break;
     }
     bool past = strncmp(what, "returned", 8) == 0;
@@ -292,17 +307,17 @@ bool shmap__tracing(void) { return atomic_load_explicit(&tracing, memory_order_r
 void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
                         uint64_t bytes, uint32_t seq)
 {
-  if (d->ntev == d->captev) {
-    size_t cap = d->captev ? d->captev * 2 : 256;
-    shmap__tev *t = shmap__realloc(d->tev, cap * sizeof *t);
+  if (d->dbg.ntev == d->dbg.captev) {
+    size_t cap = d->dbg.captev ? d->dbg.captev * 2 : 256;
+    shmap__tev *t = shmap__realloc(d->dbg.tev, cap * sizeof *t);
     if (!t) {
-      d->tev_dropped++;
+      d->dbg.tev_dropped++;
       return;
     }
-    d->tev = t;
-    d->captev = cap;
+    d->dbg.tev = t;
+    d->dbg.captev = cap;
   }
-  d->tev[d->ntev++] = (shmap__tev){t0, t1, op, bytes, seq};
+  d->dbg.tev[d->dbg.ntev++] = (shmap__tev){t0, t1, op, bytes, seq};
 }
 
 static void sep(strbuf *b)
@@ -336,8 +351,8 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
     sep(b);
     sb_printf(b, "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,"
                  "\"tid\":%d,\"args\":{\"sort_index\":%d}}", rt->id, d, d);
-    for (size_t i = 0; i < dev->ntev; i++) {
-      const shmap__tev *e = &dev->tev[i];
+    for (size_t i = 0; i < dev->dbg.ntev; i++) {
+      const shmap__tev *e = &dev->dbg.tev[i];
       if (e->t1 < trace_t0)
         continue;
       /* A body that began before the trace did is cut at its start, so
@@ -351,6 +366,16 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
                      "\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
                      "\"args\":{\"collectives\":%u}}",
                   rt->id, d, ts, dur, e->seq);
+      } else if ((e->op & 0xff) == SHMAP__NESTED_BODY) {
+        /* A nested map's body, inside the outer body on the same track. */
+        char o[360];
+        op_format(mesh, e->op, o, sizeof o);
+        const char *over = strstr(o, " over ");
+        sb_printf(b, "{\"name\":\"nested body\",\"cat\":\"body\","
+                     "\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+                     "\"dur\":%.3f,\"args\":{\"axes\":\"%s\","
+                     "\"collectives\":%u}}",
+                  rt->id, d, ts, dur, over ? over + 6 : "", e->seq);
       } else {
         char o[360], ax[360];
         op_format(mesh, e->op, o, sizeof o);
@@ -363,9 +388,9 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
                   (unsigned long long)e->bytes, e->seq);
       }
     }
-    dev->ntev = 0;
-    trace_dropped += dev->tev_dropped;
-    dev->tev_dropped = 0;
+    dev->dbg.ntev = 0;
+    trace_dropped += dev->dbg.tev_dropped;
+    dev->dbg.tev_dropped = 0;
   }
 }
 
@@ -383,7 +408,7 @@ void shmap__trace_runtime_gone(shmap__runtime *rt)
 {
   if (rt->devs)
     for (int d = 0; d < rt->ndev; d++)
-      free(rt->devs[d].tev);
+      free(rt->devs[d].dbg.tev);
 }
 
 SHMAP_EXTERN int shmap_trace_start(const char *path)

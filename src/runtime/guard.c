@@ -54,7 +54,7 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
   if (ctx && ctx->rt && ctx->rt->devs) {
     shmap__runtime *rt = ctx->rt;
     const shmap__dev *d = &rt->devs[ctx->dev];
-    const shmap__fiber *f = &d->fiber;
+    const shmap__fiber *f = &d->sched.fiber;
     bool fiber = rt->mode == SHMAP__FIBERS && f->map &&
                  a >= (uintptr_t)f->map && a < (uintptr_t)f->stack;
     bool thread = rt->mode == SHMAP__THREADS && thread_lo &&

@@ -1,0 +1,534 @@
+/*
+ * shm.c - the shared-memory transport: the devices of a group share an
+ * address space, so each reads (and, for allreduce, writes) its peers'
+ * buffers directly, one copy, no staging.
+ *
+ * A call goes:
+ *   1. arrive: publish the descriptor (kind, axes, dtype, shape, dims,
+ *      pairs, data pointers) in the device's history and wait until every
+ *      member of the group has published its own call with the same
+ *      number, then compare: any difference is a mismatch that every
+ *      member detects alike;
+ *   2. move data by reading the peers' buffers directly (get, reduce), or
+ *      folding and writing the result into every peer's dst (allreduce);
+ *   3. depart: announce that this device is done reading, and wait until
+ *      every member is, so no buffer changes while a peer still reads it.
+ */
+#include "transport/comm.h"
+
+#include "map.h"
+#include "runtime/debug.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Call descriptors each device keeps, indexed by call number. */
+#define HIST 8
+/* Rendezvous slots a group leader keeps, indexed by call number. */
+#define SLOTS 16
+
+/* A rendezvous slot a group leader keeps for one call. */
+typedef struct bslot {
+  alignas(SHMAP__CACHELINE) _Atomic uint64_t word;
+  _Atomic uint64_t gkey;
+} bslot;
+
+/* What shm keeps per device: written by the device and read by its
+ * peers (calls), or shared by a group it leads (slots). */
+typedef struct shm_dev {
+  alignas(SHMAP__CACHELINE) shmap__call calls[HIST];
+  bslot slot[SLOTS];
+  int *members; /* scratch: a group's devices in rank order (ndev) */
+  /* Who waits for this device's next arrival, written by peers (see
+   * "Waking" below). */
+  alignas(SHMAP__CACHELINE) _Atomic uint32_t watch;
+} shm_dev;
+
+/* What shm keeps per mesh (rt->tstate). */
+typedef struct shm_state {
+  shm_dev *devs;
+  int dirty; /* the last map failed: slots need a reset */
+} shm_state;
+
+/* Per call (in shmap__coll.priv). */
+typedef struct shm_call {
+  int base;           /* the rank-0 member's device number */
+  bool filled;        /* members[] lists the group */
+  int *members;       /* device numbers in rank order, once filled */
+  shmap__dev *devs;
+  shm_dev *sdevs;
+  bslot *slot;        /* the leader's slot for this call */
+  uint64_t gkey;      /* kind, axes and claimer, as the leader's slot has it */
+  shmap__dev *succ;
+  shm_dev *ssucc;     /* the successor's shm state (its watch word) */
+  uint32_t me;        /* this device's number + 1, for watch words */
+} shm_call;
+
+_Static_assert(sizeof(shm_call) <= SHMAP__COLL_PRIV,
+               "shm's per-call state must fit in shmap__coll");
+
+static inline shm_call *S(shmap__coll *c) { return (shm_call *)c->priv; }
+static inline const shm_call *CS(const shmap__coll *c)
+{
+  return (const shm_call *)c->priv;
+}
+
+/* ---- a map ---------------------------------------------------------------- */
+
+static void shm_destroy(shmap__runtime *rt)
+{
+  shm_state *st = rt->tstate;
+  if (!st)
+    return;
+  for (int d = 0; d < rt->ndev; d++)
+    free(st->devs[d].members);
+  free(st->devs);
+  free(st);
+  rt->tstate = NULL;
+}
+
+static int shm_open(shmap__comm *comm)
+{
+  shmap__runtime *rt = comm->rt;
+  shm_state *st = rt->tstate;
+  if (!st) {
+    st = shmap__calloc(1, sizeof *st);
+    if (!st || !(st->devs = shmap__alloc(sizeof(shm_dev) * (size_t)rt->ndev,
+                                         true))) {
+      free(st);
+      return shmap__err(SHMAP_ENOMEM, "out of memory for %d devices", rt->ndev);
+    }
+    rt->tstate = st;
+    for (int d = 0; d < rt->ndev; d++)
+      if (!(st->devs[d].members = shmap__malloc(sizeof(int) * (size_t)rt->ndev))) {
+        shm_destroy(rt);
+        return shmap__err(SHMAP_ENOMEM, "out of memory for %d devices",
+                          rt->ndev);
+      }
+  }
+  /* Completed calls free their slots; cancelled ones do not. */
+  if (st->dirty)
+    for (int d = 0; d < rt->ndev; d++)
+      for (int i = 0; i < SLOTS; i++)
+        atomic_store(&st->devs[d].slot[i].word, 0);
+  st->dirty = 0;
+  comm->priv = st;
+  return 0;
+}
+
+static void shm_close(shmap__comm *comm, bool failed)
+{
+  shm_state *st = comm->priv;
+  if (failed)
+    st->dirty = 1;
+}
+
+static void shm_finish(shmap__comm *comm, int dev)
+{
+  shmap__runtime *rt = comm->rt;
+  atomic_store(&rt->devs[dev].coll.finished, 1);
+  /* Any device may be waiting for this one. */
+  shmap__wake_all(rt);
+}
+
+static void shm_failed(shmap__runtime *rt) { shmap__wake_all(rt); }
+
+/* ---- the group ------------------------------------------------------------ */
+
+/* Device number of the member of rank r (O(number of axes)). */
+static int member(const shmap__coll *c, int r)
+{
+  const shm_call *g = CS(c);
+  if (g->filled)
+    return g->members[r];
+  return shmap__group_member(c->comm->mesh, c->call.axes, c->call.naxes,
+                             g->base, r);
+}
+
+/* Before touching every member's data: list them all once. */
+static void fill_members(shmap__coll *c)
+{
+  shm_call *g = S(c);
+  if (!g->filled) {
+    for (int r = 0; r < c->n; r++)
+      g->members[r] = member(c, r);
+    g->filled = true;
+  }
+}
+
+/* Member r's call, with its data pointers. */
+static const shmap__call *peer(const shmap__coll *c, int r)
+{
+  const shm_call *g = CS(c);
+  return &g->sdevs[member(c, r)].calls[c->k % HIST];
+}
+
+/* Wake every member that may wait on this group's slot. */
+static void wake_members(shmap__runtime *rt, const shmap__coll *c)
+{
+  if (rt->workers) {
+    shmap__wake_all(rt);
+    return;
+  }
+  const shm_call *g = CS(c);
+  for (int i = 0; i < c->n; i++)
+    if (i != c->rank)
+      shmap__dev_wake(&g->devs[member(c, i)]);
+}
+
+/* ---- arrive and depart ------------------------------------------------- */
+
+/*
+ * Two mechanisms keep each call O(1) per member, whatever the group size:
+ *
+ * Agreement.  Each member compares its call with its successor's (rank + 1
+ * around the group).  If every member agrees with its successor, then by
+ * induction around each ring every member of every group makes the same
+ * call; if any two disagree, some member sees its successor disagree (or
+ * leave its body, or pass the call with another group) and fails the map.
+ *
+ * Rendezvous.  The group's rank-0 member (its leader) keeps a slot per call
+ * number (mod SLOTS).  One word holds the call number, a cancelled bit and
+ * how many arrivals plus departures are still due (2n at first).  Arriving
+ * and cancelling are both compare-and-swaps on that word, so either every
+ * member sees the arrivals complete or every member sees the call
+ * cancelled: never a mix, which would leave someone waiting for a
+ * departure that never comes.
+ *
+ * Waking.  A device that waits for its successor writes its number into
+ * the successor's watch word first, and every device, on arriving, wakes
+ * whoever its watch word names (or everyone, when two devices asked at
+ * once).  Waking the predecessor in one's own group would not do: when
+ * two devices disagree on the call's axes, the device waiting for us is in
+ * another group.  Likewise a call waiting for a slot an earlier call still
+ * holds marks the slot, so that its last departure wakes everyone: the
+ * earlier call may be another group's.  And a member waiting for the last
+ * departures must not take a slot claimed again for the same call number
+ * (by a group that disagrees on the axes) for its own call still running.
+ *
+ * Why a mismatch never hangs, whatever the call sequences.  Let k be the
+ * first call number at which some device's call differs from one of its
+ * group's (or which a member never makes).  Every call before k is the
+ * same on all members of its group, so each completes: its members all
+ * arrive (their own earlier calls completed), and a departure waits only
+ * for members that arrived.  So every device publishes call k or ends its
+ * body, and every device waiting at k for its successor is woken (watch
+ * word) and compares.  If every comparison succeeded, every member of
+ * every group would make its successor's call, hence, around the ring,
+ * every other member's: no call k would differ.  So some device reports
+ * SHMAP_EMISMATCH naming its call and its successor's; that sets the
+ * map's abort flag, which ends every other wait (for a successor, a slot
+ * or arrivals).  The cost per call stays O(1): one load of the watch word
+ * on arrival, and one store into the successor's before waiting.
+ */
+#define TAG(w) ((uint32_t)((w) >> 32))
+#define CANCELED ((uint64_t)1 << 31)
+#define WAITED ((uint64_t)1 << 30) /* a later call waits for this slot */
+#define LEFT(w) ((uint32_t)((w) & (WAITED - 1)))
+#define CLAIMING ((uint64_t)1) /* tag 0 (no call has number 0), left 1 */
+/* Watch word: the number + 1 of the device waiting for the owner's next
+ * arrival, and a bit for "more than one: wake everyone". */
+#define WATCH_MANY ((uint32_t)1 << 31)
+/* The part of a slot's group key that names the call (kind and axes); the
+ * bits above hold the device that claimed the slot. */
+#define KEY_CALL (((uint64_t)1 << 48) - 1)
+
+/* Ask the successor to wake this device at its next arrival. */
+static void watch_succ(const shm_call *g)
+{
+  _Atomic uint32_t *w = &g->ssucc->watch;
+  uint32_t cur = atomic_load(w);
+  if (cur == g->me || (cur & WATCH_MANY))
+    return;
+  if (cur == 0 && atomic_compare_exchange_strong(w, &cur, g->me))
+    return;
+  if (cur != g->me)
+    atomic_fetch_or(w, WATCH_MANY);
+}
+
+/* This device has arrived: wake whoever waits for it.  Cleared each time,
+ * a registration lasts one wake; a waiter whose condition still fails
+ * registers again before it sleeps (see succ_arrived). */
+static void wake_watchers(shmap__runtime *rt, shm_dev *self)
+{
+  if (!atomic_load(&self->watch))
+    return;
+  uint32_t w = atomic_exchange(&self->watch, 0);
+  if (w & WATCH_MANY)
+    shmap__wake_all(rt);
+  else if (w)
+    shmap__dev_wake(&rt->devs[w - 1]);
+}
+
+static bool succ_arrived(void *arg)
+{
+  const shmap__coll *c = arg;
+  const shmap__dev *succ = CS(c)->succ;
+  if (atomic_load(&succ->coll.arrive) >= c->k ||
+      atomic_load(&succ->coll.finished))
+    return true;
+  /* The wait loops call this after announcing that they may sleep:
+   * register, then look again (the successor stores its arrival, then
+   * reads the watch word; one of the two sees the other). */
+  watch_succ(CS(c));
+  return atomic_load(&succ->coll.arrive) >= c->k ||
+         atomic_load(&succ->coll.finished);
+}
+
+static bool slot_changed(void *arg)
+{
+  const shmap__coll *c = arg;
+  uint64_t w = atomic_load(&CS(c)->slot->word);
+  return w == 0 || TAG(w) == c->k;
+}
+
+static bool arrivals_done(void *arg)
+{
+  const shmap__coll *c = arg;
+  uint64_t w = atomic_load(&CS(c)->slot->word);
+  return (w & CANCELED) || LEFT(w) <= (uint32_t)c->n;
+}
+
+static bool departures_done(void *arg)
+{
+  const shmap__coll *c = arg;
+  if (TAG(atomic_load(&CS(c)->slot->word)) != c->k)
+    return true;
+  /* The slot may have been freed and claimed again for the same call
+   * number by another group with this leader (devices that disagree on
+   * the axes): then our call is over too.  The claimer writes its key
+   * before the tag, and no other group makes our call over our axes. */
+  return ((atomic_load(&CS(c)->slot->gkey) ^ CS(c)->gkey) & KEY_CALL) != 0;
+}
+
+/* Whether device m made the same call k as this device: if not, the
+ * message in `why`. */
+static bool member_agrees(const shmap__coll *c, int m, char *why, size_t n)
+{
+  const shm_call *g = CS(c);
+  uint32_t a = atomic_load(&g->devs[m].coll.arrive);
+  const shmap__call *theirs = &g->sdevs[m].calls[c->k % HIST];
+  if (a == c->k && shmap__call_equal(&c->call, theirs))
+    return true;
+  /* They disagree: only now is it worth describing both. */
+  bool known = a >= c->k && a - c->k < HIST;
+  shmap__call_mismatch(c->comm->mesh, c->ctx->dev, &c->call, m,
+                       known ? theirs : NULL, c->k, a, why, n);
+  return false;
+}
+
+/* Two groups with the same leader make call k: the slot's key says what
+ * the device that claimed it calls (kind and axes). */
+static int key_mismatch(shmap__coll *c, uint64_t key)
+{
+  shmap_ctx *ctx = c->ctx;
+  const shmap_mesh *mesh = c->comm->mesh;
+  int other = (int)(key >> 48);
+  int axes[SHMAP_MAX_AXES] = {0}, naxes = (int)(key >> 8 & 0xf);
+  for (int k = 0; k < naxes && k < SHMAP_MAX_AXES; k++)
+    axes[k] = (int)(key >> (12 + 4 * k) & 0xf);
+  char me[96], them[96], cm[256], ax[320];
+  shmap__mesh_devname(mesh, ctx->dev, me, sizeof me);
+  shmap__mesh_devname(mesh, other, them, sizeof them);
+  shmap__call_format(mesh, &c->call, cm, sizeof cm);
+  shmap__axes_format(mesh, axes, naxes, ax, sizeof ax);
+  return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH,
+                         "collective call #%u differs between devices: %s "
+                         "called %s but %s called %s over %s",
+                         c->k, me, cm, them,
+                         shmap__kind_name((int)(key & 0xff)),
+                         naxes ? ax : "()");
+}
+
+/* Join the leader's slot for call k.  0, or an error code. */
+static int join(shmap__coll *c)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shmap__dev *self = &rt->devs[ctx->dev];
+  shm_call *g = S(c);
+  bslot *slot = g->slot;
+  uint32_t n = (uint32_t)c->n;
+  for (;;) {
+    uint64_t w = atomic_load(&slot->word);
+    if (TAG(w) == c->k) {
+      if (w & CANCELED)
+        return shmap__canceled(ctx, shmap__coll_opname(c));
+      uint64_t key = atomic_load(&slot->gkey);
+      if ((key ^ g->gkey) & KEY_CALL)
+        return key_mismatch(c, key);
+      if (atomic_compare_exchange_weak(&slot->word, &w, w - 1)) {
+        if (LEFT(w) - 1 == n)
+          wake_members(rt, c); /* the last arrival */
+        return 0;
+      }
+    } else if (w == 0) {
+      /* Claim the free slot, describe the group, then open it. */
+      if (atomic_compare_exchange_weak(&slot->word, &w, CLAIMING)) {
+        atomic_store(&slot->gkey, g->gkey);
+        atomic_store(&slot->word, (uint64_t)c->k << 32 | (2 * n - 1));
+        wake_members(rt, c);
+        return 0;
+      }
+    } else if (w != CLAIMING) {
+      /* An earlier call still holds the slot: wait for it to leave.  Its
+       * members may be another group's, which would not wake us: mark the
+       * slot so that its last departure wakes everyone. */
+      if (!(w & WAITED) &&
+          !atomic_compare_exchange_weak(&slot->word, &w, w | WAITED))
+        continue;
+      if (!shmap__dev_wait(rt, self, slot_changed, c, &rt->abort))
+        return shmap__canceled(ctx, shmap__coll_opname(c));
+    }
+  }
+}
+
+static int shm_arrive(shmap__coll *c)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shm_state *st = c->comm->priv;
+  shmap__dev *self = &rt->devs[ctx->dev];
+  shm_call *g = S(c);
+  g->devs = rt->devs;
+  g->sdevs = st->devs;
+  g->members = st->devs[ctx->dev].members;
+  g->filled = false;
+  g->base = ctx->dev;
+  for (int i = 0; i < c->call.naxes; i++) {
+    int a = c->call.axes[i];
+    g->base -= ctx->coords[a] * rt->mesh->strides[a];
+  }
+  st->devs[ctx->dev].calls[c->k % HIST] = c->call;
+  atomic_store(&self->coll.arrive, c->k);
+  /* Whoever waits to compare its call with ours (even for a group of one:
+   * a device of another group may count us in its own). */
+  wake_watchers(rt, &st->devs[ctx->dev]);
+  if (c->n == 1)
+    return 0;
+  int succ = member(c, (c->rank + 1) % c->n);
+  g->succ = &rt->devs[succ];
+  g->ssucc = &st->devs[succ];
+  g->me = (uint32_t)ctx->dev + 1;
+  if (!shmap__dev_wait(rt, self, succ_arrived, c, &rt->abort))
+    return shmap__canceled(ctx, shmap__coll_opname(c));
+  char why[SHMAP__MSG_MAX - 200];
+  if (!member_agrees(c, (int)(g->succ - rt->devs), why, sizeof why)) {
+    /* A successor that left because the map already failed is a
+     * consequence, not a second cause. */
+    if (atomic_load(&rt->abort))
+      return shmap__canceled(ctx, shmap__coll_opname(c));
+    return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH, "%s",
+                           why);
+  }
+  g->slot = &st->devs[g->base].slot[c->k % SLOTS];
+  g->gkey = c->packed | (uint64_t)ctx->dev << 48; /* kind, axes, claimer */
+  int rc = join(c);
+  if (rc)
+    return rc;
+  for (;;) {
+    if (shmap__dev_wait(rt, self, arrivals_done, c, &rt->abort)) {
+      if (atomic_load(&g->slot->word) & CANCELED)
+        return shmap__canceled(ctx, shmap__coll_opname(c));
+      return 0;
+    }
+    /* The map failed while we wait: cancel the call for all members,
+     * unless the last arrival got there first. */
+    uint64_t w = atomic_load(&g->slot->word);
+    if (!(w & CANCELED) && LEFT(w) > (uint32_t)c->n &&
+        !atomic_compare_exchange_strong(&g->slot->word, &w, w | CANCELED))
+      continue;
+    if (w & CANCELED || LEFT(w) > (uint32_t)c->n) {
+      wake_members(rt, c);
+      return shmap__canceled(ctx, shmap__coll_opname(c));
+    }
+  }
+}
+
+/* No abort here: every member that got through arrive() moves data without
+ * waiting for anything, so departures always come; leaving early would let
+ * a buffer change while a peer still reads it. */
+static int shm_depart(shmap__coll *c)
+{
+  if (c->n > 1) {
+    shmap__runtime *rt = c->ctx->rt;
+    bslot *slot = S(c)->slot;
+    uint64_t w = atomic_fetch_sub(&slot->word, 1);
+    if (LEFT(w) == 1) {
+      atomic_store(&slot->word, 0); /* free the slot for a later call */
+      if (w & WAITED)
+        shmap__wake_all(rt);
+      else
+        wake_members(rt, c);
+    } else {
+      shmap__dev_wait(rt, &rt->devs[c->ctx->dev], departures_done, c, NULL);
+    }
+  }
+  return 0;
+}
+
+/* ---- data -------------------------------------------------------------- */
+
+/* Bytes of the stack buffer allreduce folds one piece into. */
+#define PIECE_BYTES 8192
+
+static void shm_get(shmap__coll *c, int r, const shmap__box *from, void *to,
+                    const int64_t to_strides[])
+{
+  shmap__copy_box(to, to_strides, (const char *)peer(c, r)->src + from->off,
+                  from->strides, from->rank, from->shape, c->esize);
+}
+
+static void shm_reduce(shmap__coll *c, size_t off, size_t count,
+                       const shmap__fold *fold, void *acc)
+{
+  fill_members(c);
+  size_t es = c->esize, piece = PIECE_BYTES / es;
+  char *dst = acc;
+  const char *first = (const char *)peer(c, 0)->src + off * es;
+  for (size_t o = 0; o < count; o += piece) {
+    size_t len = count - o < piece ? count - o : piece;
+    memcpy(dst + o * es, first + o * es, len * es);
+    for (int r = 1; r < c->n; r++)
+      fold->fn(dst + o * es, (const char *)peer(c, r)->src + (off + o) * es,
+               len);
+  }
+}
+
+/* Fold one piece at a time into a buffer that stays in cache, then write
+ * it to every member. */
+static void shm_allreduce(shmap__coll *c, size_t off, size_t count,
+                          const shmap__fold *fold)
+{
+  fill_members(c);
+  size_t es = c->esize, piece = PIECE_BYTES / es;
+  _Alignas(64) unsigned char tmp[PIECE_BYTES];
+  for (size_t o = off; o < off + count; o += piece) {
+    size_t len = off + count - o < piece ? off + count - o : piece;
+    memcpy(tmp, (const char *)peer(c, 0)->src + o * es, len * es);
+    for (int r = 1; r < c->n; r++)
+      fold->fn(tmp, (const char *)peer(c, r)->src + o * es, len);
+    if (fold->mean)
+      shmap__divide(tmp, len, (shmap_dtype)c->call.dtype, c->n);
+    for (int r = 0; r < c->n; r++)
+      memcpy((char *)peer(c, r)->dst + o * es, tmp, len * es);
+  }
+}
+
+const shmap__transport shmap__shm_transport = {
+    .name = "shm",
+    .open = shm_open,
+    .close = shm_close,
+    .destroy = shm_destroy,
+    .is_local = NULL,
+    .finish = shm_finish,
+    .failed = shm_failed,
+    .arrive = shm_arrive,
+    .get = shm_get,
+    .reduce = shm_reduce,
+    .allreduce = shm_allreduce,
+    .send = NULL,
+    .recv = NULL,
+    .depart = shm_depart,
+};
