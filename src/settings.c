@@ -125,7 +125,7 @@ long shmap__setting_spin(void)
   if (shmap__parse_long(s, 0, 1000000000L, &v))
     return v;
   bad_value(V_SPIN, "SHMAP_SPIN", s,
-            "a number of spin iterations from 0 to 1000000000", "the default");
+            "a spin time in microseconds from 0 to 1000000000", "the default");
   return -1;
 }
 

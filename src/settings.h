@@ -26,7 +26,8 @@ enum shmap__sched_setting { SHMAP__SCHED_AUTO, SHMAP__SCHED_THREADS,
 int shmap__setting_sched(void);
 /* SHMAP_WORKERS: worker threads in fiber mode, or 0 for the default. */
 int shmap__setting_workers(void);
-/* SHMAP_SPIN: spin iterations before sleeping, or -1 for the default. */
+/* SHMAP_SPIN: microseconds of spinning before sleeping, or -1 for the
+ * default. */
 long shmap__setting_spin(void);
 /* SHMAP_STACK_SIZE in bytes, or 0 for the default. */
 size_t shmap__setting_stack_size(void);

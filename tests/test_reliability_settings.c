@@ -164,8 +164,8 @@ START_TEST(test_bad_spin)
     char *out = two_maps(m ? "fibers" : "threads");
     char want[160];
     snprintf(want, sizeof want,
-             "shmap: SHMAP_SPIN=\"%s\" is not valid (accepted: a number of "
-             "spin iterations from 0 to 1000000000); using the default\n",
+             "shmap: SHMAP_SPIN=\"%s\" is not valid (accepted: a spin time "
+             "in microseconds from 0 to 1000000000); using the default\n",
              m ? "lots" : "-5");
     expect_once(out, want);
     free(out);

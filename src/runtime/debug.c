@@ -162,7 +162,8 @@ static void stuck_fiber_hint(const shmap__runtime *rt, uint64_t now, FILE *out)
   }
   if (longest < 0 || now < longest_since + 1000000000u)
     return;
-  for (int d = longest % rt->nworkers; d < rt->ndev; d += rt->nworkers) {
+  const shmap__worker *w = rt->devs[longest].sched.worker;
+  for (int d = w->first; d < w->first + w->count; d++) {
     const shmap__dev *dev = &rt->devs[d];
     int state = atomic_load(&dev->dbg.state);
     if (d == longest || state == SHMAP__ST_DONE ||

@@ -411,7 +411,7 @@ static int shm_arrive(shmap__coll *c)
   g->succ = &rt->devs[succ];
   g->ssucc = &st->devs[succ];
   g->me = (uint32_t)ctx->dev + 1;
-  if (!shmap__dev_wait(rt, self, succ_arrived, c, &rt->abort))
+  if (!shmap__dev_wait_on(rt, self, g->succ, succ_arrived, c, &rt->abort))
     return shmap__canceled(ctx, shmap__coll_opname(c));
   char why[SHMAP__MSG_MAX - 200];
   if (!member_agrees(c, (int)(g->succ - rt->devs), why, sizeof why)) {
