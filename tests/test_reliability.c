@@ -80,7 +80,7 @@ static int body_two(shmap_ctx *ctx, void *arg)
 static void *thread_two(void *arg)
 {
   two *t = arg;
-  static float host[N2];
+  float host[N2]; /* one per thread */
   for (int e = 0; e < N2; e++)
     host[e] = (float)e;
   shmap_array *in = NULL;
