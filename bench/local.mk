@@ -26,4 +26,10 @@ bench/mpi_bench: $(srcdir)/bench/mpi_bench.c
 	$(AM_V_CCLD)$(MPICC) -std=c11 -D_GNU_SOURCE $(WARN_CFLAGS) $(CFLAGS) \
 	  -o $@ $(srcdir)/bench/mpi_bench.c
 
-EXTRA_DIST += bench/mpi_bench.c BENCHMARKS.md
+EXTRA_DIST += bench/mpi_bench.c BENCHMARKS.md bench/transport.sh
+
+# bench/transport: libshmap with the devices spread over MPI processes,
+# printed beside raw MPI by bench/transport.sh (see BENCHMARKS.md).
+noinst_PROGRAMS += bench/transport
+bench_transport_SOURCES = bench/transport.c
+bench_transport_LDADD = src/libshmap.la

@@ -220,6 +220,7 @@ typedef struct shmap_stats {
   uint64_t bytes_local;     /* bytes a device copied from its own blocks */
   uint64_t bytes_moved;     /* bytes a device copied from another's blocks */
   uint64_t bytes_transferred; /* bytes copied in from another mesh's blocks */
+  uint64_t bytes_remote;    /* bytes this process received from others (MPI) */
 } shmap_stats;
 SHMAP_EXTERN int shmap_mesh_stats(const shmap_mesh *mesh, shmap_stats *stats);
 SHMAP_EXTERN void shmap_mesh_stats_reset(shmap_mesh *mesh);
@@ -318,6 +319,32 @@ SHMAP_EXTERN int shmap_all_to_all(shmap_ctx *ctx, const shmap_block *x,
 SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,
                                 const char *axes, int npairs,
                                 const int pairs[][2]);
+
+/* ---- processes (MPI) ----------------------------------------------------- */
+
+/*
+ * Started by mpirun (with a library built with MPI), a program is one of R
+ * processes that each make the same library calls in the same order; each
+ * mesh's devices are spread over them, R dividing the device count.
+ * Without mpirun there is one process running every device.  See
+ * shmap-mpi(7).
+ */
+/* This process's number in the job (0 without MPI), and the job's number of
+ * processes (1 without MPI). */
+SHMAP_EXTERN int shmap_process_rank(void);
+SHMAP_EXTERN int shmap_process_count(void);
+/* Choose the mesh axes whose coordinates decide the process of a device
+ * ("i" or "('i','j')"; by default all axes, so each process gets a
+ * contiguous range of device numbers).  Right after creating the mesh. */
+SHMAP_EXTERN int shmap_mesh_set_process_axes(shmap_mesh *mesh,
+                                             const char *axes);
+/* The process that runs `device`. */
+SHMAP_EXTERN int shmap_mesh_device_process(const shmap_mesh *mesh,
+                                           int device);
+/* Copy the blocks of this process's devices into `data` (row-major, the
+ * whole array's shape); other elements are left as they are. */
+SHMAP_EXTERN int shmap_array_to_host_local(const shmap_array *array,
+                                           void *data);
 
 /* ---- debugging ---------------------------------------------------------- */
 

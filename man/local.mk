@@ -8,6 +8,14 @@
 # Overview, and debugging.
 dist_man_MANS += man/shmap.7 man/shmap-debugging.7
 
+# Processes (MPI).
+dist_man_MANS += man/shmap-mpi.7 \
+	man/shmap_process_rank.3 \
+	man/shmap_process_count.3 \
+	man/shmap_mesh_set_process_axes.3 \
+	man/shmap_mesh_device_process.3 \
+	man/shmap_array_to_host_local.3
+
 # Errors and dtypes.
 dist_man_MANS += \
 	man/shmap_strerror.3 \

@@ -1,5 +1,6 @@
 /* array.c - global arrays in host memory: import, export, queries. */
 #include "internal.h"
+#include "proc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,7 +127,11 @@ SHMAP_EXTERN int shmap_array_to_host(const shmap_array *array, void *data)
   if (array->data)
     shmap__bulk_copy(data, array->data,
                      (size_t)array->numel * shmap_dtype_size(array->dtype));
-  else
+  else if (array->mesh->place && array->mesh->place->nproc > 1) {
+    /* Blocks are spread over processes: ours, then everyone else's. */
+    shmap__array_assemble_local(array, data);
+    return shmap__array_exchange(array, data);
+  } else
     shmap__array_assemble(array, data);
   return 0;
 }

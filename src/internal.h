@@ -59,6 +59,8 @@ struct shmap_mesh {
   _Atomic int refs;
   /* Data movement counters (under the statistics lock of mesh.c). */
   shmap_stats stats;
+  /* Which process runs each device (proc.h); NULL without MPI. */
+  struct shmap__place *place;
   /* A sub-mesh (submesh.c): its parent, which it keeps alive, and per
    * device the parent's device number and the root mesh's (the mesh at
    * the top of the chain), which is the physical device.  NULL for a mesh

@@ -16,6 +16,8 @@ src_libshmap_core_la_SOURCES = \
 	src/visualize.c \
 	src/arena.c \
 	src/map.c \
+	src/proc.c \
+	src/spmd.c \
 	src/runtime/runtime.c \
 	src/runtime/debug.c \
 	src/runtime/fiber.c \
@@ -26,16 +28,18 @@ src_libshmap_core_la_SOURCES = \
 	src/coll/plan.c \
 	src/coll/algo.c \
 	src/coll/coll.c \
-	src/coll/ops.c
+	src/coll/ops.c \
+	src/transport/mpi.c
 noinst_HEADERS += src/settings.h src/internal.h src/arena.h src/map.h \
 	src/runtime/runtime.h src/runtime/sched.h src/runtime/debug.h \
-	src/transport/comm.h src/coll/coll.h src/coll/desc.h src/coll/plan.h
-src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(UV_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
-src_libshmap_core_la_LIBADD = $(UV_LIBS)
+	src/transport/comm.h src/coll/coll.h src/coll/desc.h src/coll/plan.h \
+	src/proc.h src/transport/mpi.h
+src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(UV_CFLAGS) $(MPI_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
+src_libshmap_core_la_LIBADD = $(UV_LIBS) $(MPI_LIBS)
 
 lib_LTLIBRARIES += src/libshmap.la
 src_libshmap_la_SOURCES =
 # Forces the C linker for a library made only of a convenience library.
 nodist_EXTRA_src_libshmap_la_SOURCES = dummy.c
-src_libshmap_la_LIBADD = src/libshmap_core.la $(UV_LIBS)
+src_libshmap_la_LIBADD = src/libshmap_core.la $(UV_LIBS) $(MPI_LIBS)
 src_libshmap_la_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS) -version-info 0:0:0

@@ -2,7 +2,9 @@
  * blocks, run the bodies, then check and assemble the outputs. */
 #include "map.h"
 
+#include "proc.h"
 #include "runtime/debug.h"
+#include "transport/mpi.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -287,6 +289,9 @@ static void run_device(shmap__job *job, int dev)
   shmap_ctx *ctx = &job->ctx[dev];
   shmap__runtime *rt = ctx->rt;
   shmap__dev *self = &rt->devs[dev];
+  /* Under MPI another process runs this device: nothing to do here. */
+  if (!shmap__dev_local(rt->mesh, dev))
+    return;
   self->ctx = ctx;
   atomic_store_explicit(&self->dbg.nest, (uint64_t)1 << 56 | job->manual,
                         memory_order_relaxed);
@@ -334,7 +339,7 @@ static void run_device(shmap__job *job, int dev)
   self->ctx = NULL;
   atomic_store_explicit(&self->dbg.nest, 0, memory_order_relaxed);
   /* Peers waiting for this device in a collective must learn that it
-   * left. */
+   * left, in this process or another. */
   shmap__comm_finish(ctx->comm, dev);
 }
 
@@ -372,7 +377,7 @@ static int check_outputs(shmap__job *job, const char *const out_specs[],
   for (int k = 0; k < job->nout; k++) {
     int first = -1;
     for (int d = 0; d < mesh->ndev && first < 0; d++)
-      if (job->ctx[d].out[k])
+      if (job->ctx[d].out[k] && shmap__dev_local(mesh, d))
         first = d;
     if (first < 0)
       return shmap__err(SHMAP_EINVAL,
@@ -384,6 +389,8 @@ static int check_outputs(shmap__job *job, const char *const out_specs[],
     shmap__mesh_devname(mesh, first, n0, sizeof n0);
     shmap__shape_format(b0->dtype, b0->rank, b0->shape, s0, sizeof s0);
     for (int d = 0; d < mesh->ndev; d++) {
+      if (!shmap__dev_local(mesh, d))
+        continue;
       const shmap_block *b = job->ctx[d].out[k];
       char nd[96];
       shmap__mesh_devname(mesh, d, nd, sizeof nd);
@@ -422,7 +429,8 @@ static int check_replicated(shmap__job *job, int k, const char *spec_text,
                   (shmap__mesh_all(mesh) & ~job->manual);
   for (int d = 0; d < mesh->ndev; d++) {
     int rep = shmap__representative(mesh, mask, d);
-    if (rep == d)
+    /* Copies held by other processes are not compared (shmap-mpi(7)). */
+    if (rep == d || !shmap__dev_local(mesh, d) || !shmap__dev_local(mesh, rep))
       continue;
     const shmap_block *a = job->ctx[rep].out[k], *b = job->ctx[d].out[k];
     size_t es = shmap_dtype_size(a->dtype);
@@ -460,7 +468,8 @@ static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
                         unsigned flags, shmap_array **res)
 {
   shmap_mesh *mesh = job->mesh;
-  const shmap_block *b0 = job->ctx[0].out[k];
+  int first = mesh->place ? mesh->place->local[0] : 0;
+  const shmap_block *b0 = job->ctx[first].out[k];
   int64_t gshape[SHMAP_MAX_RANK];
   char what[32];
   snprintf(what, sizeof what, "output %d", k);
@@ -492,6 +501,12 @@ static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
   shmap__mesh_retain(mesh);
   for (int d = 0; d < mesh->ndev; d++) {
     shmap_ctx *ctx = &job->ctx[d];
+    if (!shmap__dev_local(mesh, d)) {
+      /* Another process keeps this block: only its description here. */
+      a->blocks[d] = *b0;
+      a->blocks[d].data = NULL;
+      continue;
+    }
     shmap__chunk *c = shmap__arena_find(ctx, ctx->out[k]);
     shmap__arena_unlink(ctx, c);
     a->mem[d] = c;
@@ -504,7 +519,7 @@ static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
     size_t bytes = shmap_block_nbytes(&a->blocks[0]);
     for (int d = 0; d < mesh->ndev; d++) {
       int rep = shmap__representative(mesh, mask, d);
-      if (rep != d)
+      if (rep != d && a->blocks[d].data && a->blocks[rep].data)
         memcpy(a->blocks[d].data, a->blocks[rep].data, bytes);
     }
   }
@@ -537,6 +552,8 @@ static int prepare_inputs(shmap__job *job, const char *const in_specs[])
       return rc;
     shmap__block_shape(job->mesh, &ii->spec, a->rank, a->shape, ii->bshape);
     ii->borrow = a->mesh && shmap__spec_same(&a->spec, &ii->spec, a->rank);
+    if (a->mesh && !ii->borrow && (rc = shmap__proc_reshard_check(a, what)))
+      return rc;
   }
   return 0;
 }
@@ -666,6 +683,7 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
       st.bytes_host += ctx->moved.host;
       st.bytes_local += ctx->moved.local;
       st.bytes_moved += ctx->moved.moved;
+      st.bytes_remote += ctx->remote;
     }
     shmap__mesh_stats_add(mesh, &st);
   }
@@ -673,18 +691,18 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
     rc = rt->fail_code;
     shmap__err_set(rt->fail_msg);
   }
-  if (rc)
+  /* The lock stays held until the clean-up (see above). */
+  if (rc == 0)
+    rc = check_outputs(&job, out_specs, ospec);
+  for (int k = 0; k < nout && rc == 0; k++)
+    if (!(flags & (SHMAP_NO_CHECK_REP | SHMAP__TRUSTED_REP)))
+      rc = check_replicated(&job, k, out_specs[k], &ospec[k]);
+  /* Every process of the job returns the same result (proc.c). */
+  if ((rc = shmap__mpi_map_end(mesh, rc, NULL)))
     goto done;
-
-  if ((rc = check_outputs(&job, out_specs, ospec)))
-    goto done;
-  for (int k = 0; k < nout; k++) {
-    if (!(flags & (SHMAP_NO_CHECK_REP | SHMAP__TRUSTED_REP)) &&
-        (rc = check_replicated(&job, k, out_specs[k], &ospec[k])))
-      goto done;
+  for (int k = 0; k < nout; k++)
     if ((rc = adopt_output(&job, k, &ospec[k], flags, &res[k])))
       goto done;
-  }
   for (int k = 0; k < nout; k++) {
     out[k] = res[k];
     res[k] = NULL;

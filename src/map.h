@@ -45,6 +45,7 @@ struct shmap_ctx {
   /* Input blocks shared and built, and the bytes copied to build them. */
   uint64_t shared, built;
   shmap__moved moved;
+  uint64_t remote; /* bytes received from other processes (MPI) */
   /* The map's manual axes (bits of mesh axes); a nested map's context
    * points to the context of the body that started it and shares its
    * communicator (its groups are groups of the same mesh). */

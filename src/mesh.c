@@ -1,7 +1,9 @@
 /* mesh.c - named device meshes: creation from text or arrays, queries. */
 #include "internal.h"
 #include "map.h"
-#include "runtime/sched.h"
+#include "proc.h"
+#include "runtime/runtime.h"
+#include "transport/mpi.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -76,8 +78,16 @@ int shmap__mesh_build(shmap_mesh **out, int naxes, const char *const names[],
     stride *= m->sizes[a];
   }
   atomic_init(&m->refs, 1);
-  int rc = shmap__runtime_create(&m->rt, m);
+  int rc = shmap__place_default(m);
+  if (rc == 0 && (rc = shmap__mpi_mesh_init(m)))
+    shmap__place_free(m->place);
   if (rc) {
+    free(m);
+    return rc;
+  }
+  if ((rc = shmap__runtime_create(&m->rt, m))) {
+    shmap__mpi_mesh_free(m);
+    shmap__place_free(m->place);
     free(m);
     return rc;
   }
@@ -181,6 +191,8 @@ void shmap__mesh_release(shmap_mesh *mesh)
 {
   if (atomic_fetch_sub(&mesh->refs, 1) == 1) {
     shmap__runtime_destroy(mesh->rt);
+    shmap__mpi_mesh_free(mesh);
+    shmap__place_free(mesh->place);
     shmap_mesh *parent = mesh->parent;
     free(mesh->pdev);
     free(mesh->rootdev);
@@ -226,6 +238,7 @@ void shmap__mesh_stats_add(shmap_mesh *mesh, const shmap_stats *d)
   s->bytes_host += d->bytes_host;
   s->bytes_local += d->bytes_local;
   s->bytes_moved += d->bytes_moved;
+  s->bytes_remote += d->bytes_remote;
   pthread_mutex_unlock(&stats_lock);
 }
 
@@ -327,5 +340,7 @@ void shmap__mesh_devname(const shmap_mesh *mesh, int dev, char *buf, size_t n)
   snprintf(buf, n, "device %d (", dev);
   for (int a = 0; a < mesh->naxes; a++)
     shmap__cat(buf, n, "%s%s=%d", a ? ", " : "", mesh->names[a], c[a]);
-  shmap__cat(buf, n, ")");
+  char where[128];
+  shmap__proc_suffix(mesh, dev, where, sizeof where);
+  shmap__cat(buf, n, ")%s", where);
 }

@@ -5,6 +5,7 @@
 #include "runtime/debug.h"
 #include "settings.h"
 #include "transport/comm.h"
+#include "transport/mpi.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -280,6 +281,9 @@ int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg)
   if (atomic_compare_exchange_strong(&rt->failed_dev, &expected, dev)) {
     rt->fail_code = code;
     snprintf(rt->fail_msg, sizeof rt->fail_msg, "%s", msg);
+    /* Other processes first: a device released here may tell them it
+     * returned, which must not reach them before the failure does. */
+    shmap__mpi_on_fail(rt, dev, code, msg);
     atomic_store(&rt->abort, 1); /* publishes fail_code and fail_msg */
     if (rt->tp)
       rt->tp->failed(rt);
@@ -488,7 +492,10 @@ static void worker_job(shmap__worker *w)
         left--;
     }
     if (!ran && left > 0)
-      wait_impl(rt, &w->waiter, any_ready, w, NULL, 0, others_asleep, w);
+      /* Nobody wakes a device waiting for MPI: test again soon. */
+      wait_impl(rt, &w->waiter, any_ready, w, NULL,
+                atomic_load(&rt->mpi_waiters) ? shmap__now() + 50000 : 0,
+                others_asleep, w);
   }
   if (atomic_fetch_add(&rt->done, w->count) + w->count == rt->ndev)
     shmap__wake(&rt->host);

@@ -198,6 +198,11 @@ typedef struct shmap__runtime {
   shmap__worker *workers;
   void *lock;              /* uv_mutex_t: one map at a time per mesh */
   shmap__dev *devs;        /* NULL until the first map */
+  /* The devices this process runs (all of them without MPI; proc.h),
+   * numbered 0..nrun-1 for threads and workers. */
+  int nrun;
+  int *run_ids;
+  _Atomic int mpi_waiters; /* device fibers waiting for MPI transfers */
   int started;             /* threads running */
   /* Bumped by two to start a job (or to stop); the low bit tells worker 0
    * that the map's caller runs its devices. */

@@ -1,0 +1,3 @@
+#!/bin/sh
+# The MPI tests on 1 process(es); see run.sh.
+exec "${top_srcdir:-.}/tests/mpi/run.sh" 1
