@@ -87,8 +87,10 @@ SHMAP_EXTERN int shmap_mesh_create(shmap_mesh **mesh, const char *text);
 SHMAP_EXTERN int shmap_mesh_create_axes(shmap_mesh **mesh, int naxes,
                                         const char *const names[],
                                         const int sizes[]);
-/* Stop the mesh's device threads and free it.  NULL is ignored. */
-SHMAP_EXTERN void shmap_mesh_destroy(shmap_mesh *mesh);
+/* Give up the handle: the threads stop and the mesh is freed once its
+ * arrays are gone.  NULL is ignored.  SHMAP_ESTATE inside a body of a map
+ * on this mesh (nothing is freed then). */
+SHMAP_EXTERN int shmap_mesh_destroy(shmap_mesh *mesh);
 
 SHMAP_EXTERN int shmap_mesh_naxes(const shmap_mesh *mesh);
 SHMAP_EXTERN int shmap_mesh_ndevices(const shmap_mesh *mesh);

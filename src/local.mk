@@ -3,6 +3,8 @@
 noinst_LTLIBRARIES += src/libshmap_core.la
 src_libshmap_core_la_SOURCES = \
 	src/error.c \
+	src/settings.c \
+	src/fork.c \
 	src/alloc.c \
 	src/mesh.c \
 	src/submesh.c \
@@ -19,6 +21,7 @@ src_libshmap_core_la_SOURCES = \
 	src/runtime/runtime.c \
 	src/runtime/debug.c \
 	src/runtime/fiber.c \
+	src/runtime/guard.c \
 	src/transport/comm.c \
 	src/transport/shm.c \
 	src/coll/desc.c \
@@ -27,7 +30,7 @@ src_libshmap_core_la_SOURCES = \
 	src/coll/coll.c \
 	src/coll/ops.c \
 	src/transport/mpi.c
-noinst_HEADERS += src/internal.h src/arena.h src/map.h \
+noinst_HEADERS += src/settings.h src/internal.h src/arena.h src/map.h \
 	src/runtime/runtime.h src/runtime/sched.h src/runtime/debug.h \
 	src/transport/comm.h src/coll/coll.h src/coll/desc.h src/coll/plan.h \
 	src/proc.h src/transport/mpi.h

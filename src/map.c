@@ -150,11 +150,11 @@ int shmap__block_check(shmap_ctx *ctx, const char *op, const char *name,
     return shmap__dev_fail(ctx, op, SHMAP_ESHAPE,
                            "%s block has rank %d, outside [0, %d]", name,
                            b->rank, SHMAP_MAX_RANK);
-  for (int d = 0; d < b->rank; d++)
-    if (b->shape[d] < 0)
-      return shmap__dev_fail(ctx, op, SHMAP_ESHAPE,
-                             "%s block has negative size %lld in dimension %d",
-                             name, (long long)b->shape[d], d);
+  char what[64];
+  snprintf(what, sizeof what, "%s block", name);
+  if (shmap__shape_size(what, b->rank, b->shape, shmap_dtype_size(b->dtype),
+                        NULL, NULL))
+    return shmap__dev_fail(ctx, op, SHMAP_ESHAPE, "%s", shmap__errbuf());
   if (!b->data && shmap__numel(b->rank, b->shape) > 0)
     return shmap__dev_fail(ctx, op, SHMAP_EINVAL, "%s block has no data", name);
   return 0;
@@ -165,10 +165,18 @@ bool shmap__block_valid(const shmap_block *b)
   if (!b || shmap_dtype_size(b->dtype) == 0 || b->rank < 0 ||
       b->rank > SHMAP_MAX_RANK)
     return false;
-  for (int d = 0; d < b->rank; d++)
+  /* The size check without its message (cheap: no formatting). */
+  int64_t prod = (int64_t)shmap_dtype_size(b->dtype);
+  bool zero = false;
+  for (int d = 0; d < b->rank; d++) {
     if (b->shape[d] < 0)
       return false;
-  return b->data || shmap__numel(b->rank, b->shape) == 0;
+    if (b->shape[d] == 0)
+      zero = true;
+    else if (!shmap__mul_size(prod, b->shape[d], &prod))
+      return false;
+  }
+  return b->data || zero;
 }
 
 
@@ -463,10 +471,11 @@ static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
   int first = mesh->place ? mesh->place->local[0] : 0;
   const shmap_block *b0 = job->ctx[first].out[k];
   int64_t gshape[SHMAP_MAX_RANK];
-  shmap__global_shape(mesh, spec, b0->rank, b0->shape, gshape);
   char what[32];
   snprintf(what, sizeof what, "output %d", k);
-  int rc = shmap__check_shape(what, b0->dtype, b0->rank, gshape);
+  int rc = shmap__global_shape(what, mesh, spec, b0->rank, b0->shape, gshape);
+  if (rc == 0)
+    rc = shmap__check_shape(what, b0->dtype, b0->rank, gshape);
   if (rc)
     return rc;
   shmap_array *a = shmap__calloc(1, sizeof *a);
@@ -574,6 +583,11 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
   if (nout > 0 && (!out || !out_specs))
     return shmap__err(SHMAP_EINVAL, "shmap_map: nout=%d but %s is NULL", nout,
                       out ? "out_specs" : "out");
+  unsigned gen = atomic_load(&mesh->rt->forkgen);
+  if (gen && gen != shmap__fork_generation() + 1)
+    return shmap__err(SHMAP_ESTATE,
+                      "shmap_map: the mesh's device threads belong to the "
+                      "process that forked this one; create a new mesh here");
   shmap_ctx *outer = shmap__current();
   if (outer)
     return shmap__dev_fail(outer, "shmap_map", SHMAP_ESTATE,
@@ -597,6 +611,8 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
         job.manual |= 1u << axes[i];
     }
   }
+  shmap__runtime *rt = mesh->rt;
+  bool locked = false;
   shmap__spec *ospec = NULL;
   shmap_block **slots = NULL;
   shmap_array **res = NULL;
@@ -645,31 +661,37 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
     ctx->manual = job.manual;
   }
 
-  shmap__runtime *rt = mesh->rt;
+  /* One map at a time per mesh, from the devices' start to the clean-up
+   * (outputs and freed blocks go back to the devices' caches): a map from
+   * a second application thread waits here for the first.  The map holds
+   * a reference to the mesh, so that a destroy from another thread takes
+   * effect when the map returns. */
+  shmap__mesh_retain(mesh);
   shmap__runtime_lock(rt);
+  locked = true;
   rc = shmap__comm_open(&job.comm, rt);
   if (rc == 0) {
     rc = shmap__runtime_run(rt, &job, run_device);
     shmap__comm_close(&job.comm, rc != 0 || atomic_load(&rt->failed_dev) >= 0);
   }
   if (rc == 0) {
-    shmap_stats *st = &mesh->stats;
-    st->maps++;
+    shmap_stats st = {.maps = 1};
     for (int d = 0; d < mesh->ndev; d++) {
       const shmap_ctx *ctx = &job.ctx[d];
-      st->blocks_shared += ctx->shared;
-      st->blocks_built += ctx->built;
-      st->bytes_host += ctx->moved.host;
-      st->bytes_local += ctx->moved.local;
-      st->bytes_moved += ctx->moved.moved;
-      st->bytes_remote += ctx->remote;
+      st.blocks_shared += ctx->shared;
+      st.blocks_built += ctx->built;
+      st.bytes_host += ctx->moved.host;
+      st.bytes_local += ctx->moved.local;
+      st.bytes_moved += ctx->moved.moved;
+      st.bytes_remote += ctx->remote;
     }
+    shmap__mesh_stats_add(mesh, &st);
   }
   if (rc == 0 && atomic_load(&rt->failed_dev) >= 0) {
     rc = rt->fail_code;
     shmap__err_set(rt->fail_msg);
   }
-  shmap__runtime_unlock(rt);
+  /* The lock stays held until the clean-up (see above). */
   if (rc == 0)
     rc = check_outputs(&job, out_specs, ospec);
   for (int k = 0; k < nout && rc == 0; k++)
@@ -691,6 +713,10 @@ done:
       shmap_array_destroy(res[k]);
   free_job(&job);
   shmap__runtime_give(mesh->rt, 1, slots);
+  if (locked) {
+    shmap__runtime_unlock(rt);
+    shmap__mesh_release(mesh);
+  }
   free(ospec);
   free(res);
   return rc;
@@ -942,7 +968,9 @@ static int nested_output(shmap_ctx *ictx, shmap_ctx *octx, int k,
     }
   }
   int64_t gshape[SHMAP_MAX_RANK];
-  shmap__global_shape(mesh, spec, b->rank, b->shape, gshape);
+  if ((rc = shmap__global_shape("nested output", mesh, spec, b->rank, b->shape,
+                                gshape)))
+    return shmap__dev_fail(ictx, op, rc, "%s", shmap__errbuf());
   shmap__chunk *c = shmap__arena_alloc(octx, b->dtype, b->rank, gshape,
                                        SHMAP__CHUNK_SCRATCH, false);
   if (!c)

@@ -1,5 +1,6 @@
 /* mesh.c - named device meshes: creation from text or arrays, queries. */
 #include "internal.h"
+#include "map.h"
 #include "proc.h"
 #include "runtime/runtime.h"
 #include "transport/mpi.h"
@@ -7,6 +8,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,19 +204,51 @@ void shmap__mesh_release(shmap_mesh *mesh)
 
 /* Sharded arrays hold references: the threads stop when the last of them
  * and the user's handle are gone. */
-SHMAP_EXTERN void shmap_mesh_destroy(shmap_mesh *mesh)
+SHMAP_EXTERN int shmap_mesh_destroy(shmap_mesh *mesh)
 {
-  if (mesh)
-    shmap__mesh_release(mesh);
+  if (!mesh)
+    return 0;
+  /* A body would stop the threads its own map runs on: refuse, and fail
+   * the map, as a nested map does.  (The map holds a reference of its own,
+   * so a destroy from another thread only takes effect when it returns.) */
+  shmap_ctx *ctx = shmap__current();
+  bool own = false;
+  for (shmap_ctx *c = ctx; c; c = c->outer)
+    own = own || c->rt->mesh == mesh;
+  if (own)
+    return shmap__dev_fail(ctx, "shmap_mesh_destroy", SHMAP_ESTATE,
+                           "called from inside a body of a map on this mesh; "
+                           "destroy the mesh after the map returns");
+  shmap__mesh_release(mesh);
+  return 0;
+}
+
+/* The counters have a lock of their own, the last in the lock order (see
+ * runtime/debug.c), held for a few additions: they can be read and reset from
+ * any thread, a body of the mesh included, while maps run. */
+static pthread_mutex_t stats_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void shmap__mesh_stats_add(shmap_mesh *mesh, const shmap_stats *d)
+{
+  pthread_mutex_lock(&stats_lock);
+  shmap_stats *s = &mesh->stats;
+  s->maps += d->maps;
+  s->blocks_shared += d->blocks_shared;
+  s->blocks_built += d->blocks_built;
+  s->bytes_host += d->bytes_host;
+  s->bytes_local += d->bytes_local;
+  s->bytes_moved += d->bytes_moved;
+  s->bytes_remote += d->bytes_remote;
+  pthread_mutex_unlock(&stats_lock);
 }
 
 SHMAP_EXTERN int shmap_mesh_stats(const shmap_mesh *mesh, shmap_stats *stats)
 {
   if (!mesh || !stats)
     return shmap__err(SHMAP_EINVAL, "shmap_mesh_stats: NULL argument");
-  shmap__runtime_lock(mesh->rt);
+  pthread_mutex_lock(&stats_lock);
   *stats = mesh->stats;
-  shmap__runtime_unlock(mesh->rt);
+  pthread_mutex_unlock(&stats_lock);
   return 0;
 }
 
@@ -222,9 +256,9 @@ SHMAP_EXTERN void shmap_mesh_stats_reset(shmap_mesh *mesh)
 {
   if (!mesh)
     return;
-  shmap__runtime_lock(mesh->rt);
+  pthread_mutex_lock(&stats_lock);
   memset(&mesh->stats, 0, sizeof mesh->stats);
-  shmap__runtime_unlock(mesh->rt);
+  pthread_mutex_unlock(&stats_lock);
 }
 
 SHMAP_EXTERN int shmap_mesh_naxes(const shmap_mesh *mesh)

@@ -10,6 +10,9 @@
 
 /* Every live runtime, for the gdb extension and the trace writer. */
 void shmap__registry_add(shmap__runtime *rt);
+/* Around fork(): 0 before (take the registry and trace locks), 1 in the
+ * parent after, 2 in the child after (release them). */
+void shmap__debug_fork(int phase);
 void shmap__registry_remove(shmap__runtime *rt);
 /* Watchdog period in nanoseconds (0: off). */
 uint64_t shmap__watchdog_ns(void);

@@ -74,6 +74,10 @@ void shmap__fiber_host_init(shmap__fiber *host);
 void shmap__fiber_switch(shmap__fiber *from, shmap__fiber *to);
 /* First thing a new fiber does (tells the sanitizers where it came from). */
 void shmap__fiber_entered(shmap__fiber *self, shmap__fiber *from);
+/* guard.c: a thread that runs devices (once per thread): the SIGSEGV
+ * handler that names a device overflowing its stack, and an alternate
+ * signal stack for it. */
+void shmap__guard_thread(void);
 
 /* How devices are run. */
 enum shmap__mode {
@@ -179,6 +183,10 @@ struct shmap__transport;
 typedef struct shmap__runtime {
   struct shmap__runtime *next; /* in the registry of live runtimes */
   int id;                      /* registry number (trace process id) */
+  int trace_pin;               /* debug.c: a stopping trace's claim on it */
+  /* The fork generation (fork.c) whose process started the threads, + 1;
+   * 0 while none run. */
+  _Atomic unsigned forkgen;
   shmap_mesh *mesh;
   int ndev;
   uint64_t spin_max;       /* longest spin before sleeping (ns) */
