@@ -47,3 +47,9 @@ tests_test_trace_SOURCES = tests/test_trace.c tests/minijson.c tests/minijson.h 
 	tests/testutil.c tests/testutil.h
 tests_test_trace_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_trace_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+# test_trace_format.sh reads the trace files with Python's json module and
+# checks the Trace Event Format's rules (tests/check-trace.py); skipped
+# without python3.
+TESTS += tests/test_trace_format.sh
+EXTRA_DIST += tests/test_trace_format.sh tests/check-trace.py

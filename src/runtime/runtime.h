@@ -67,6 +67,8 @@ typedef struct shmap__tev {
   uint64_t op;     /* 0 for the body, else a packed collective (see pack) */
   uint64_t bytes;
   uint32_t seq;
+  const char *job; /* body events: NULL for a user's body, else the name of
+                      the library's own job (a static string) */
 } shmap__tev;
 
 /* A user-level execution context with a stack of its own (fiber.c).  A
@@ -213,6 +215,7 @@ struct shmap_ctx {
   int *members;               /* scratch: a group's devices (ndev) */
   uint32_t seq;               /* collective calls entered */
   int err;                    /* first error this device reported */
+  const char *job_name;       /* a library job's name for the trace, or NULL */
   /* Input blocks shared and built, and the bytes copied to build them. */
   uint64_t shared, built;
   shmap__moved moved;
@@ -275,6 +278,10 @@ bool shmap__tracing(void);
 /* Record an event of device `d` (when tracing). */
 void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
                         uint64_t bytes, uint32_t seq);
+/* Record a body of device `d`; `job` names a job of the library's own (it
+ * shows under that name in the trace), NULL for a user's body. */
+void shmap__trace_body(shmap__dev *d, uint64_t t0, uint64_t t1, uint32_t seq,
+                       const char *job);
 /* The device changes state (and the time it did). */
 static inline uint64_t shmap__set_state(shmap__dev *d, int state, uint64_t op,
                                         uint64_t now)
