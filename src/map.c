@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* map.c - one map call: validate the specs, hand each device its input
  * blocks, run the bodies, then check and assemble the outputs. */
 #include "runtime/runtime.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shard.c - sharded arrays made on the devices: import into a sharding,
  * zeros, fill, per-device initialisers, and resharding.  Each runs as a
  * map, so every device builds its own block on its own thread. */

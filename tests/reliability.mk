@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # reliability tests, included by the top Makefile.am.
 #
 # test_alloc_fail  makes the k-th library allocation fail (k = 1, 2, ...)

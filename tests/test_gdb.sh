@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_gdb.sh - debugs tests/gdb_target in gdb's batch mode with the gdb
 # extension (gdb/shmap-gdb.py) loaded, stopped at a breakpoint inside the
 # body on device 3 only, and checks what gdb shows:

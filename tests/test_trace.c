@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_trace.c - the Chrome trace: shmap_trace_start(path) ...
  * shmap_trace_stop() writes every device's bodies and collectives as JSON.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * coll.c - collectives between the devices of a map.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * debug.c - what helps people see what their devices do: a registry of live
  * meshes (walked by the gdb extension), the watchdog's report, and the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * runtime.h - device threads, waiting and waking, and the state one map call
  * shares between its devices.
