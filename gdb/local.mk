@@ -44,3 +44,9 @@ tests_gdb_target_LDFLAGS = $(AM_LDFLAGS) -no-install
 
 TESTS += tests/test_gdb.sh
 EXTRA_DIST += tests/test_gdb.sh
+
+# The transcripts of README.md and the manual pages (gdb sessions, watchdog
+# reports, traces, error messages) against fresh runs of the programs they
+# show: tests/transcripts.py --update rewrites them.
+TESTS += tests/test_transcripts.sh
+EXTRA_DIST += tests/test_transcripts.sh tests/transcripts.py

@@ -142,9 +142,14 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
     }
     case SHMAP__ST_DONE: snprintf(what, sizeof what, "returned from its body"); break;
     default:
-      snprintf(what, sizeof what, "%s", atomic_load(&dev->finished)
-                                            ? "returned from its body"
-                                            : "not started yet");
+      if (atomic_load(&dev->finished)) {
+        snprintf(what, sizeof what, "returned from its body");
+      } else {
+        /* Parked since the previous map (or never run): it has waited to
+         * start for as long as this map has run. */
+        snprintf(what, sizeof what, "not started yet");
+        secs = (double)running_ns / 1e9;
+      }
       break;
     }
     bool past = strncmp(what, "returned", 8) == 0;
