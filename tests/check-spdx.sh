@@ -25,7 +25,7 @@ if git -C "$top_srcdir" rev-parse --is-inside-work-tree >/dev/null 2>&1 &&
 else
   (cd "$top_srcdir" && find . -type f | sed 's|^\./||' |
      grep -E "$is_source" |
-     grep -v -E '^(build-aux|m4|autom4te\.cache|_build[^/]*)/|(^|/)(Makefile\.in|config\.h\.in|aclocal\.m4)$') > "$tmp"
+     grep -v -E '^(build-aux|m4|autom4te\.cache|_build[^/]*|_inst)/|(^|/)(Makefile\.in|config\.h\.in|config\.h|aclocal\.m4)$') > "$tmp"
   from="in the source tree"
 fi
 n=$(wc -l < "$tmp" | tr -d ' ')
