@@ -7,9 +7,10 @@
 # auto-load directory (below).
 #
 # tests/test_gdb.sh debugs tests/gdb_target in gdb's batch mode with the
-# extension loaded and checks what "shmap devices", "info threads" and
-# "print *x" show.  It is skipped (exit 77) when gdb, gdb's Python or
-# ptrace is not available.
+# extension loaded, started under gdb and attached to (gdb -p), with a
+# thread per device and with fibers, and checks what "shmap devices",
+# "shmap device N", bt, frame, print and next show.  It is skipped (exit
+# 77) when gdb, gdb's Python or ptrace is not available.
 
 shmapgdbdir = $(pkgdatadir)/gdb
 shmapgdb_DATA = gdb/shmap-gdb.py

@@ -34,6 +34,7 @@
 # meshes through the global list head shmap__registry.  See
 # shmap-debugging(7).
 
+import bisect
 import sys
 import time
 
@@ -279,30 +280,55 @@ def _user_frame(th, body, lib):
     return None
 
 
+def _nest_text(axes, dev):
+    """The maps a device is in, as the watchdog words them:
+    " [map over 'data' > nested over 'model']", or "" for a map over every
+    axis (older libraries have no such field)."""
+    try:
+        nest = _int(dev["dbg"]["nest"])
+    except gdb.error:
+        return ""
+    levels = nest >> 56
+    everything = (1 << len(axes)) - 1
+    if levels == 0 or (levels == 1 and (nest & 0xFF) == everything):
+        return ""
+    parts = []
+    for lvl in range(min(levels, 7)):
+        mask = (nest >> (8 * lvl)) & 0xFF
+        names = ", ".join("'%s'" % axes[a][0] for a in range(len(axes))
+                          if mask & (1 << a)) or "none"
+        parts.append("%s over %s" % ("nested" if lvl else "map", names))
+    return " [" + " > ".join(parts) + "]"
+
+
 def _state_text(rt, dev, now):
     """What the device does, worded like the watchdog, and whether the
     duration is in the past ("... ago")."""
     axes = _mesh_axes(rt["mesh"].dereference())
-    state = _int(dev["state"])
-    since = _int(dev["since"])
+    state = _int(dev["dbg"]["state"])
+    since = _int(dev["dbg"]["since"])
     secs = (now - since) / 1e9 if since and now > since else 0.0
     if state == _ST_INPUTS:
         what = "building its input blocks"
     elif state == _ST_BODY:
         what = "running its body"
     elif state == _ST_COLL:
-        what = "waiting in %s (call #%d)" % (_op_text(axes, _int(dev["op"])),
-                                            _int(dev["arrive"]))
+        what = "waiting in %s (call #%d)" % (_op_text(axes, _int(dev["dbg"]["op"])),
+                                            _int(dev["coll"]["arrive"]))
     elif state == _ST_DONE:
         what = "returned from its body"
     elif state == _ST_PARKED:
         if not _map_running(rt):
             when = ("for %.1f s" % secs) if since else ""
             return "parked between maps", when
-        what = ("returned from its body" if _int(dev["finished"])
-                else "not started yet")
+        if not _int(dev["coll"]["finished"]):
+            # Its time of state is the end of the previous map, not when it
+            # began to wait for this one (which nothing records).
+            return "not started yet", ""
+        what = "returned from its body"
     else:
         what = "in unknown state %d" % state
+    what += _nest_text(axes, dev)
     if not since:
         return what, ""
     if what.startswith("returned"):
@@ -320,7 +346,7 @@ def _mesh_summary(rt):
         status = "no map yet (device threads not started)"
     elif _map_running(rt):
         devs = rt["devs"]
-        finished = sum(1 for d in range(ndev) if _int(devs[d]["finished"]))
+        finished = sum(1 for d in range(ndev) if _int(devs[d]["coll"]["finished"]))
         status = "a map is running (%d of %d bodies returned)" % (finished,
                                                                   ndev)
         body = _body_function(rt)
@@ -346,7 +372,8 @@ def _mesh_summary(rt):
 # below the return address and then 8 bytes of MXCSR and x87 control word:
 #
 #     sp+0 csr  sp+8 r15  sp+16 r14  sp+24 r13  sp+32 r12  sp+40 rbx
-#     sp+48 rbp  sp+56 return address (in shmap__fiber_switch)
+#     sp+48 rbp  sp+56 return address (in shmap__fiber_switch, or in its
+#                      caller when the compiler turned the call into a jump)
 #
 # A running device is found by its stack: the thread whose stack pointer is
 # inside the device's fiber stack runs it.  A parked device is shown by
@@ -369,7 +396,7 @@ def _is_fibers(rt):
 
 def _fiber_range(dev):
     """[lo, hi) of a shmap__dev value's fiber stack, or None."""
-    f = dev["fiber"]
+    f = dev["sched"]["fiber"]
     lo = _int(f["stack"])
     size = _int(f["stack_size"])
     if lo == 0 or size <= 0 or _int(f["map"]) == 0:
@@ -434,7 +461,7 @@ def _release_view():
 def _load_context(th, dev):
     """Load parked device `dev`'s saved registers into thread th (selected
     afterwards).  The thread's own registers are kept in _View."""
-    sp = _int(dev["fiber"]["sp"])
+    sp = _int(dev["sched"]["fiber"]["sp"])
     if sp == 0:
         raise ShmapError("device %d has no saved context" % _int(dev["id"]))
     inf = gdb.selected_inferior()
@@ -500,7 +527,6 @@ def _device_index():
 def _device_at_sp(sp):
     """(runtime number, device) whose fiber stack holds sp, or None."""
     _device_index()
-    import bisect
     i = bisect.bisect_right(_Cache.ranges, (sp, float("inf"))) - 1
     if i >= 0:
         lo, hi, rid, d = _Cache.ranges[i]
@@ -528,7 +554,7 @@ def _worker_thread(rt, dev, maps):
     """The gdb thread of a fiber device's worker (where a parked device is
     shown), or None."""
     try:
-        w = dev["worker"]
+        w = dev["sched"]["worker"]
         if _int(w) == 0:
             return None
         return _find_thread(w.dereference(), maps)
@@ -644,7 +670,7 @@ include the time the program has been stopped in gdb."""
         for rt in rts:
             if _int(rt["devs"]):
                 n = min(_int(rt["ndev"]), _MAX_DEVICES)
-                since_all += [_int(rt["devs"][d]["since"]) for d in range(n)]
+                since_all += [_int(rt["devs"][d]["dbg"]["since"]) for d in range(n)]
         now, exact = _now_ns(since_all)
         # Showing where parked devices are borrows threads: give back the
         # one that shows a device, and show it again afterwards.
@@ -694,7 +720,7 @@ include the time the program has been stopped in gdb."""
         for d in range(ndev):
             dev = rt["devs"][d]
             what, when = _state_text(rt, dev, now)
-            state = _int(dev["state"])
+            state = _int(dev["dbg"]["state"])
             want_where = (body is not None and ndev <= _MAX_WHERE
                           and state in (_ST_BODY, _ST_COLL))
             uf = None
@@ -705,8 +731,8 @@ include the time the program has been stopped in gdb."""
                     tcol, tname = "thread %d" % th.num, th.name or ""
                 else:
                     tcol = "parked"
-                    tname = _str(dev["worker"]["name"]) if _int(
-                        dev["worker"]) else ""
+                    tname = _str(dev["sched"]["worker"]["name"]) if _int(
+                        dev["sched"]["worker"]) else ""
                 mark = "*" if sel_dev == (rid, d) else " "
                 if want_where and th is not None:
                     uf = self._where(th, body, lib)
@@ -885,9 +911,14 @@ one device without calling into the program:
 
 # Commands that let the program run, or end the session with it: before
 # each, a thread showing a parked device gets its own registers back.
+# (Not "call" and "print": a function called while a parked device is
+# shown runs on that device's stack, below its saved frames, and gdb puts
+# the shown registers back when it returns; the other threads run
+# meanwhile, so the device may have moved on: "shmap device" shows it
+# afresh.)
 _RESUMING = ("continue", "next", "step", "stepi", "nexti", "finish", "until",
-             "advance", "jump", "signal", "queue-signal", "call", "kill",
-             "detach", "disconnect", "run", "start", "starti")
+             "advance", "jump", "signal", "queue-signal", "kill", "detach",
+             "disconnect", "run", "start", "starti")
 
 
 def _install_hooks():

@@ -70,7 +70,7 @@ SHMAP_MAN_PAGES += \
 # The version page.
 SHMAP_MAN_PAGES += man/shmap_version.3
 
-EXTRA_DIST += $(SHMAP_MAN_PAGES) man/build-man.sh
+EXTRA_DIST += $(SHMAP_MAN_PAGES) man/build-man.sh man/examples-pending
 
 # The installed pages, made whenever a page or the version changes (the
 # version is in the Makefile, which configure rewrites).
@@ -101,3 +101,12 @@ clean-local:
 
 TESTS += tests/check-man.sh
 EXTRA_DIST += tests/check-man.sh
+
+# Parts of a mesh: maps over some axes, nested maps, sub-meshes, transfers.
+SHMAP_MAN_PAGES += \
+	man/shmap_map_ex.3 \
+	man/shmap_map_nested.3 \
+	man/shmap_ctx_outer.3 \
+	man/shmap_mesh_slice.3 \
+	man/shmap_mesh_parent.3 \
+	man/shmap_array_transfer.3

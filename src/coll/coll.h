@@ -3,7 +3,7 @@
 #ifndef SHMAP_COLL_H
 #define SHMAP_COLL_H
 
-#include "runtime/runtime.h"
+#include "coll/desc.h"
 
 /* dst[i] = dst[i] OP src[i] for n elements. */
 typedef void (*shmap__reduce_fn)(void *restrict dst, const void *restrict src,

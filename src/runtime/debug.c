@@ -4,7 +4,10 @@
  * meshes (walked by the gdb extension), the watchdog's report, and the
  * Chrome trace recorder (one track per device, opens in Perfetto).
  */
-#include "runtime/runtime.h"
+#include "runtime/debug.h"
+
+#include "coll/desc.h"
+#include "map.h"
 
 #include <errno.h>
 #include <math.h>
@@ -49,22 +52,6 @@ void shmap__registry_remove(shmap__runtime *rt)
 
 /* ---- describing a device ------------------------------------------------ */
 
-uint64_t shmap__pack_op(int kind, const int axes[], int naxes)
-{
-  uint64_t op = (uint64_t)kind | (uint64_t)naxes << 8;
-  for (int k = 0; k < naxes; k++)
-    op |= (uint64_t)axes[k] << (12 + 4 * k);
-  return op;
-}
-
-const char *shmap__kind_name(int kind)
-{
-  static const char *names[] = {"?", "psum", "pmax", "pmin", "pmean",
-                                "psum_scatter", "all_gather", "all_to_all",
-                                "ppermute"};
-  return kind > 0 && kind <= SHMAP__PPERMUTE ? names[kind] : "?";
-}
-
 static void op_format(const shmap_mesh *mesh, uint64_t op, char *buf, size_t n)
 {
   int axes[SHMAP_MAX_AXES] = {0}, naxes = (int)(op >> 8 & 0xf);
@@ -76,6 +63,25 @@ static void op_format(const shmap_mesh *mesh, uint64_t op, char *buf, size_t n)
   shmap__axes_format(mesh, axes, naxes, a, sizeof a);
   snprintf(buf, n, "%s over ", shmap__kind_name((int)(op & 0xff)));
   shmap__cat(buf, n, "%s", naxes ? a : "()");
+}
+
+void shmap__nest_format(const shmap_mesh *mesh, uint64_t nest, char *buf,
+                        size_t n)
+{
+  buf[0] = '\0';
+  int levels = (int)(nest >> 56);
+  if (levels == 0 ||
+      (levels == 1 && (unsigned)(nest & 0xff) == shmap__mesh_all(mesh)))
+    return;
+  shmap__cat(buf, n, " [");
+  for (int l = 0; l < levels && l < SHMAP__NEST_LEVELS; l++) {
+    char axes[320];
+    shmap__mask_format(mesh, (unsigned)(nest >> (8 * l) & 0xff), axes,
+                       sizeof axes);
+    shmap__cat(buf, n, "%s%s over %s", l ? " > " : "",
+               l ? "nested" : "map", axes);
+  }
+  shmap__cat(buf, n, "]");
 }
 
 /* ---- watchdog ------------------------------------------------------------ */
@@ -124,12 +130,16 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
           axes, (double)running_ns / 1e9);
   for (int d = 0; d < rt->ndev; d++) {
     const shmap__dev *dev = &rt->devs[d];
-    int state = atomic_load_explicit(&dev->state, memory_order_acquire);
-    uint64_t since = atomic_load_explicit(&dev->since, memory_order_relaxed);
-    uint64_t op = atomic_load_explicit(&dev->op, memory_order_relaxed);
+    int state = atomic_load_explicit(&dev->dbg.state, memory_order_acquire);
+    uint64_t since = atomic_load_explicit(&dev->dbg.since, memory_order_relaxed);
+    uint64_t op = atomic_load_explicit(&dev->dbg.op, memory_order_relaxed);
     double secs = since && now > since ? (double)(now - since) / 1e9 : 0;
-    char name[96], what[420];
+    char name[480], what[420];
     shmap__mesh_devname(mesh, d, name, sizeof name);
+    size_t len = strlen(name);
+    shmap__nest_format(mesh, atomic_load_explicit(&dev->dbg.nest,
+                                                  memory_order_relaxed),
+                       name + len, sizeof name - len);
     switch (state) {
     case SHMAP__ST_INPUTS: snprintf(what, sizeof what, "building its input blocks"); break;
     case SHMAP__ST_BODY: snprintf(what, sizeof what, "running its body"); break;
@@ -137,12 +147,12 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
       char o[360];
       op_format(mesh, op, o, sizeof o);
       snprintf(what, sizeof what, "waiting in %s (call #%u)", o,
-               atomic_load(&dev->arrive));
+               atomic_load(&dev->coll.arrive));
       break;
     }
     case SHMAP__ST_DONE: snprintf(what, sizeof what, "returned from its body"); break;
     default:
-      if (atomic_load(&dev->finished)) {
+      if (atomic_load(&dev->coll.finished)) {
         snprintf(what, sizeof what, "returned from its body");
       } else {
         /* Parked since the previous map (or never run): it has waited to
@@ -212,17 +222,17 @@ bool shmap__tracing(void) { return atomic_load_explicit(&tracing, memory_order_r
 
 static void trace_push(shmap__dev *d, const shmap__tev *ev)
 {
-  if (d->ntev == d->captev) {
-    size_t cap = d->captev ? d->captev * 2 : 256;
-    shmap__tev *t = shmap__realloc(d->tev, cap * sizeof *t);
+  if (d->dbg.ntev == d->dbg.captev) {
+    size_t cap = d->dbg.captev ? d->dbg.captev * 2 : 256;
+    shmap__tev *t = shmap__realloc(d->dbg.tev, cap * sizeof *t);
     if (!t) {
-      d->tev_dropped++;
+      d->dbg.tev_dropped++;
       return;
     }
-    d->tev = t;
-    d->captev = cap;
+    d->dbg.tev = t;
+    d->dbg.captev = cap;
   }
-  d->tev[d->ntev++] = *ev;
+  d->dbg.tev[d->dbg.ntev++] = *ev;
 }
 
 void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
@@ -280,8 +290,8 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
     sb_printf(b, "{\"name\":\"thread_sort_index\",\"cat\":\"__metadata\","
                  "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
                  "\"args\":{\"sort_index\":%d}}", rt->id, tid, d);
-    for (size_t i = 0; i < dev->ntev; i++) {
-      const shmap__tev *e = &dev->tev[i];
+    for (size_t i = 0; i < dev->dbg.ntev; i++) {
+      const shmap__tev *e = &dev->dbg.tev[i];
       if (e->t1 < trace_t0)
         continue;
       /* A body that began before the trace did is cut at its start, so
@@ -305,6 +315,15 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
                      "\"args\":{\"collectives\":%u}}",
                   e->job ? e->job : "body", e->job ? "placement" : "body",
                   rt->id, tid, when, e->seq);
+      } else if ((e->op & 0xff) == SHMAP__NESTED_BODY) {
+        /* A nested map's body, inside the outer body on the same track. */
+        char o[360];
+        op_format(mesh, e->op, o, sizeof o);
+        const char *over = strstr(o, " over ");
+        sb_printf(b, "{\"name\":\"nested body\",\"cat\":\"body\","
+                     "\"ph\":\"X\",\"pid\":%d,\"tid\":%d,%s,"
+                     "\"args\":{\"axes\":\"%s\",\"collectives\":%u}}",
+                  rt->id, tid, when, over ? over + 6 : "", e->seq);
       } else {
         char o[360], ax[360];
         op_format(mesh, e->op, o, sizeof o);
@@ -317,9 +336,9 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
                   (unsigned long long)e->bytes, e->seq);
       }
     }
-    dev->ntev = 0;
-    trace_dropped += dev->tev_dropped;
-    dev->tev_dropped = 0;
+    dev->dbg.ntev = 0;
+    trace_dropped += dev->dbg.tev_dropped;
+    dev->dbg.tev_dropped = 0;
   }
 }
 
@@ -331,7 +350,7 @@ void shmap__trace_runtime_gone(shmap__runtime *rt)
   pthread_mutex_unlock(&trace_lock);
   if (rt->devs)
     for (int d = 0; d < rt->ndev; d++)
-      free(rt->devs[d].tev);
+      free(rt->devs[d].dbg.tev);
 }
 
 SHMAP_EXTERN int shmap_trace_start(const char *path)
