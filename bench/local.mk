@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # bench fragment, included by the top Makefile.am
 #
 # bench/run measures the collectives against a memory roofline, a

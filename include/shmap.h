@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * shmap.h - per-device (SPMD) programming over a named device mesh, in the
  * style of JAX's shard_map, with simulated devices that share memory.
@@ -30,9 +31,8 @@ extern "C" {
 #define SHMAP_PRINTF(a, b)
 #endif
 
-#define SHMAP_VERSION_MAJOR 0
-#define SHMAP_VERSION_MINOR 1
-#define SHMAP_VERSION_PATCH 0
+/* SHMAP_VERSION_MAJOR, _MINOR, _PATCH, _HEX and _STRING (generated). */
+#include "shmap_version.h"
 
 /* Largest array rank and largest number of mesh axes. */
 #define SHMAP_MAX_RANK 8
@@ -62,6 +62,11 @@ enum {
 SHMAP_EXTERN const char *shmap_strerror(int code);
 /* Detailed message for the last error of the calling thread, or "". */
 SHMAP_EXTERN const char *shmap_errmsg(void);
+
+/* The version of the library the program runs with: SHMAP_VERSION_HEX
+ * and SHMAP_VERSION_STRING as the library was built ("0.1.0"). */
+SHMAP_EXTERN unsigned shmap_version(void);
+SHMAP_EXTERN const char *shmap_version_string(void);
 
 /* ---- dtypes ------------------------------------------------------------ */
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* arena.c - the blocks a device allocates during a map, and the few large
  * freed blocks each device keeps for its next allocations (arena.h). */
 #include "arena.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* array.c - global arrays in host memory: import, export, queries. */
 #include "internal.h"
 #include "proc.h"

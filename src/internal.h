@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * internal.h - declarations shared between the library's own files (and its
  * unit tests).  Nothing here is part of the public API; every name carries

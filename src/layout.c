@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* layout.c - the pure index math of splitting, tiling and assembling:
  * block shapes and offsets, axis groups and ranks, strided box copies.
  * No threads and no allocation here. */

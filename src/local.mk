@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # The library.  libshmap_core.la holds every object (tests link it to reach
 # internal functions); libshmap.la is the installed library built from it.
 noinst_LTLIBRARIES += src/libshmap_core.la
@@ -5,6 +6,7 @@ src_libshmap_core_la_SOURCES = \
 	src/error.c \
 	src/settings.c \
 	src/fork.c \
+	src/version.c \
 	src/alloc.c \
 	src/mesh.c \
 	src/submesh.c \
@@ -42,4 +44,5 @@ src_libshmap_la_SOURCES =
 # Forces the C linker for a library made only of a convenience library.
 nodist_EXTRA_src_libshmap_la_SOURCES = dummy.c
 src_libshmap_la_LIBADD = src/libshmap_core.la $(UV_LIBS) $(MPI_LIBS)
-src_libshmap_la_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS) -version-info 0:0:0
+# The interface version and the rules for changing it are in configure.ac.
+src_libshmap_la_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS) -version-info $(SHMAP_LT_VERSION)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* map.c - one map call: validate the specs, hand each device its input
  * blocks, run the bodies, then check and assemble the outputs. */
 #include "map.h"
@@ -323,7 +324,7 @@ static void run_device(shmap__job *job, int dev)
     int rc = job->body(ctx, job->arg);
     uint64_t t1 = shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
     if (shmap__tracing())
-      shmap__trace_event(self, t0, t1, 0, 0, ctx->seq);
+      shmap__trace_body(self, t0, t1, ctx->seq, ctx->job_name);
     if (rc != 0 && !ctx->err) {
       char me[96], msg[SHMAP__MSG_MAX];
       shmap__mesh_devname(job->mesh, dev, me, sizeof me);

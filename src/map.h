@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * map.h - one map call: the job the runtime runs on every device, and each
  * device's context (map.c), with the errors a device reports during it.
@@ -42,6 +43,7 @@ struct shmap_ctx {
   struct shmap__chunk *arena; /* every block this device allocated */
   uint32_t seq;               /* collective calls entered */
   int err;                    /* first error this device reported */
+  const char *job_name;       /* a library job's name for the trace, or NULL */
   /* Input blocks shared and built, and the bytes copied to build them. */
   uint64_t shared, built;
   shmap__moved moved;

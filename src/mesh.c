@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* mesh.c - named device meshes: creation from text or arrays, queries. */
 #include "internal.h"
 #include "map.h"

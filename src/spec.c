@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* spec.c - partition specs: parsing the text forms, resolving names against
  * a mesh, and checking them against an array. */
 #include "internal.h"

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # reliability tests, included by the top Makefile.am.
 #
 # test_alloc_fail  makes the k-th library allocation fail (k = 1, 2, ...)
@@ -85,3 +86,9 @@ tests_test_reliability_stack_SOURCES = tests/test_reliability_stack.c \
 	tests/testutil.c tests/testutil.h
 tests_test_reliability_stack_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_reliability_stack_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+# test_trace_format.sh reads the trace files with Python's json module and
+# checks the Trace Event Format's rules (tests/check-trace.py); skipped
+# without python3.
+TESTS += tests/test_trace_format.sh
+EXTRA_DIST += tests/test_trace_format.sh tests/check-trace.py

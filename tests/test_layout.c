@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_layout.c - the index math of src/layout.c against hand-computed
  * values (SEMANTICS.md §3, §5, and the groups of §6), then against the

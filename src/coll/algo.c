@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * algo.c - the collectives' algorithms, written against the transport
  * interface (transport/comm.h) alone: which piece of which member's buffer

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coll.h - elementwise kernels used by the collectives. */
 #ifndef SHMAP_COLL_H
 #define SHMAP_COLL_H

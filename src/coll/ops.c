@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* ops.c - elementwise reduction kernels, one per (operation, dtype).
  * Each combines exactly two operands per element, so a caller that folds
  * peers in rank order gets a serial left fold, bit for bit.  Integer sums

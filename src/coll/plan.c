@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan.c - the plan of a collective: everything a device can decide on its
  * own before it meets its group.  The arguments are checked here (an error

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * debug.c - what helps people see what their devices do: a registry of live
  * meshes (walked by the gdb extension), the watchdog's report, and the
@@ -305,8 +306,7 @@ static uint64_t trace_dropped; /* events lost for lack of memory */
 
 bool shmap__tracing(void) { return atomic_load_explicit(&tracing, memory_order_relaxed); }
 
-void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
-                        uint64_t bytes, uint32_t seq)
+static void trace_push(shmap__dev *d, const shmap__tev *ev)
 {
   if (d->dbg.ntev == d->dbg.captev) {
     size_t cap = d->dbg.captev ? d->dbg.captev * 2 : 256;
@@ -318,7 +318,19 @@ void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
     d->dbg.tev = t;
     d->dbg.captev = cap;
   }
-  d->dbg.tev[d->dbg.ntev++] = (shmap__tev){t0, t1, op, bytes, seq};
+  d->dbg.tev[d->dbg.ntev++] = *ev;
+}
+
+void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
+                        uint64_t bytes, uint32_t seq)
+{
+  trace_push(d, &(shmap__tev){t0, t1, op, bytes, seq, NULL});
+}
+
+void shmap__trace_body(shmap__dev *d, uint64_t t0, uint64_t t1, uint32_t seq,
+                       const char *job)
+{
+  trace_push(d, &(shmap__tev){t0, t1, 0, 0, seq, job});
 }
 
 static void sep(strbuf *b)
@@ -339,19 +351,31 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
     shmap__cat(axes, sizeof axes, "%s%s=%d", a ? ", " : "", mesh->names[a],
                mesh->sizes[a]);
   sep(b);
-  sb_printf(b, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,"
-               "\"tid\":0,\"args\":{\"name\":\"mesh %s (#%d)\"}}",
+  /* Metadata as Chrome writes it: category "__metadata", ts 0, and the
+   * process-wide names on tid 0, which no device uses (device d is tid
+   * d + 1: trace tools take tid 0 for a process's idle or main thread and
+   * drop or merge its track). */
+  sb_printf(b, "{\"name\":\"process_name\",\"cat\":\"__metadata\","
+               "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":0,"
+               "\"args\":{\"name\":\"mesh %s (#%d)\"}}",
             rt->id, axes, rt->id);
+  sep(b);
+  sb_printf(b, "{\"name\":\"process_sort_index\",\"cat\":\"__metadata\","
+               "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":0,"
+               "\"args\":{\"sort_index\":%d}}", rt->id, rt->id);
   for (int d = 0; d < rt->ndev; d++) {
     shmap__dev *dev = &rt->devs[d];
     char coords[96];
     shmap__mesh_devname(mesh, d, coords, sizeof coords);
+    int tid = d + 1;
     sep(b);
-    sb_printf(b, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
-                 "\"args\":{\"name\":\"%s\"}}", rt->id, d, coords);
+    sb_printf(b, "{\"name\":\"thread_name\",\"cat\":\"__metadata\","
+                 "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
+                 "\"args\":{\"name\":\"%s\"}}", rt->id, tid, coords);
     sep(b);
-    sb_printf(b, "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,"
-                 "\"tid\":%d,\"args\":{\"sort_index\":%d}}", rt->id, d, d);
+    sb_printf(b, "{\"name\":\"thread_sort_index\",\"cat\":\"__metadata\","
+                 "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
+                 "\"args\":{\"sort_index\":%d}}", rt->id, tid, d);
     for (size_t i = 0; i < dev->dbg.ntev; i++) {
       const shmap__tev *e = &dev->dbg.tev[i];
       if (e->t1 < trace_t0)
@@ -359,33 +383,42 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
       /* A body that began before the trace did is cut at its start, so
        * the collectives inside it still nest in it. */
       uint64_t t0 = e->t0 < trace_t0 ? trace_t0 : e->t0;
-      double ts = (double)(t0 - trace_t0) / 1e3;
-      double dur = (double)(e->t1 - t0) / 1e3;
+      /* Whole nanoseconds printed as exact decimal microseconds, so that
+       * an event inside another is inside it in the file too (rounding ts
+       * and dur separately could make a nested slice overlap its parent's
+       * end, and trace viewers drop slices that do not nest). */
+      uint64_t ts = t0 - trace_t0, dur = e->t1 - t0;
+      char when[96];
+      snprintf(when, sizeof when, "\"ts\":%llu.%03u,\"dur\":%llu.%03u",
+               (unsigned long long)(ts / 1000), (unsigned)(ts % 1000),
+               (unsigned long long)(dur / 1000), (unsigned)(dur % 1000));
       sep(b);
       if (e->op == 0) {
-        sb_printf(b, "{\"name\":\"body\",\"cat\":\"body\",\"ph\":\"X\","
-                     "\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+        /* A user's body, or a job the library runs on the devices to
+         * place an array (its public function's name). */
+        sb_printf(b, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\","
+                     "\"pid\":%d,\"tid\":%d,%s,"
                      "\"args\":{\"collectives\":%u}}",
-                  rt->id, d, ts, dur, e->seq);
+                  e->job ? e->job : "body", e->job ? "placement" : "body",
+                  rt->id, tid, when, e->seq);
       } else if ((e->op & 0xff) == SHMAP__NESTED_BODY) {
         /* A nested map's body, inside the outer body on the same track. */
         char o[360];
         op_format(mesh, e->op, o, sizeof o);
         const char *over = strstr(o, " over ");
         sb_printf(b, "{\"name\":\"nested body\",\"cat\":\"body\","
-                     "\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
-                     "\"dur\":%.3f,\"args\":{\"axes\":\"%s\","
-                     "\"collectives\":%u}}",
-                  rt->id, d, ts, dur, over ? over + 6 : "", e->seq);
+                     "\"ph\":\"X\",\"pid\":%d,\"tid\":%d,%s,"
+                     "\"args\":{\"axes\":\"%s\",\"collectives\":%u}}",
+                  rt->id, tid, when, over ? over + 6 : "", e->seq);
       } else {
         char o[360], ax[360];
         op_format(mesh, e->op, o, sizeof o);
         const char *over = strstr(o, " over ");
         snprintf(ax, sizeof ax, "%s", over ? over + 6 : "");
         sb_printf(b, "{\"name\":\"%s\",\"cat\":\"collective\",\"ph\":\"X\","
-                     "\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                     "\"pid\":%d,\"tid\":%d,%s,"
                      "\"args\":{\"axes\":\"%s\",\"bytes\":%llu,\"call\":%u}}",
-                  shmap__kind_name((int)(e->op & 0xff)), rt->id, d, ts, dur, ax,
+                  shmap__kind_name((int)(e->op & 0xff)), rt->id, tid, when, ax,
                   (unsigned long long)e->bytes, e->seq);
       }
     }
@@ -533,8 +566,16 @@ static pthread_once_t trace_once = PTHREAD_ONCE_INIT;
 static void trace_env(void)
 {
   const char *env = shmap__setting_trace();
-  if (env && shmap_trace_start(env) == 0)
+  if (!env || !*env)
+    return;
+  /* Said once, here: nobody checks a return code for an environment
+   * variable, and a run that ends without its trace is worse than a
+   * message. */
+  if (shmap_trace_start(env) == 0)
     atexit(trace_atexit);
+  else
+    fprintf(stderr, "shmap: SHMAP_TRACE=%s: no trace will be written: %s\n",
+            env, shmap_errmsg());
 }
 
 static void trace_env_start(void) { pthread_once(&trace_once, trace_env); }

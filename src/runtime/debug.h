@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * debug.h - what helps people see what their devices do (debug.c): the
  * registry of live runtimes (walked by the gdb extension), the watchdog's
@@ -25,6 +26,10 @@ bool shmap__tracing(void);
 /* Record an event of device `d` (when tracing). */
 void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
                         uint64_t bytes, uint32_t seq);
+/* Record a body of device `d`; `job` names a job of the library's own (it
+ * shows under that name in the trace), NULL for a user's body. */
+void shmap__trace_body(shmap__dev *d, uint64_t t0, uint64_t t1, uint32_t seq,
+                       const char *job);
 uint64_t shmap__now(void);
 /* " [map over 'data' > nested over 'model']" for a device in a nested map
  * or a map over some axes, "" otherwise. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fiber.c - user-level context switches, so that many simulated devices can
  * share a few worker threads: handing over from one device to another costs

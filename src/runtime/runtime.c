@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* runtime.c - persistent device threads, parking, waiting and waking. */
 #include "runtime/sched.h"
 

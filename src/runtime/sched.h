@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * sched.h - the scheduler: device threads or fibers, waiting and waking,
  * and the per-mesh runtime that runs one job (a map) on every device.
@@ -52,6 +53,8 @@ typedef struct shmap__tev {
   uint64_t op;     /* 0 for the body, else a packed collective (see pack) */
   uint64_t bytes;
   uint32_t seq;
+  const char *job; /* body events: NULL for a user's body, else the name of
+                      the library's own job (a static string) */
 } shmap__tev;
 
 /* A user-level execution context with a stack of its own (fiber.c).  A

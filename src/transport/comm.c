@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* comm.c - the transport-independent part of the seam (comm.h): choosing
  * a transport, a group's members, and the device's state and trace around
  * each call. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * shm.c - the shared-memory transport: the devices of a group share an
  * address space, so each reads (and, for allreduce, writes) its peers'

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_parse.c - fuzz target for the text parsers: meshes ("i=4, j=2"),
  * partition specs (P('i', ('j','k'), None) and the short form i, (j,k),
