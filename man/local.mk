@@ -17,11 +17,9 @@ SHMAP_MAN_PAGES =
 SHMAP_MAN_PAGES += man/shmap.7 man/shmap-debugging.7
 
 # Processes (MPI).
-dist_man_MANS += man/shmap-mpi.7 \
+SHMAP_MAN_PAGES += man/shmap-mpi.7 \
 	man/shmap_process_rank.3 \
-	man/shmap_process_count.3 \
 	man/shmap_mesh_set_process_axes.3 \
-	man/shmap_mesh_device_process.3 \
 	man/shmap_array_to_host_local.3
 
 # Errors and dtypes.
