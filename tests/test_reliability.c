@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_reliability.c - hostile uses of the library that once hung, crashed
  * or corrupted memory, each in both scheduling modes:

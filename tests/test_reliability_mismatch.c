@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_reliability_mismatch.c - randomized mismatch test: a map in which one
  * device makes a different sequence of collective calls from the others

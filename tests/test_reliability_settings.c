@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_reliability_settings.c - the SHMAP_* environment variables: their
  * parsers, and a bad value reported once on stderr with the accepted values

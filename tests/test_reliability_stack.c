@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_reliability_stack.c - device stacks, in both scheduling modes:
  *   - a body that keeps a 700 KiB buffer on its stack while it calls

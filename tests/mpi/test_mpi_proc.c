@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_mpi_proc.c - the library over the processes of an MPI job: the
  * process queries, placement of devices (default and by process axes),
