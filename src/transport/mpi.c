@@ -302,7 +302,7 @@ static bool requests_done(void *arg)
       const shmap__dev *dv = &w->rt->devs[d];
       bool gone = local ? atomic_load(&dv->coll.finished) != 0 : s->done[d];
       uint32_t calls = local ? atomic_load(&dv->coll.arrive) : s->counts[d];
-      if (gone && calls < w->k) {
+      if (gone && calls < w->k && !atomic_load(&w->rt->abort)) {
         w->short_dev = d;
         w->short_calls = calls;
         return true;
@@ -475,7 +475,14 @@ static void mpi_finish(shmap__comm *comm, int dev)
 {
   shmap__runtime *rt = comm->rt;
   const shmap_ctx *ctx = rt->devs[dev].ctx;
-  shmap__mpi_dev_done(rt, dev, ctx ? ctx->seq : atomic_load(&rt->devs[dev].coll.arrive));
+  uint32_t calls = ctx ? ctx->seq : atomic_load(&rt->devs[dev].coll.arrive);
+  /* A device released by the map's failure says so instead of its count:
+   * its DONE notice may reach a process before the failure notice does
+   * (they come from different processes), and a peer must then wait for
+   * the failure rather than blame this device for leaving early. */
+  if (atomic_load(&rt->abort))
+    calls = UINT32_MAX;
+  shmap__mpi_dev_done(rt, dev, calls);
   atomic_store(&rt->devs[dev].coll.finished, 1);
   shmap__wake_all(rt);
 }

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # netns.sh - the MPI tests across "hosts": two network namespaces joined by
 # a veth pair, Open MPI's TCP transport between them, and mpirun starting
 # the ranks of the second namespace through a launch agent that enters it

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # run.sh NP - the MPI tests on NP processes (NP=1: without mpirun), in both
 # scheduling modes, each run bounded by a timeout.  Started by the wrappers
 # np1.sh, np2.sh and np4.sh (tests/mpi.mk), which `make check` runs when

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_mpi_coll.c - property tests of the collectives with the devices
  * spread over the processes of an MPI job, against the serial model of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_mpi_level.c - a program that initialises MPI itself: the library
  * uses that MPI (and leaves finalising to the program), and refuses
