@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * transport.c - libshmap's collectives with the devices spread over the
  * processes of an MPI job, measured the way bench/mpi_bench measures raw

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # transport.sh - libshmap over MPI beside raw MPI, on this machine:
 #
 #   bench/transport.sh [BUILDDIR]

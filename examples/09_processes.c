@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * 09_processes.c - libshmap tutorial: the same program on one process or
  * on many.

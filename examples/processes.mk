@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # examples fragment, included by the top Makefile.am: the program that runs
 # unchanged with and without mpirun (tests/mpi/run.sh compares the two).
 noinst_PROGRAMS += examples/09_processes

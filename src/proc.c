@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * proc.c - the processes of a job: detecting mpirun, initialising and
  * finalising MPI, and placing each mesh's devices on the processes.

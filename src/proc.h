@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * proc.h - the processes of a job and the placement of a mesh's devices on
  * them (proc.c).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * settings.c - every SHMAP_* environment variable is read and checked here,
  * so that each has one parser, one list of accepted values, and one message

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * settings.h - the library's SHMAP_* environment variables, read and
  * checked in one place (settings.c).  Each function reads its variable when

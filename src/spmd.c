@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * spmd.c - host data when a mesh's devices are spread over processes.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # tests fragment for running over MPI, included by the top Makefile.am.
 #
 # When configure found MPI (--with-mpi, default auto), `make check` runs

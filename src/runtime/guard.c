@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * guard.c - a device that overflows its stack dies with a message naming
  * it.  Fiber stacks have a guard region below them (fiber.c) and device

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * transport/mpi.c - collectives between processes, failure notices, and the
  * end of a map, over MPI.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * transport/mpi.h - moving a collective's data between processes with MPI,
  * failure notices between processes, and agreeing on a map's result
