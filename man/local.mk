@@ -13,7 +13,12 @@ dist_man_MANS += \
 	man/shmap_strerror.3 \
 	man/shmap_errmsg.3 \
 	man/shmap_dtype_size.3 \
-	man/shmap_dtype_name.3
+	man/shmap_dtype_name.3 \
+	man/shmap_dtype_class.3 \
+	man/shmap_f32_to_bf16.3 \
+	man/shmap_bf16_to_f32.3 \
+	man/shmap_f32_to_f16.3 \
+	man/shmap_f16_to_f32.3
 
 # Meshes.
 dist_man_MANS += \

@@ -15,8 +15,10 @@ src_libshmap_core_la_SOURCES = \
 	src/runtime/debug.c \
 	src/runtime/fiber.c \
 	src/coll/coll.c \
-	src/coll/ops.c
-noinst_HEADERS += src/internal.h src/runtime/runtime.h src/coll/coll.h
+	src/coll/ops.c \
+	src/dtype.c
+noinst_HEADERS += src/internal.h src/runtime/runtime.h src/coll/coll.h \
+	src/dtype.h src/coll/kern.h
 src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(UV_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
 src_libshmap_core_la_LIBADD = $(UV_LIBS)
 

@@ -1,6 +1,7 @@
 /* map.c - one map call: validate the specs, hand each device its input
  * blocks, run the bodies, then check and assemble the outputs. */
 #include "runtime/runtime.h"
+#include "dtype.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -417,16 +418,6 @@ static void run_device(shmap__job *job, int dev)
 
 /* ---- the caller's side ----------------------------------------------------- */
 
-static void format_value(shmap_dtype dt, const void *p, char *buf, size_t n)
-{
-  switch (dt) {
-  case SHMAP_F32: snprintf(buf, n, "%.9g", (double)*(const float *)p); break;
-  case SHMAP_F64: snprintf(buf, n, "%.17g", *(const double *)p); break;
-  case SHMAP_I32: snprintf(buf, n, "%d", *(const int32_t *)p); break;
-  default: snprintf(buf, n, "%lld", (long long)*(const int64_t *)p); break;
-  }
-}
-
 static void format_index(int rank, const int64_t shape[], int64_t flat,
                          char *buf, size_t n)
 {
@@ -510,8 +501,8 @@ static int check_replicated(shmap__job *job, int k, const char *spec_text,
     char na[96], nb[96], va[64], vb[64], idx[96], axes[160] = "";
     shmap__mesh_devname(mesh, rep, na, sizeof na);
     shmap__mesh_devname(mesh, d, nb, sizeof nb);
-    format_value(a->dtype, (const char *)a->data + i * (int64_t)es, va, sizeof va);
-    format_value(a->dtype, (const char *)b->data + i * (int64_t)es, vb, sizeof vb);
+    shmap__dtype_format(a->dtype, (const char *)a->data + i * (int64_t)es, va, sizeof va);
+    shmap__dtype_format(a->dtype, (const char *)b->data + i * (int64_t)es, vb, sizeof vb);
     format_index(a->rank, a->shape, i, idx, sizeof idx);
     int n = 0;
     for (int ax = 0; ax < mesh->naxes; ax++)

@@ -277,8 +277,8 @@ static const acase arg_cases[] = {
      "rows", SHMAP_I32, R1(2)},
     {"pmean on i64", SHMAP_EDTYPE, {"pmean", "i64", "device"}, RK_PMEAN,
      "rows", SHMAP_I64, R1(2)},
-    {"psum on dtype 7", SHMAP_EDTYPE, {"psum"}, RK_PSUM, "rows",
-     (shmap_dtype)7, R1(2)},
+    {"psum on an invalid dtype", SHMAP_EDTYPE, {"psum"}, RK_PSUM, "rows",
+     (shmap_dtype)SHMAP_NDTYPES, R1(2)},
     /* blocks */
     {"psum of rank 9", SHMAP_ESHAPE, {"psum"}, RK_PSUM, "rows", F32, 9, {1}},
     {"psum of a negative size", SHMAP_ESHAPE, {"psum"}, RK_PSUM, "rows", F32,

@@ -65,6 +65,8 @@ typedef struct prep {
   char op[360]; /* "psum over 'j'", formatted only for messages */
   shmap__call call;
   int n, rank;  /* group size and this device's rank */
+  int out_dtype; /* dtype of a new result block (call.dtype but for psum
+                    of bool, which gives i32) */
 } prep;
 
 /* The call's name for messages: "psum over ('i', 'j')". */
@@ -397,6 +399,7 @@ static int prepare(shmap_ctx *ctx, const char *name, int kind,
   if (!shmap__block_valid(x))
     return shmap__block_check(ctx, op_of(ctx, p), "the input", x);
   p->call.dtype = x->dtype;
+  p->out_dtype = x->dtype;
   p->call.rank = x->rank;
   memcpy(p->call.shape, x->shape, sizeof p->call.shape);
   p->call.src = x->data;
@@ -448,7 +451,7 @@ static int split_check(shmap_ctx *ctx, prep *p, const char *what, int d,
 static shmap_block *result_block(shmap_ctx *ctx, prep *p, int rank,
                                  const int64_t shape[])
 {
-  shmap__chunk *c = shmap__arena_alloc(ctx, (shmap_dtype)p->call.dtype, rank,
+  shmap__chunk *c = shmap__arena_alloc(ctx, (shmap_dtype)p->out_dtype, rank,
                                        shape, SHMAP__CHUNK_SCRATCH, false);
   if (!c) {
     shmap__dev_fail(ctx, op_of(ctx, p), SHMAP_ENOMEM, "%s", shmap__errbuf());
@@ -508,6 +511,83 @@ SHMAP_EXTERN int shmap_axis_size(shmap_ctx *ctx, const char *axes)
 
 /* Bytes of the stack buffer a member folds one piece of its chunk into. */
 #define PIECE_BYTES 8192
+/* Groups up to this size keep their source pointers on the stack. */
+#define STACK_SRCS 64
+
+int shmap__kind_redop(int kind)
+{
+  switch (kind) {
+  case SHMAP__PMAX: return SHMAP__OP_MAX;
+  case SHMAP__PMIN: return SHMAP__OP_MIN;
+  case SHMAP__PMEAN: return SHMAP__OP_MEAN;
+  default: return SHMAP__OP_SUM;
+  }
+}
+
+/* The kernel of a reduction on the call's dtype, or an error saying why
+ * the dtype does not allow it. */
+static int reduction_kernel(shmap_ctx *ctx, prep *p, int kind,
+                            shmap__fold_fn *fold)
+{
+  int op = shmap__kind_redop(kind);
+  const shmap__dtype_info *t = shmap__dtype((shmap_dtype)p->call.dtype);
+  if (t->not_allowed[op])
+    return shmap__dev_fail(ctx, op_of(ctx, p), SHMAP_EDTYPE, "%s on %s: %s",
+                           p->name, t->name, t->not_allowed[op]);
+  *fold = shmap__fold(op, (shmap_dtype)p->call.dtype);
+  p->out_dtype = t->result[op];
+  return 0;
+}
+
+/* Room for the group's source pointers (before arriving, so a failure
+ * needs no departure). */
+static const void **srcs_alloc(shmap_ctx *ctx, prep *p, const void **stack)
+{
+  if (p->n <= STACK_SRCS)
+    return stack;
+  const void **s = shmap__malloc(sizeof *s * (size_t)p->n);
+  if (!s)
+    shmap__dev_fail(ctx, op_of(ctx, p), SHMAP_ENOMEM, "out of memory");
+  return s;
+}
+
+static void srcs_free(const void **srcs, const void **stack)
+{
+  if (srcs != stack)
+    free((void *)srcs);
+}
+
+/*
+ * Fused reduce-scatter + all-gather: member r folds chunk r of every
+ * member's source in one pass (the kernel keeps partial results in
+ * registers, in rank order) into a piece on its stack, and copies the
+ * piece to every member's destination.  `count` divides (pmean) when
+ * nonzero; destinations hold elements of `des` bytes (i32 for bool sums).
+ */
+static void reduce_all(group *g, shmap__fold_fn fold, const void **srcs,
+                       size_t es, size_t des, size_t numel, int count)
+{
+  size_t big = es > des ? es : des;
+  size_t align = 64 / big;
+  size_t chunk = (numel + (size_t)g->n - 1) / (size_t)g->n;
+  chunk = (chunk + align - 1) / align * align;
+  size_t lo = chunk * (size_t)g->rank, hi = lo + chunk;
+  if (hi > numel)
+    hi = numel;
+  if (lo >= hi)
+    return;
+  fill_members(g);
+  _Alignas(64) unsigned char tmp[PIECE_BYTES];
+  size_t piece = PIECE_BYTES / big;
+  for (size_t off = lo; off < hi; off += piece) {
+    size_t len = hi - off < piece ? hi - off : piece;
+    for (int r = 0; r < g->n; r++)
+      srcs[r] = (const char *)peer(g, r)->src + off * es;
+    fold(tmp, srcs, g->n, len, count);
+    for (int r = 0; r < g->n; r++)
+      memcpy((char *)peer(g, r)->dst + off * des, tmp, len * des);
+  }
+}
 
 static int reduce_inplace(shmap_ctx *ctx, shmap_block *x, const char *axes,
                           int kind, const char *name)
@@ -516,39 +596,30 @@ static int reduce_inplace(shmap_ctx *ctx, shmap_block *x, const char *axes,
   int rc = prepare(ctx, name, kind, x, axes, &p);
   if (rc)
     return rc;
-  if (kind == SHMAP__PMEAN && x->dtype != SHMAP_F32 && x->dtype != SHMAP_F64)
+  shmap__fold_fn fold;
+  if ((rc = reduction_kernel(ctx, &p, kind, &fold)))
+    return rc;
+  if (p.out_dtype != (int)x->dtype)
     return shmap__dev_fail(ctx, op_of(ctx, &p), SHMAP_EDTYPE,
-                           "pmean needs a float dtype (f32 or f64), got %s",
-                           shmap_dtype_name(x->dtype));
+                           "%s of %s gives %s (as in JAX), which does not fit "
+                           "in place: use shmap_%s_ex(), which returns a new "
+                           "block",
+                           name, shmap_dtype_name(x->dtype),
+                           shmap_dtype_name((shmap_dtype)p.out_dtype), name);
+  const void *stack[STACK_SRCS];
+  const void **srcs = srcs_alloc(ctx, &p, stack);
+  if (!srcs)
+    return ctx->err;
   p.call.dst = x->data;
   group g;
-  if ((rc = arrive(ctx, &p, &g)))
+  if ((rc = arrive(ctx, &p, &g))) {
+    srcs_free(srcs, stack);
     return rc;
-  /* Fused reduce-scatter + all-gather: member r folds chunk r of every
-   * member's buffer in rank order and writes the result back to all. */
-  size_t es = shmap_dtype_size(x->dtype);
-  size_t numel = (size_t)shmap_block_numel(x);
-  size_t align = 64 / es;
-  size_t chunk = (numel + (size_t)g.n - 1) / (size_t)g.n;
-  chunk = (chunk + align - 1) / align * align;
-  size_t lo = chunk * (size_t)g.rank, hi = lo + chunk;
-  if (hi > numel)
-    hi = numel;
-  shmap__reduce_fn fold = shmap__reducer(kind, x->dtype);
-  if (lo < hi)
-    fill_members(&g);
-  _Alignas(64) unsigned char tmp[PIECE_BYTES];
-  size_t piece = PIECE_BYTES / es;
-  for (size_t off = lo; off < hi; off += piece) {
-    size_t len = hi - off < piece ? hi - off : piece;
-    memcpy(tmp, (const char *)peer(&g, 0)->src + off * es, len * es);
-    for (int r = 1; r < g.n; r++)
-      fold(tmp, (const char *)peer(&g, r)->src + off * es, len);
-    if (kind == SHMAP__PMEAN)
-      shmap__divide(tmp, len, x->dtype, g.n);
-    for (int r = 0; r < g.n; r++)
-      memcpy((char *)peer(&g, r)->dst + off * es, tmp, len * es);
   }
+  size_t es = shmap_dtype_size(x->dtype);
+  reduce_all(&g, fold, srcs, es, es, (size_t)shmap_block_numel(x),
+             kind == SHMAP__PMEAN ? g.n : 0);
+  srcs_free(srcs, stack);
   depart(ctx, &g, shmap_block_nbytes(x));
   return 0;
 }
@@ -594,6 +665,9 @@ SHMAP_EXTERN int shmap_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
     return rc;
   p.call.p1 = d;
   p.call.tiled = tiled != 0;
+  shmap__fold_fn fold;
+  if ((rc = reduction_kernel(ctx, &p, SHMAP__PSUM_SCATTER, &fold)))
+    return rc;
   /* View the block as [outer, S, inner]; rank r keeps rows [r*m, (r+1)*m). */
   int64_t m = x->shape[d] / p.n;
   int64_t outer = shmap__numel(d, x->shape);
@@ -605,26 +679,28 @@ SHMAP_EXTERN int shmap_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
       continue;
     oshape[orank++] = i == d ? m : x->shape[i];
   }
+  const void *stack[STACK_SRCS];
+  const void **srcs = srcs_alloc(ctx, &p, stack);
+  if (!srcs)
+    return ctx->err;
   shmap_block *res;
   group g;
-  if ((rc = begin_new_block(ctx, &p, orank, oshape, &g, &res)))
+  if ((rc = begin_new_block(ctx, &p, orank, oshape, &g, &res))) {
+    srcs_free(srcs, stack);
     return rc;
+  }
+  /* One pass per run of this rank's rows, straight into the result. */
   size_t es = shmap_dtype_size(x->dtype);
-  shmap__reduce_fn fold = shmap__reducer(SHMAP__PSUM, x->dtype);
-  size_t run = (size_t)(m * inner), piece = PIECE_BYTES / es;
-  for (int64_t o = 0; o < outer; o++) {
-    char *dst = (char *)res->data + (size_t)o * run * es;
+  size_t des = shmap_dtype_size(res->dtype);
+  size_t run = (size_t)(m * inner);
+  for (int64_t o = 0; o < outer && run; o++) {
     size_t src_off = ((size_t)o * (size_t)x->shape[d] + (size_t)(g.rank * m)) *
                      (size_t)inner * es;
-    for (size_t off = 0; off < run; off += piece) {
-      size_t len = run - off < piece ? run - off : piece;
-      memcpy(dst + off * es, (const char *)peer(&g, 0)->src + src_off + off * es,
-             len * es);
-      for (int r = 1; r < g.n; r++)
-        fold(dst + off * es, (const char *)peer(&g, r)->src + src_off + off * es,
-             len);
-    }
+    for (int r = 0; r < g.n; r++)
+      srcs[r] = (const char *)peer(&g, r)->src + src_off;
+    fold((char *)res->data + (size_t)o * run * des, srcs, g.n, run, 0);
   }
+  srcs_free(srcs, stack);
   depart(ctx, &g, shmap_block_nbytes(x));
   *out = res;
   return 0;
