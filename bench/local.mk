@@ -27,3 +27,10 @@ bench/mpi_bench: $(srcdir)/bench/mpi_bench.c
 	  -o $@ $(srcdir)/bench/mpi_bench.c
 
 EXTRA_DIST += bench/mpi_bench.c BENCHMARKS.md
+
+# bench/kernels times the reduction kernels alone (one thread, no devices):
+# each instruction set's fused kernel against the two-operand passes.
+noinst_PROGRAMS += bench/kernels
+bench_kernels_SOURCES = bench/kernels.c
+bench_kernels_CFLAGS = $(AM_CFLAGS)
+bench_kernels_LDADD = src/libshmap_core.la $(UV_LIBS)

@@ -28,8 +28,6 @@ typedef int32_t KN(vi32) __attribute__((vector_size(VB)));
 typedef uint32_t KN(vu32) __attribute__((vector_size(VB)));
 typedef int64_t KN(vi64) __attribute__((vector_size(VB)));
 typedef uint64_t KN(vu64) __attribute__((vector_size(VB)));
-/* The 16-bit patterns of one f32 vector's worth of bf16 or f16 elements. */
-typedef uint16_t KN(vh) __attribute__((vector_size(VB / 2)));
 
 /* ---- per-element and per-vector operations --------------------------------- */
 
@@ -168,24 +166,6 @@ KATTR static void KN(sum_c128)(void *dst, const void *const src[], int ns,
 
 /* ---- bf16 and f16: fold in f32, round once ------------------------------------ */
 
-KATTR static inline KN(vf32) KN(load_bf16)(const uint16_t *p)
-{
-  KN(vh) h;
-  memcpy(&h, p, sizeof h);
-  KN(vu32) u = __builtin_convertvector(h, KN(vu32)) << 16;
-  return (KN(vf32))u;
-}
-
-KATTR static inline void KN(store_bf16)(uint16_t *p, KN(vf32) f)
-{
-  KN(vu32) u = (KN(vu32))f;
-  KN(vu32) nan = (KN(vu32))((u & 0x7fffffffu) > 0x7f800000u);
-  KN(vu32) r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  r = SEL(KN(vu32), nan, (u >> 16) | 0x40u, r);
-  KN(vh) h = __builtin_convertvector(r, KN(vh));
-  memcpy(p, &h, sizeof h);
-}
-
 #if KF16 == 1
 KATTR static inline KN(vf32) KN(load_f16)(const uint16_t *p)
 {
@@ -256,9 +236,70 @@ KATTR static inline void KN(store_f16)(uint16_t *p, KN(vf32) f)
     }                                                                          \
   }
 
-HALF_KERNEL(sum_bf16, bf16, VOP_ADD, SOP_ADD, 1)
-HALF_KERNEL(max_bf16, bf16, KN(vmax_f32), KN(smax_f32), 0)
-HALF_KERNEL(min_bf16, bf16, KN(vmin_f32), KN(smin_f32), 0)
+/*
+ * bf16 is the upper half of an f32, so a vector of 32-bit words holds two
+ * bf16 elements per word that need no conversion: the word shifted left
+ * by 16 is the even element as an f32, the word with its low half cleared
+ * the odd one.  Folding evens and odds as two f32 vectors keeps every
+ * element in its own lane (the same bits as any other order of lanes),
+ * and the rounded halves are put back together at the end.
+ */
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define BF_EVEN(x) ((x) & 0xffff0000u)
+#define BF_ODD(x) ((x) << 16)
+#define BF_JOIN(e, o) (((e) << 16) | (o))
+#else
+#define BF_EVEN(x) ((x) << 16)
+#define BF_ODD(x) ((x) & 0xffff0000u)
+#define BF_JOIN(e, o) ((e) | ((o) << 16))
+#endif
+
+/* The bf16 bits (in the low half of each word) nearest to each f32. */
+KATTR static inline KN(vu32) KN(round_bf16)(KN(vf32) f)
+{
+  KN(vu32) u = (KN(vu32))f;
+  KN(vu32) nan = (KN(vu32))((u & 0x7fffffffu) > 0x7f800000u);
+  KN(vu32) r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  return SEL(KN(vu32), nan, (u >> 16) | 0x40u, r);
+}
+
+#define BF16_KERNEL(NAME, VOP, SOP, MEAN)                                      \
+  KATTR static void KN(NAME)(void *dst, const void *const src[], int ns,       \
+                             size_t n, int count)                             \
+  {                                                                            \
+    uint16_t *d = dst;                                                         \
+    const size_t w = 2 * sizeof(KN(vu32)) / sizeof(uint32_t);                  \
+    size_t i = 0;                                                              \
+    (void)count;                                                               \
+    for (; i + w <= n; i += w) {                                               \
+      KN(vu32) x;                                                              \
+      memcpy(&x, (const uint16_t *)src[0] + i, sizeof x);                      \
+      KN(vf32) ev = (KN(vf32))BF_EVEN(x), od = (KN(vf32))BF_ODD(x);            \
+      for (int r = 1; r < ns; r++) {                                           \
+        memcpy(&x, (const uint16_t *)src[r] + i, sizeof x);                    \
+        ev = VOP(ev, (KN(vf32))BF_EVEN(x));                                    \
+        od = VOP(od, (KN(vf32))BF_ODD(x));                                     \
+      }                                                                        \
+      if (MEAN && count) {                                                     \
+        ev = ev / (float)count;                                                \
+        od = od / (float)count;                                                \
+      }                                                                        \
+      x = BF_JOIN(KN(round_bf16)(ev), KN(round_bf16)(od));                     \
+      memcpy(d + i, &x, sizeof x);                                             \
+    }                                                                          \
+    for (; i < n; i++) {                                                       \
+      float a = shmap_bf16_to_f32(((const uint16_t *)src[0])[i]);              \
+      for (int r = 1; r < ns; r++)                                             \
+        a = SOP(a, shmap_bf16_to_f32(((const uint16_t *)src[r])[i]));          \
+      if (MEAN && count)                                                       \
+        a = a / (float)count;                                                  \
+      d[i] = shmap_f32_to_bf16(a);                                             \
+    }                                                                          \
+  }
+
+BF16_KERNEL(sum_bf16, VOP_ADD, SOP_ADD, 1)
+BF16_KERNEL(max_bf16, KN(vmax_f32), KN(smax_f32), 0)
+BF16_KERNEL(min_bf16, KN(vmin_f32), KN(smin_f32), 0)
 HALF_KERNEL(sum_f16, f16, VOP_ADD, SOP_ADD, 1)
 HALF_KERNEL(max_f16, f16, KN(vmax_f32), KN(smax_f32), 0)
 HALF_KERNEL(min_f16, f16, KN(vmin_f32), KN(smin_f32), 0)
