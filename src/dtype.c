@@ -154,7 +154,9 @@ static void fmt_c128(const void *p, char *buf, size_t n)
   {shmap__kern_generic[D], shmap__kern_avx2[D], shmap__kern_avx512[D]}
 #define SAME4(D) {D, D, D, D}
 
-static const shmap__dtype_info table[SHMAP_NDTYPES] = {
+/* Not static: the gdb extension reads the names, sizes and classes from
+ * here, so it knows every dtype this library knows. */
+const shmap__dtype_info shmap__dtypes[SHMAP_NDTYPES] = {
     [SHMAP_F32] = {"f32", 4, SHMAP_CLASS_FLOAT, fmt_f32, SAME4(SHMAP_F32),
                    {0}, KERNELS(SHMAP_F32)},
     [SHMAP_F64] = {"f64", 8, SHMAP_CLASS_FLOAT, fmt_f64, SAME4(SHMAP_F64),
@@ -200,7 +202,7 @@ static const shmap__dtype_info table[SHMAP_NDTYPES] = {
 const shmap__dtype_info *shmap__dtype(shmap_dtype dtype)
 {
   unsigned d = (unsigned)dtype;
-  return d < SHMAP_NDTYPES ? &table[d] : NULL;
+  return d < SHMAP_NDTYPES ? &shmap__dtypes[d] : NULL;
 }
 
 void shmap__dtype_format(shmap_dtype dtype, const void *elem, char *buf,

@@ -53,6 +53,8 @@ typedef struct shmap__dtype_info {
   const shmap__fold_fn *kernels[SHMAP__NISA];
 } shmap__dtype_info;
 
+/* The table, indexed by dtype (read by gdb/shmap-gdb.py too). */
+extern const shmap__dtype_info shmap__dtypes[SHMAP_NDTYPES];
 /* The row of a dtype, or NULL when it is not a valid one. */
 const shmap__dtype_info *shmap__dtype(shmap_dtype dtype);
 /* Print element `elem` of the dtype (valid or not) into buf. */

@@ -35,7 +35,14 @@ struct target {
   shmap_array *host;    /* the data on the host */
   shmap_array *sharded; /* the same data on the mesh, P('i', 'j') */
   double delay;         /* seconds device 3 sleeps before its psum */
+  /* Blocks of other dtypes, printed by the test: bf16, f16, bool, c64, i8. */
+  shmap_block blocks[5];
 };
+
+static uint16_t bf16_data[3], f16_data[2];
+static unsigned char bool_data[3] = {0, 1, 9};
+static float c64_data[4] = {1, -2, 0.5f, 3};
+static int8_t i8_data[2] = {-128, 127};
 
 static void check(int rc, const char *what)
 {
@@ -73,7 +80,17 @@ static int body(shmap_ctx *ctx, void *arg)
 
 int main(int argc, char **argv)
 {
-  struct target t = {NULL, NULL, argc > 1 ? atof(argv[1]) : 0.2};
+  struct target t = {NULL, NULL, argc > 1 ? atof(argv[1]) : 0.2,
+                     {{bf16_data, SHMAP_BF16, 1, {3}},
+                      {f16_data, SHMAP_F16, 1, {2}},
+                      {bool_data, SHMAP_BOOL, 1, {3}},
+                      {c64_data, SHMAP_C64, 1, {2}},
+                      {i8_data, SHMAP_I8, 1, {2}}}};
+  bf16_data[0] = shmap_f32_to_bf16(1.5f);
+  bf16_data[1] = shmap_f32_to_bf16(-2.0f);
+  bf16_data[2] = shmap_f32_to_bf16(0.1f);
+  f16_data[0] = shmap_f32_to_f16(0.25f);
+  f16_data[1] = shmap_f32_to_f16(65504.0f);
   shmap_mesh *mesh;
   check(shmap_mesh_create(&mesh, "i=2, j=2"), "shmap_mesh_create");
 

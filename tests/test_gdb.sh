@@ -92,7 +92,7 @@ fi
   printf '%s\n' 'echo @@devices\n' 'shmap devices'
   printf '%s\n' 'echo @@threads\n' 'info threads'
   printf '%s\n' 'echo @@print\n' 'print *x' 'print *t->host' \
-    'print *t->sharded' 'print *ctx'
+    'print *t->sharded' 'print *ctx' 'print t->blocks'
   printf '%s\n' 'echo @@end\n' 'kill'
 } > "$tmp/cmds"
 
@@ -144,6 +144,8 @@ check "a host array prints its leading values" \
   has print '^\$[0-9]+ = f32\[4,16\] on the host \{0, 1, 2, 3, 4, 5, 6, 7, \.\.\.\}$'
 check "a sharded array prints its mesh and spec" \
   has print "^\\\$[0-9]+ = f32\[4,16\] sharded on mesh i=2, j=2 by P\('i', 'j'\), blocks f32\[2,8\]\$"
+check "blocks of other dtypes print their values as the library does" \
+  has print '^\$[0-9]+ = \{bf16\[3\] \{1\.5, -2, 0\.100097656\}, f16\[2\] \{0\.25, 65504\}, bool\[3\] \{false, true, true \(byte 9\)\}, c64\[2\] \{1-2j, 0\.5\+3j\}, i8\[2\] \{-128, 127\}\}$'
 check "a context prints its device" \
   has print '^\$[0-9]+ = device 3 \(i=1, j=1\) of mesh i=2, j=2'
 check "the extension raised no Python error" \

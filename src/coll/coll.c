@@ -278,7 +278,9 @@ static int arrive(shmap_ctx *ctx, prep *p, group *g)
   if (atomic_load(&rt->abort))
     return shmap__canceled(ctx, op_of(ctx, p));
   shmap__dev *self = &rt->devs[ctx->dev];
-  g->op = shmap__pack_op(call->kind, call->axes, call->naxes);
+  /* The dtype rides in the top byte, for traces (shmap__trace_dtype). */
+  g->op = shmap__pack_op(call->kind, call->axes, call->naxes) |
+          (uint64_t)(call->dtype + 1) << 56;
   g->t0 = shmap__set_state(self, SHMAP__ST_COLL, g->op, shmap__now());
   g->devs = rt->devs;
   g->members = ctx->members;
@@ -313,7 +315,7 @@ static int arrive(shmap_ctx *ctx, prep *p, group *g)
                                             "%s", why));
   }
   g->slot = &rt->devs[g->base].bslot[g->k % SHMAP__SLOTS];
-  g->gkey = g->op >> 8; /* the axes and their count */
+  g->gkey = g->op >> 8 & (((uint64_t)1 << 36) - 1); /* the axes, their count */
   int rc = join(ctx, p, g);
   if (rc)
     return leave(ctx, g, 0, rc);
