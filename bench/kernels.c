@@ -133,7 +133,7 @@ int main(int argc, char **argv)
     for (int isa = 0; isa < SHMAP__NISA; isa++) {
       if (!shmap__isa_supported(isa))
         continue;
-      shmap__fold_fn f = shmap__fold_isa(isa, SHMAP__OP_SUM, c.dt);
+      shmap__fold_fn f = shmap__kernel_isa(isa, SHMAP__OP_SUM, c.dt);
       for (int i = 0; i < RUNS; i++)
         t[i] = run_fused(&c, f);
       char what[32];

@@ -280,23 +280,23 @@ def _state_text(rt, dev, now):
     """What the device does, worded like the watchdog, and whether the
     duration is in the past ("... ago")."""
     axes = _mesh_axes(rt["mesh"].dereference())
-    state = _int(dev["state"])
-    since = _int(dev["since"])
+    state = _int(dev["dbg"]["state"])
+    since = _int(dev["dbg"]["since"])
     secs = (now - since) / 1e9 if since and now > since else 0.0
     if state == _ST_INPUTS:
         what = "building its input blocks"
     elif state == _ST_BODY:
         what = "running its body"
     elif state == _ST_COLL:
-        what = "waiting in %s (call #%d)" % (_op_text(axes, _int(dev["op"])),
-                                            _int(dev["arrive"]))
+        what = "waiting in %s (call #%d)" % (_op_text(axes, _int(dev["dbg"]["op"])),
+                                            _int(dev["coll"]["arrive"]))
     elif state == _ST_DONE:
         what = "returned from its body"
     elif state == _ST_PARKED:
         if not _map_running(rt):
             when = ("for %.1f s" % secs) if since else ""
             return "parked between maps", when
-        what = ("returned from its body" if _int(dev["finished"])
+        what = ("returned from its body" if _int(dev["coll"]["finished"])
                 else "not started yet")
     else:
         what = "in unknown state %d" % state
@@ -317,7 +317,7 @@ def _mesh_summary(rt):
         status = "no map yet (device threads not started)"
     elif _map_running(rt):
         devs = rt["devs"]
-        finished = sum(1 for d in range(ndev) if _int(devs[d]["finished"]))
+        finished = sum(1 for d in range(ndev) if _int(devs[d]["coll"]["finished"]))
         status = "a map is running (%d of %d bodies returned)" % (finished,
                                                                   ndev)
         body = _body_function(rt)
@@ -427,7 +427,7 @@ include the time the program has been stopped in gdb."""
         for rt in rts:
             if _int(rt["devs"]):
                 n = min(_int(rt["ndev"]), _MAX_DEVICES)
-                since_all += [_int(rt["devs"][d]["since"]) for d in range(n)]
+                since_all += [_int(rt["devs"][d]["dbg"]["since"]) for d in range(n)]
         now, exact = _now_ns(since_all)
         try:
             for rt in rts:
@@ -461,7 +461,7 @@ include the time the program has been stopped in gdb."""
             tname = _str(dev["name"])
             tcol = "thread %d" % th.num if th is not None else "no thread"
             where = ""
-            state = _int(dev["state"])
+            state = _int(dev["dbg"]["state"])
             if (th is not None and body is not None and ndev <= _MAX_WHERE
                     and state in (_ST_BODY, _ST_COLL)):
                 try:

@@ -287,7 +287,7 @@ int shmap__isa(void)
   return isa;
 }
 
-shmap__fold_fn shmap__fold_isa(int isa, int op, shmap_dtype dtype)
+shmap__fold_fn shmap__kernel_isa(int isa, int op, shmap_dtype dtype)
 {
   const shmap__dtype_info *t = shmap__dtype(dtype);
   if (!t || op < 0 || op >= SHMAP__NOPS || isa < 0 || isa >= SHMAP__NISA ||
@@ -296,7 +296,7 @@ shmap__fold_fn shmap__fold_isa(int isa, int op, shmap_dtype dtype)
   return t->kernels[isa][op];
 }
 
-shmap__fold_fn shmap__fold(int op, shmap_dtype dtype)
+shmap__fold_fn shmap__kernel(int op, shmap_dtype dtype)
 {
-  return shmap__fold_isa(shmap__isa(), op, dtype);
+  return shmap__kernel_isa(shmap__isa(), op, dtype);
 }

@@ -62,10 +62,10 @@ void shmap__dtype_format(shmap_dtype dtype, const void *elem, char *buf,
                          size_t n);
 /* The kernel the collectives use for (op, dtype): the best instruction set
  * of this CPU.  NULL when the reduction is not allowed. */
-shmap__fold_fn shmap__fold(int op, shmap_dtype dtype);
+shmap__fold_fn shmap__kernel(int op, shmap_dtype dtype);
 /* The kernel of a given instruction set (for tests and benchmarks); NULL
  * when not allowed or not built for it. */
-shmap__fold_fn shmap__fold_isa(int isa, int op, shmap_dtype dtype);
+shmap__fold_fn shmap__kernel_isa(int isa, int op, shmap_dtype dtype);
 /* The instruction set in use, and whether this CPU can run one. */
 int shmap__isa(void);
 int shmap__isa_supported(int isa);

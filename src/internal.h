@@ -149,6 +149,10 @@ void shmap__copy_box(void *dst, const int64_t dst_strides[], const void *src,
  * size. */
 int shmap__group(const shmap_mesh *mesh, const int axes[], int naxes, int dev,
                  int members[], int *rank);
+/* The device of rank r in the group over `axes` whose rank-0 member is
+ * device `base` (O(naxes)). */
+int shmap__group_member(const shmap_mesh *mesh, const int axes[], int naxes,
+                        int base, int r);
 
 /* ---- array.c ----------------------------------------------------------- */
 

@@ -146,16 +146,20 @@ int shmap__group(const shmap_mesh *mesh, const int axes[], int naxes, int dev,
   }
   if (rank)
     *rank = r;
-  if (members) {
-    for (int m = 0; m < n; m++) {
-      int rest = m, id = base;
-      for (int k = naxes - 1; k >= 0; k--) {
-        int a = axes[k];
-        id += rest % mesh->sizes[a] * mesh->strides[a];
-        rest /= mesh->sizes[a];
-      }
-      members[m] = id;
-    }
-  }
+  if (members)
+    for (int m = 0; m < n; m++)
+      members[m] = shmap__group_member(mesh, axes, naxes, base, m);
   return n;
+}
+
+int shmap__group_member(const shmap_mesh *mesh, const int axes[], int naxes,
+                        int base, int r)
+{
+  int id = base;
+  for (int k = naxes - 1; k >= 0; k--) {
+    int a = axes[k];
+    id += r % mesh->sizes[a] * mesh->strides[a];
+    r /= mesh->sizes[a];
+  }
+  return id;
 }

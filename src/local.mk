@@ -10,14 +10,22 @@ src_libshmap_core_la_SOURCES = \
 	src/array.c \
 	src/shard.c \
 	src/visualize.c \
+	src/arena.c \
 	src/map.c \
 	src/runtime/runtime.c \
 	src/runtime/debug.c \
 	src/runtime/fiber.c \
+	src/transport/comm.c \
+	src/transport/shm.c \
+	src/coll/desc.c \
+	src/coll/plan.c \
+	src/coll/algo.c \
 	src/coll/coll.c \
 	src/coll/ops.c \
 	src/dtype.c
-noinst_HEADERS += src/internal.h src/runtime/runtime.h src/coll/coll.h \
+noinst_HEADERS += src/internal.h src/arena.h src/map.h \
+	src/runtime/runtime.h src/runtime/sched.h src/runtime/debug.h \
+	src/transport/comm.h src/coll/coll.h src/coll/desc.h src/coll/plan.h \
 	src/dtype.h src/coll/kern.h
 src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(UV_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
 src_libshmap_core_la_LIBADD = $(UV_LIBS)

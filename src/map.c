@@ -1,155 +1,13 @@
 /* map.c - one map call: validate the specs, hand each device its input
  * blocks, run the bodies, then check and assemble the outputs. */
-#include "runtime/runtime.h"
+#include "map.h"
+
 #include "dtype.h"
+#include "runtime/debug.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-typedef struct in_info {
-  shmap__spec spec;
-  int64_t bshape[SHMAP_MAX_RANK];
-  bool borrow; /* the array's blocks already have this layout */
-} in_info;
-
-typedef struct shmap__job {
-  shmap_mesh *mesh;
-  shmap_body_fn body;
-  void *arg;
-  int nin, nout;
-  shmap_array *const *in;
-  in_info *ins;
-  shmap_ctx *ctx; /* one per device */
-} shmap__job;
-
-/* ---- the device arena ---------------------------------------------------- */
-
-#define CHUNK_HDR ((sizeof(shmap__chunk) + 63) & ~(size_t)63)
-
-/*
- * Large blocks freed by a device (results of collectives freed in a loop,
- * blocks built for a map's inputs) are kept for its next allocation of a
- * similar size: a fresh allocation of megabytes is mostly page faults.  A
- * few per device, and only up to a bound.
- */
-#define CACHE_MIN ((size_t)64 << 10)
-#define CACHE_MAX ((size_t)64 << 20)
-
-static shmap__chunk *cache_take(shmap_ctx *ctx, size_t bytes)
-{
-  if (bytes < CACHE_MIN)
-    return NULL;
-  shmap__dev *d = &ctx->rt->devs[ctx->dev];
-  for (int i = 0; i < SHMAP__CACHE; i++) {
-    shmap__chunk *c = d->cache[i];
-    if (c && c->cap >= bytes && c->cap / 2 <= bytes) {
-      d->cache[i] = NULL;
-      return c;
-    }
-  }
-  return NULL;
-}
-
-/* Keep a chunk in device d's cache, or free it. */
-static void cache_put(shmap__dev *d, shmap__chunk *c)
-{
-  if (c->cap >= CACHE_MIN && c->cap <= CACHE_MAX) {
-    for (int i = 0; i < SHMAP__CACHE; i++)
-      if (!d->cache[i]) {
-        d->cache[i] = c;
-        return;
-      }
-    /* Full: replace the smallest. */
-    int k = 0;
-    for (int i = 1; i < SHMAP__CACHE; i++)
-      if (d->cache[i]->cap < d->cache[k]->cap)
-        k = i;
-    if (d->cache[k]->cap < c->cap) {
-      free(d->cache[k]);
-      d->cache[k] = c;
-      return;
-    }
-  }
-  free(c);
-}
-
-void shmap__blocks_release(shmap_mesh *mesh, void **mem)
-{
-  shmap__runtime *rt = mesh->rt;
-  /* Give the blocks back to their devices when no map runs (a map may be
-   * running on another thread, or this may be a body of this mesh). */
-  if (rt->devs && shmap__runtime_trylock(rt)) {
-    for (int d = 0; d < mesh->ndev; d++)
-      cache_put(&rt->devs[d], mem[d]);
-    shmap__runtime_unlock(rt);
-    return;
-  }
-  for (int d = 0; d < mesh->ndev; d++)
-    free(mem[d]);
-}
-
-shmap__chunk *shmap__arena_alloc(shmap_ctx *ctx, shmap_dtype dtype, int rank,
-                                 const int64_t shape[], int kind, bool zero)
-{
-  size_t bytes = (size_t)shmap__numel(rank, shape) * shmap_dtype_size(dtype);
-  shmap__chunk *c = cache_take(ctx, bytes);
-  if (!c && (c = shmap__alloc(CHUNK_HDR + bytes, false)))
-    c->cap = bytes;
-  if (!c) {
-    char s[128];
-    shmap__shape_format(dtype, rank, shape, s, sizeof s);
-    shmap__err(SHMAP_ENOMEM, "out of memory allocating a %s block (%zu bytes)",
-               s, bytes);
-    return NULL;
-  }
-  c->kind = kind;
-  c->block.data = (char *)c + CHUNK_HDR;
-  c->block.dtype = dtype;
-  c->block.rank = rank;
-  memset(c->block.shape, 0, sizeof c->block.shape);
-  if (rank)
-    memcpy(c->block.shape, shape, (size_t)rank * sizeof shape[0]);
-  if (zero)
-    memset(c->block.data, 0, bytes);
-  c->prev = NULL;
-  c->next = ctx->arena;
-  if (ctx->arena)
-    ctx->arena->prev = c;
-  ctx->arena = c;
-  return c;
-}
-
-void shmap__arena_unlink(shmap_ctx *ctx, shmap__chunk *c)
-{
-  if (c->prev)
-    c->prev->next = c->next;
-  else
-    ctx->arena = c->next;
-  if (c->next)
-    c->next->prev = c->prev;
-  c->prev = c->next = NULL;
-}
-
-void shmap__arena_free(shmap_ctx *ctx, shmap__chunk *c)
-{
-  shmap__arena_unlink(ctx, c);
-  cache_put(&ctx->rt->devs[ctx->dev], c);
-}
-
-shmap__chunk *shmap__arena_find(shmap_ctx *ctx, const shmap_block *block)
-{
-  for (shmap__chunk *c = ctx->arena; c; c = c->next)
-    if (&c->block == block)
-      return c;
-  return NULL;
-}
-
-static void arena_clear(shmap_ctx *ctx)
-{
-  while (ctx->arena)
-    shmap__arena_free(ctx, ctx->arena);
-}
 
 /* ---- errors on a device -------------------------------------------------- */
 
@@ -166,6 +24,19 @@ int shmap__dev_fail(shmap_ctx *ctx, const char *op, int code, const char *fmt,
   if (!ctx->err)
     ctx->err = code;
   return shmap__fail(ctx->rt, ctx->dev, code, shmap__errbuf());
+}
+
+int shmap__canceled(shmap_ctx *ctx, const char *op)
+{
+  shmap__runtime *rt = ctx->rt;
+  char me[96];
+  shmap__mesh_devname(rt->mesh, ctx->dev, me, sizeof me);
+  int code = rt->fail_code == SHMAP_EMISMATCH ? SHMAP_EMISMATCH
+                                               : SHMAP_ECANCELED;
+  if (!ctx->err)
+    ctx->err = code;
+  return shmap__err(code, "%s on %s: canceled because another device failed: %s",
+                    op, me, rt->fail_msg);
 }
 
 int shmap__ctx_check(shmap_ctx *ctx, const char *op)
@@ -366,14 +237,13 @@ static void run_device(shmap__job *job, int dev)
   shmap_ctx *ctx = &job->ctx[dev];
   shmap__runtime *rt = ctx->rt;
   shmap__dev *self = &rt->devs[dev];
-  ctx->members = self->members;
   self->ctx = ctx;
   shmap__set_current(ctx);
   shmap__set_state(self, SHMAP__ST_INPUTS, 0, shmap__now());
   bool ok = true;
   for (int k = 0; k < job->nin && ok; k++) {
     shmap_array *a = job->in[k];
-    const in_info *ii = &job->ins[k];
+    const shmap__in_info *ii = &job->ins[k];
     if (ii->borrow) {
       ctx->in[k] = &a->blocks[dev];
       ctx->shared++;
@@ -411,9 +281,8 @@ static void run_device(shmap__job *job, int dev)
   shmap__set_current(NULL);
   self->ctx = NULL;
   /* Peers waiting for this device in a collective must learn that it
-   * left; any device may be one of them. */
-  atomic_store(&rt->devs[dev].finished, 1);
-  shmap__wake_all(rt);
+   * left. */
+  shmap__comm_finish(ctx->comm, dev);
 }
 
 /* ---- the caller's side ----------------------------------------------------- */
@@ -590,7 +459,7 @@ static int prepare_inputs(shmap__job *job, const char *const in_specs[])
                         "the host (shmap_array_to_host) to move it", k);
     if (!in_specs[k])
       return shmap__err(SHMAP_EINVAL, "%s is NULL", what);
-    in_info *ii = &job->ins[k];
+    shmap__in_info *ii = &job->ins[k];
     int rc = shmap__spec_resolve(job->mesh, in_specs[k], &ii->spec);
     if (rc)
       return shmap__err_prefix(rc, "%s", what);
@@ -608,7 +477,7 @@ static void free_job(shmap__job *job)
 {
   if (job->ctx)
     for (int d = 0; d < job->mesh->ndev; d++)
-      arena_clear(&job->ctx[d]);
+      shmap__arena_clear(&job->ctx[d]);
   free(job->ctx);
   free(job->ins);
 }
@@ -676,6 +545,7 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
     shmap_ctx *ctx = &job.ctx[d];
     ctx->rt = mesh->rt;
     ctx->job = &job;
+    ctx->comm = &job.comm;
     ctx->dev = d;
     shmap__mesh_coords(mesh, d, ctx->coords);
     ctx->in = slots + (size_t)d * per;
@@ -684,7 +554,11 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
 
   shmap__runtime *rt = mesh->rt;
   shmap__runtime_lock(rt);
-  rc = shmap__runtime_run(rt, &job, run_device);
+  rc = shmap__comm_open(&job.comm, rt);
+  if (rc == 0) {
+    rc = shmap__runtime_run(rt, &job, run_device);
+    shmap__comm_close(&job.comm, rc != 0 || atomic_load(&rt->failed_dev) >= 0);
+  }
   if (rc == 0) {
     shmap_stats *st = &mesh->stats;
     st->maps++;

@@ -1,6 +1,6 @@
 /* mesh.c - named device meshes: creation from text or arrays, queries. */
 #include "internal.h"
-#include "runtime/runtime.h"
+#include "runtime/sched.h"
 
 #include <ctype.h>
 #include <errno.h>

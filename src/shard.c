@@ -1,7 +1,7 @@
 /* shard.c - sharded arrays made on the devices: import into a sharding,
  * zeros, fill, per-device initialisers, and resharding.  Each runs as a
  * map, so every device builds its own block on its own thread. */
-#include "runtime/runtime.h"
+#include "map.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -54,7 +54,7 @@ START_TEST(t_table)
       ck_assert_int_eq(t->result[op], ref_reduce_dtype(redops[op], dt));
       for (int isa = 0; isa < SHMAP__NISA; isa++)
         if (shmap__kern_built[isa])
-          ck_assert_msg((shmap__fold_isa(isa, op, dt) == NULL) == refused,
+          ck_assert_msg((shmap__kernel_isa(isa, op, dt) == NULL) == refused,
                         "%s on %s, %s kernel", opnames[op], t->name,
                         shmap__isa_name(isa));
     }
@@ -255,7 +255,7 @@ static int elem_ok(const shmap_block *got, const shmap_block *want,
 static void kernel_case(ref_rng *r, int isa, int op, shmap_dtype dt, int p,
                         int64_t n, int specials)
 {
-  shmap__fold_fn fold = shmap__fold_isa(isa, op, dt);
+  shmap__fold_fn fold = shmap__kernel_isa(isa, op, dt);
   ck_assert_ptr_nonnull(fold);
   ref_mesh m;
   const char *names[] = {"i"};

@@ -2,7 +2,7 @@
 #ifndef SHMAP_COLL_H
 #define SHMAP_COLL_H
 
-#include "runtime/runtime.h"
+#include "coll/desc.h"
 #include "dtype.h"
 
 /* The table's reduction (SHMAP__OP_*) for a collective kind (SHMAP__PSUM,

@@ -3,7 +3,10 @@
  * meshes (walked by the gdb extension), the watchdog's report, and the
  * Chrome trace recorder (one track per device, opens in Perfetto).
  */
-#include "runtime/runtime.h"
+#include "runtime/debug.h"
+
+#include "coll/desc.h"
+#include "map.h"
 
 #include <errno.h>
 #include <math.h>
@@ -47,22 +50,6 @@ void shmap__registry_remove(shmap__runtime *rt)
 }
 
 /* ---- describing a device ------------------------------------------------ */
-
-uint64_t shmap__pack_op(int kind, const int axes[], int naxes)
-{
-  uint64_t op = (uint64_t)kind | (uint64_t)naxes << 8;
-  for (int k = 0; k < naxes; k++)
-    op |= (uint64_t)axes[k] << (12 + 4 * k);
-  return op;
-}
-
-const char *shmap__kind_name(int kind)
-{
-  static const char *names[] = {"?", "psum", "pmax", "pmin", "pmean",
-                                "psum_scatter", "all_gather", "all_to_all",
-                                "ppermute"};
-  return kind > 0 && kind <= SHMAP__PPERMUTE ? names[kind] : "?";
-}
 
 static void op_format(const shmap_mesh *mesh, uint64_t op, char *buf, size_t n)
 {
@@ -123,9 +110,9 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
           axes, (double)running_ns / 1e9);
   for (int d = 0; d < rt->ndev; d++) {
     const shmap__dev *dev = &rt->devs[d];
-    int state = atomic_load_explicit(&dev->state, memory_order_acquire);
-    uint64_t since = atomic_load_explicit(&dev->since, memory_order_relaxed);
-    uint64_t op = atomic_load_explicit(&dev->op, memory_order_relaxed);
+    int state = atomic_load_explicit(&dev->dbg.state, memory_order_acquire);
+    uint64_t since = atomic_load_explicit(&dev->dbg.since, memory_order_relaxed);
+    uint64_t op = atomic_load_explicit(&dev->dbg.op, memory_order_relaxed);
     double secs = since && now > since ? (double)(now - since) / 1e9 : 0;
     char name[96], what[420];
     shmap__mesh_devname(mesh, d, name, sizeof name);
@@ -136,12 +123,12 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
       char o[360];
       op_format(mesh, op, o, sizeof o);
       snprintf(what, sizeof what, "waiting in %s (call #%u)", o,
-               atomic_load(&dev->arrive));
+               atomic_load(&dev->coll.arrive));
       break;
     }
     case SHMAP__ST_DONE: snprintf(what, sizeof what, "returned from its body"); break;
     default:
-      snprintf(what, sizeof what, "%s", atomic_load(&dev->finished)
+      snprintf(what, sizeof what, "%s", atomic_load(&dev->coll.finished)
                                             ? "returned from its body"
                                             : "not started yet");
       break;
@@ -207,17 +194,17 @@ bool shmap__tracing(void) { return atomic_load_explicit(&tracing, memory_order_r
 void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
                         uint64_t bytes, uint32_t seq)
 {
-  if (d->ntev == d->captev) {
-    size_t cap = d->captev ? d->captev * 2 : 256;
-    shmap__tev *t = shmap__realloc(d->tev, cap * sizeof *t);
+  if (d->dbg.ntev == d->dbg.captev) {
+    size_t cap = d->dbg.captev ? d->dbg.captev * 2 : 256;
+    shmap__tev *t = shmap__realloc(d->dbg.tev, cap * sizeof *t);
     if (!t) {
-      d->tev_dropped++;
+      d->dbg.tev_dropped++;
       return;
     }
-    d->tev = t;
-    d->captev = cap;
+    d->dbg.tev = t;
+    d->dbg.captev = cap;
   }
-  d->tev[d->ntev++] = (shmap__tev){t0, t1, op, bytes, seq};
+  d->dbg.tev[d->dbg.ntev++] = (shmap__tev){t0, t1, op, bytes, seq};
 }
 
 static void sep(strbuf *b)
@@ -251,8 +238,8 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
     sep(b);
     sb_printf(b, "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,"
                  "\"tid\":%d,\"args\":{\"sort_index\":%d}}", rt->id, d, d);
-    for (size_t i = 0; i < dev->ntev; i++) {
-      const shmap__tev *e = &dev->tev[i];
+    for (size_t i = 0; i < dev->dbg.ntev; i++) {
+      const shmap__tev *e = &dev->dbg.tev[i];
       if (e->t1 < trace_t0)
         continue;
       /* A body that began before the trace did is cut at its start, so
@@ -282,9 +269,9 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
                   (unsigned long long)e->bytes, e->seq);
       }
     }
-    dev->ntev = 0;
-    trace_dropped += dev->tev_dropped;
-    dev->tev_dropped = 0;
+    dev->dbg.ntev = 0;
+    trace_dropped += dev->dbg.tev_dropped;
+    dev->dbg.tev_dropped = 0;
   }
 }
 
@@ -296,7 +283,7 @@ void shmap__trace_runtime_gone(shmap__runtime *rt)
   pthread_mutex_unlock(&trace_lock);
   if (rt->devs)
     for (int d = 0; d < rt->ndev; d++)
-      free(rt->devs[d].tev);
+      free(rt->devs[d].dbg.tev);
 }
 
 SHMAP_EXTERN int shmap_trace_start(const char *path)

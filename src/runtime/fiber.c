@@ -9,7 +9,7 @@
  * ThreadSanitizer, which otherwise would mistake the stacks for corruption
  * and the hand-overs for races.
  */
-#include "runtime/runtime.h"
+#include "runtime/sched.h"
 
 #include <stdlib.h>
 #include <string.h>

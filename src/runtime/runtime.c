@@ -1,5 +1,9 @@
 /* runtime.c - persistent device threads, parking, waiting and waking. */
-#include "runtime/runtime.h"
+#include "runtime/sched.h"
+
+#include "arena.h"
+#include "runtime/debug.h"
+#include "transport/comm.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -24,10 +28,10 @@
 #define cpu_relax() ((void)0)
 #endif
 
-static _Thread_local shmap_ctx *current;
+static _Thread_local struct shmap_ctx *current;
 
-shmap_ctx *shmap__current(void) { return current; }
-void shmap__set_current(shmap_ctx *ctx) { current = ctx; }
+struct shmap_ctx *shmap__current(void) { return current; }
+void shmap__set_current(struct shmap_ctx *ctx) { current = ctx; }
 
 /* ---- sleeping and waking ----------------------------------------------- */
 
@@ -149,22 +153,12 @@ int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg)
     rt->fail_code = code;
     snprintf(rt->fail_msg, sizeof rt->fail_msg, "%s", msg);
     atomic_store(&rt->abort, 1); /* publishes fail_code and fail_msg */
-    shmap__wake_all(rt);
+    if (rt->tp)
+      rt->tp->failed(rt);
+    else
+      shmap__wake_all(rt);
   }
   return code;
-}
-
-int shmap__canceled(shmap_ctx *ctx, const char *op)
-{
-  shmap__runtime *rt = ctx->rt;
-  char me[96];
-  shmap__mesh_devname(rt->mesh, ctx->dev, me, sizeof me);
-  int code = rt->fail_code == SHMAP_EMISMATCH ? SHMAP_EMISMATCH
-                                               : SHMAP_ECANCELED;
-  if (!ctx->err)
-    ctx->err = code;
-  return shmap__err(code, "%s on %s: canceled because another device failed: %s",
-                    op, me, rt->fail_msg);
 }
 
 /* ---- choosing how devices run ------------------------------------------ */
@@ -257,29 +251,29 @@ static void device_main(void *arg)
 static void fiber_main(void *arg)
 {
   shmap__dev *d = arg;
-  shmap__worker *w = d->worker;
-  shmap__fiber_entered(&d->fiber, &w->self);
+  shmap__worker *w = d->sched.worker;
+  shmap__fiber_entered(&d->sched.fiber, &w->self);
   for (;;) {
     d->rt->run(d->rt->job, d->id);
     shmap__set_state(d, SHMAP__ST_PARKED, 0, shmap__now());
-    d->fstate = SHMAP__F_DONE;
-    shmap__fiber_switch(&d->fiber, &w->self);
+    d->sched.fstate = SHMAP__F_DONE;
+    shmap__fiber_switch(&d->sched.fiber, &w->self);
   }
 }
 
-/* Whether the worker should continue fiber d now (sets d->wres). */
+/* Whether the worker should continue fiber d now (sets d->sched.wres). */
 static bool fiber_ready(shmap__dev *d)
 {
-  if (d->fstate == SHMAP__F_START)
+  if (d->sched.fstate == SHMAP__F_START)
     return true;
-  if (d->fstate != SHMAP__F_WAIT)
+  if (d->sched.fstate != SHMAP__F_WAIT)
     return false;
-  if (d->wpred(d->warg)) {
-    d->wres = 1;
+  if (d->sched.wpred(d->sched.warg)) {
+    d->sched.wres = 1;
     return true;
   }
-  if (d->wabort && atomic_load(d->wabort)) {
-    d->wres = 0;
+  if (d->sched.wabort && atomic_load(d->sched.wabort)) {
+    d->sched.wres = 0;
     return true;
   }
   return false;
@@ -303,7 +297,7 @@ static void worker_job(shmap__worker *w)
   shmap__fiber_host_init(&w->self);
   int n = 0;
   for (int d = w->id; d < rt->ndev; d += rt->nworkers, n++)
-    rt->devs[d].fstate = SHMAP__F_START;
+    rt->devs[d].sched.fstate = SHMAP__F_START;
   int left = n;
   while (left > 0) {
     bool ran = false;
@@ -311,15 +305,15 @@ static void worker_job(shmap__worker *w)
       shmap__dev *dev = &rt->devs[d];
       if (!fiber_ready(dev))
         continue;
-      dev->fstate = SHMAP__F_RUN;
+      dev->sched.fstate = SHMAP__F_RUN;
       /* The device's context and messages follow it onto this thread. */
       shmap__set_current(dev->ctx);
-      shmap__errbuf_use(dev->errbuf);
-      shmap__fiber_switch(&w->self, &dev->fiber);
+      shmap__errbuf_use(dev->sched.errbuf);
+      shmap__fiber_switch(&w->self, &dev->sched.fiber);
       shmap__errbuf_use(NULL);
       shmap__set_current(NULL);
       ran = true;
-      if (dev->fstate == SHMAP__F_DONE)
+      if (dev->sched.fstate == SHMAP__F_DONE)
         left--;
     }
     if (!ran && left > 0)
@@ -366,12 +360,12 @@ bool shmap__dev_wait(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
     return true;
   if (abort && atomic_load(abort))
     return false;
-  d->wpred = pred;
-  d->warg = arg;
-  d->wabort = abort;
-  d->fstate = SHMAP__F_WAIT;
-  shmap__fiber_switch(&d->fiber, &d->worker->self);
-  return d->wres;
+  d->sched.wpred = pred;
+  d->sched.warg = arg;
+  d->sched.wabort = abort;
+  d->sched.fstate = SHMAP__F_WAIT;
+  shmap__fiber_switch(&d->sched.fiber, &d->sched.worker->self);
+  return d->sched.wres;
 }
 
 /* ---- starting and stopping ------------------------------------------------ */
@@ -405,10 +399,8 @@ static void free_devices(shmap__runtime *rt)
     return;
   for (int d = 0; d < rt->ndev; d++) {
     waiter_fini(&rt->devs[d].waiter);
-    shmap__fiber_destroy(&rt->devs[d].fiber);
-    free(rt->devs[d].members);
-    for (int i = 0; i < SHMAP__CACHE; i++)
-      free(rt->devs[d].cache[i]);
+    shmap__fiber_destroy(&rt->devs[d].sched.fiber);
+    shmap__arena_cache_free(&rt->devs[d]);
   }
   if (rt->workers)
     for (int w = 0; w < rt->nworkers; w++)
@@ -447,14 +439,9 @@ static int start(shmap__runtime *rt)
     dev->rt = rt;
     dev->id = d;
     dev->seen_epoch = atomic_load(&rt->epoch);
-    dev->wq = &dev->waiter;
+    dev->sched.wq = &dev->waiter;
     waiter_init(&dev->waiter);
     thread_name(mesh, d, dev->name);
-    dev->members = shmap__malloc(sizeof(int) * (size_t)rt->ndev);
-    if (!dev->members) {
-      free_devices(rt);
-      return shmap__err(SHMAP_ENOMEM, "out of memory for %d devices", rt->ndev);
-    }
   }
   uv_thread_options_t opts = {0};
   if (ss) {
@@ -482,9 +469,9 @@ static int start(shmap__runtime *rt)
     }
     for (int d = 0; d < rt->ndev; d++) {
       shmap__dev *dev = &rt->devs[d];
-      dev->worker = &rt->workers[d % rt->nworkers];
-      dev->wq = &dev->worker->waiter;
-      if (shmap__fiber_create(&dev->fiber, ss ? ss : ((size_t)1 << 20),
+      dev->sched.worker = &rt->workers[d % rt->nworkers];
+      dev->sched.wq = &dev->sched.worker->waiter;
+      if (shmap__fiber_create(&dev->sched.fiber, ss ? ss : ((size_t)1 << 20),
                               fiber_main, dev) != 0) {
         free_devices(rt);
         return shmap__err(SHMAP_ESYS, "cannot allocate the stack of device %d", d);
@@ -548,6 +535,8 @@ void shmap__runtime_destroy(shmap__runtime *rt)
   if (rt->started)
     join_threads(rt, rt->mode == SHMAP__FIBERS ? rt->nworkers : rt->ndev);
   free_devices(rt);
+  if (rt->tp && rt->tp->destroy)
+    rt->tp->destroy(rt);
   waiter_fini(&rt->host);
   uv_mutex_destroy(rt->lock);
   free(rt->lock);
@@ -570,14 +559,9 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
    * them can look at a peer's. */
   for (int d = 0; d < rt->ndev; d++) {
     shmap__dev *dev = &rt->devs[d];
-    atomic_store(&dev->arrive, 0);
-    atomic_store(&dev->finished, 0);
-    /* Completed calls free their slots; cancelled ones do not. */
-    if (rt->dirty)
-      for (int i = 0; i < SHMAP__SLOTS; i++)
-        atomic_store(&dev->bslot[i].word, 0);
+    atomic_store(&dev->coll.arrive, 0);
+    atomic_store(&dev->coll.finished, 0);
   }
-  rt->dirty = 0;
   atomic_store(&rt->abort, 0);
   atomic_store(&rt->failed_dev, -1);
   rt->fail_code = 0;
@@ -612,7 +596,5 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
     deadline += period;
   }
   rt->job = NULL; /* no map running (debuggers look at this) */
-  if (atomic_load(&rt->failed_dev) >= 0)
-    rt->dirty = 1;
   return 0;
 }

@@ -1,0 +1,143 @@
+/* arena.c - the blocks a device allocates during a map, and the few large
+ * freed blocks each device keeps for its next allocations (arena.h). */
+#include "arena.h"
+
+#include "map.h"
+#include "runtime/sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define CHUNK_HDR ((sizeof(shmap__chunk) + 63) & ~(size_t)63)
+
+/*
+ * Large blocks freed by a device (results of collectives freed in a loop,
+ * blocks built for a map's inputs) are kept for its next allocation of a
+ * similar size: a fresh allocation of megabytes is mostly page faults.  A
+ * few per device, and only up to a bound.
+ */
+#define CACHE_MIN ((size_t)64 << 10)
+#define CACHE_MAX ((size_t)64 << 20)
+
+static shmap__chunk *cache_take(shmap_ctx *ctx, size_t bytes)
+{
+  if (bytes < CACHE_MIN)
+    return NULL;
+  shmap__dev *d = &ctx->rt->devs[ctx->dev];
+  for (int i = 0; i < SHMAP__CACHE; i++) {
+    shmap__chunk *c = d->arena.cache[i];
+    if (c && c->cap >= bytes && c->cap / 2 <= bytes) {
+      d->arena.cache[i] = NULL;
+      return c;
+    }
+  }
+  return NULL;
+}
+
+/* Keep a chunk in device d's cache, or free it. */
+static void cache_put(shmap__dev *d, shmap__chunk *c)
+{
+  if (c->cap >= CACHE_MIN && c->cap <= CACHE_MAX) {
+    for (int i = 0; i < SHMAP__CACHE; i++)
+      if (!d->arena.cache[i]) {
+        d->arena.cache[i] = c;
+        return;
+      }
+    /* Full: replace the smallest. */
+    int k = 0;
+    for (int i = 1; i < SHMAP__CACHE; i++)
+      if (d->arena.cache[i]->cap < d->arena.cache[k]->cap)
+        k = i;
+    if (d->arena.cache[k]->cap < c->cap) {
+      free(d->arena.cache[k]);
+      d->arena.cache[k] = c;
+      return;
+    }
+  }
+  free(c);
+}
+
+void shmap__blocks_release(shmap_mesh *mesh, void **mem)
+{
+  shmap__runtime *rt = mesh->rt;
+  /* Give the blocks back to their devices when no map runs (a map may be
+   * running on another thread, or this may be a body of this mesh). */
+  if (rt->devs && shmap__runtime_trylock(rt)) {
+    for (int d = 0; d < mesh->ndev; d++)
+      cache_put(&rt->devs[d], mem[d]);
+    shmap__runtime_unlock(rt);
+    return;
+  }
+  for (int d = 0; d < mesh->ndev; d++)
+    free(mem[d]);
+}
+
+shmap__chunk *shmap__arena_alloc(shmap_ctx *ctx, shmap_dtype dtype, int rank,
+                                 const int64_t shape[], int kind, bool zero)
+{
+  size_t bytes = (size_t)shmap__numel(rank, shape) * shmap_dtype_size(dtype);
+  shmap__chunk *c = cache_take(ctx, bytes);
+  if (!c && (c = shmap__alloc(CHUNK_HDR + bytes, false)))
+    c->cap = bytes;
+  if (!c) {
+    char s[128];
+    shmap__shape_format(dtype, rank, shape, s, sizeof s);
+    shmap__err(SHMAP_ENOMEM, "out of memory allocating a %s block (%zu bytes)",
+               s, bytes);
+    return NULL;
+  }
+  c->kind = kind;
+  c->block.data = (char *)c + CHUNK_HDR;
+  c->block.dtype = dtype;
+  c->block.rank = rank;
+  memset(c->block.shape, 0, sizeof c->block.shape);
+  if (rank)
+    memcpy(c->block.shape, shape, (size_t)rank * sizeof shape[0]);
+  if (zero)
+    memset(c->block.data, 0, bytes);
+  c->prev = NULL;
+  c->next = ctx->arena;
+  if (ctx->arena)
+    ctx->arena->prev = c;
+  ctx->arena = c;
+  return c;
+}
+
+void shmap__arena_unlink(shmap_ctx *ctx, shmap__chunk *c)
+{
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    ctx->arena = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  c->prev = c->next = NULL;
+}
+
+void shmap__arena_free(shmap_ctx *ctx, shmap__chunk *c)
+{
+  shmap__arena_unlink(ctx, c);
+  cache_put(&ctx->rt->devs[ctx->dev], c);
+}
+
+shmap__chunk *shmap__arena_find(shmap_ctx *ctx, const shmap_block *block)
+{
+  for (shmap__chunk *c = ctx->arena; c; c = c->next)
+    if (&c->block == block)
+      return c;
+  return NULL;
+}
+
+void shmap__arena_clear(shmap_ctx *ctx)
+{
+  while (ctx->arena)
+    shmap__arena_free(ctx, ctx->arena);
+}
+
+void shmap__arena_cache_free(shmap__dev *d)
+{
+  for (int i = 0; i < SHMAP__CACHE; i++) {
+    free(d->arena.cache[i]);
+    d->arena.cache[i] = NULL;
+  }
+}

@@ -1,0 +1,212 @@
+/*
+ * algo.c - the collectives' algorithms, written against the transport
+ * interface (transport/comm.h) alone: which piece of which member's buffer
+ * goes where.  Each member computes both what it takes from its peers and,
+ * for a two-sided transport, what each peer takes from it; every member
+ * runs the same code on the same agreed descriptor, so the two agree.
+ *
+ * Reductions fold the members in rank order, so results are bitwise equal
+ * to a serial left fold whatever the placement and the thread timing.
+ */
+#include "coll/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A contiguous box of `count` elements at element `off`. */
+#define RUN(name, off_, count_)                                                \
+  int64_t name##_shape[1] = {(int64_t)(count_)}, name##_str[1] = {1};          \
+  shmap__box name = {(size_t)(off_) * c->esize, 1, name##_shape, name##_str}
+
+/* ---- psum, pmax, pmin, pmean --------------------------------------------- */
+
+/* Fused reduce-scatter + all-gather: member r folds chunk r of every
+ * member's buffer in rank order and the result goes back to all.  Chunks
+ * are rounded to 64 bytes, so the last members' chunks may be short or
+ * empty. */
+int shmap__algo_allreduce(shmap__plan *p, shmap_block *x)
+{
+  shmap__coll *c = &p->c;
+  int rc = shmap__comm_arrive(c);
+  if (rc)
+    return rc;
+  size_t es = c->esize;
+  size_t numel = (size_t)shmap_block_numel(x);
+  size_t align = 64 / es;
+  size_t chunk = (numel + (size_t)c->n - 1) / (size_t)c->n;
+  chunk = (chunk + align - 1) / align * align;
+  /* Elements [lo, hi) of member r's chunk. */
+#define CHUNK_LO(r) (chunk * (size_t)(r) < numel ? chunk * (size_t)(r) : numel)
+#define CHUNK_HI(r) (CHUNK_LO(r) + chunk < numel ? CHUNK_LO(r) + chunk : numel)
+  bool two = shmap__comm_two_sided(c);
+  if (two)
+    for (int r = 0; r < c->n; r++)
+      if (r != c->rank && CHUNK_LO(r) < CHUNK_HI(r)) {
+        RUN(piece, CHUNK_LO(r), CHUNK_HI(r) - CHUNK_LO(r));
+        shmap__comm_send(c, r, &piece);
+      }
+  size_t lo = CHUNK_LO(c->rank), hi = CHUNK_HI(c->rank);
+  if (lo < hi)
+    shmap__comm_allreduce(c, lo, hi - lo, &p->fold);
+  if (two)
+    for (int r = 0; r < c->n; r++)
+      if (r != c->rank && CHUNK_LO(r) < CHUNK_HI(r)) {
+        RUN(piece, CHUNK_LO(r), CHUNK_HI(r) - CHUNK_LO(r));
+        shmap__comm_recv(c, r, &piece);
+      }
+#undef CHUNK_LO
+#undef CHUNK_HI
+  return shmap__comm_depart(c, shmap_block_nbytes(x));
+}
+
+/* ---- psum_scatter --------------------------------------------------------- */
+
+/* View the input as [outer, S, inner]: member r keeps rows [r*m, (r+1)*m)
+ * of S, each run of m*inner elements folded over the members. */
+int shmap__algo_reduce_scatter(shmap__plan *p, shmap_block *res)
+{
+  shmap__coll *c = &p->c;
+  const shmap_block *x = p->x;
+  int rc = shmap__comm_arrive(c);
+  if (rc)
+    return rc;
+  int d = c->call.p1;
+  int64_t m = x->shape[d] / c->n;
+  int64_t outer = shmap__numel(d, x->shape);
+  int64_t inner = shmap__numel(x->rank - d - 1, x->shape + d + 1);
+  size_t run = (size_t)(m * inner);
+  if (run > 0 && shmap__comm_two_sided(c))
+    for (int64_t o = 0; o < outer; o++)
+      for (int r = 0; r < c->n; r++)
+        if (r != c->rank) {
+          RUN(piece, ((size_t)o * (size_t)x->shape[d] + (size_t)(r * m)) *
+                         (size_t)inner, run);
+          shmap__comm_send(c, r, &piece);
+        }
+  if (run > 0)
+    for (int64_t o = 0; o < outer; o++) {
+      size_t off = ((size_t)o * (size_t)x->shape[d] + (size_t)(c->rank * m)) *
+                   (size_t)inner;
+      shmap__comm_reduce(c, off, run, &p->fold,
+                         (char *)res->data + (size_t)o * run *
+                                                 p->fold.out_esize);
+    }
+  return shmap__comm_depart(c, shmap_block_nbytes(x));
+}
+
+/* ---- all_gather ----------------------------------------------------------- */
+
+/* Member s's block lands at position s along the gathered axis. */
+int shmap__algo_all_gather(shmap__plan *p, shmap_block *res)
+{
+  shmap__coll *c = &p->c;
+  const shmap_block *x = p->x;
+  int rc = shmap__comm_arrive(c);
+  if (rc)
+    return rc;
+  int a = c->call.p1, tiled = c->call.tiled, orank = p->orank;
+  size_t es = c->esize;
+  int64_t ostr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK], xstr[SHMAP_MAX_RANK];
+  shmap__strides(orank, p->oshape, ostr);
+  shmap__strides(x->rank, x->shape, xstr);
+  for (int i = 0, j = 0; i < orank; i++)
+    if (tiled || i != a)
+      dstr[j++] = ostr[i];
+  int64_t step = tiled ? x->shape[a] * ostr[a] : ostr[a];
+  shmap__box mine = {0, x->rank, x->shape, xstr};
+  bool any = shmap_block_numel(x) > 0;
+  if (any && shmap__comm_two_sided(c))
+    for (int s = 0; s < c->n; s++)
+      if (s != c->rank)
+        shmap__comm_send(c, s, &mine);
+  if (any)
+    for (int s = 0; s < c->n; s++)
+      shmap__comm_get(c, s, &mine, (char *)res->data + (size_t)(s * step) * es,
+                      dstr);
+  return shmap__comm_depart(c, shmap_block_nbytes(x));
+}
+
+/* ---- all_to_all ----------------------------------------------------------- */
+
+/* Member r takes chunk r (along split_axis) of every member s's block and
+ * puts it at position s along concat_axis. */
+int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res)
+{
+  shmap__coll *c = &p->c;
+  const shmap_block *x = p->x;
+  int rc = shmap__comm_arrive(c);
+  if (rc)
+    return rc;
+  int sa = c->call.p1, ca = c->call.p2, tiled = c->call.tiled;
+  int rank = x->rank, n = c->n;
+  size_t es = c->esize;
+  int64_t cshape[SHMAP_MAX_RANK], xstr[SHMAP_MAX_RANK], sstr[SHMAP_MAX_RANK];
+  shmap__strides(rank, x->shape, xstr);
+  int crank = 0;
+  for (int i = 0; i < rank; i++) {
+    if (!tiled && i == sa)
+      continue;
+    cshape[crank] = i == sa ? x->shape[i] / n : x->shape[i];
+    sstr[crank++] = xstr[i];
+  }
+  int64_t ostr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK];
+  shmap__strides(rank, p->oshape, ostr);
+  for (int i = 0, j = 0; i < rank; i++)
+    if (tiled || i != ca)
+      dstr[j++] = ostr[i];
+  int64_t src_step = (tiled ? x->shape[sa] / n : 1) * xstr[sa];
+  int64_t dst_step = (tiled ? cshape[ca] : 1) * ostr[ca];
+  bool any = shmap__numel(crank, cshape) > 0;
+  if (any && shmap__comm_two_sided(c))
+    for (int s = 0; s < n; s++)
+      if (s != c->rank) {
+        shmap__box piece = {(size_t)(s * src_step) * es, crank, cshape, sstr};
+        shmap__comm_send(c, s, &piece);
+      }
+  shmap__box from = {(size_t)(c->rank * src_step) * es, crank, cshape, sstr};
+  if (any)
+    for (int s = 0; s < n; s++)
+      shmap__comm_get(c, s, &from,
+                      (char *)res->data + (size_t)(s * dst_step) * es, dstr);
+  return shmap__comm_depart(c, shmap_block_nbytes(x));
+}
+
+/* ---- ppermute ------------------------------------------------------------- */
+
+/* The incoming block waits in a scratch block of the device's arena
+ * (reused from call to call) until every member has read its source;
+ * only then is the input overwritten in place. */
+int shmap__algo_ppermute(shmap__plan *p, shmap_block *x)
+{
+  shmap__coll *c = &p->c;
+  shmap_ctx *ctx = c->ctx;
+  size_t bytes = shmap_block_nbytes(x);
+  shmap__chunk *tmp = NULL;
+  if (p->from >= 0 && bytes &&
+      !(tmp = shmap__arena_alloc(ctx, x->dtype, x->rank, x->shape,
+                                 SHMAP__CHUNK_SCRATCH, false)))
+    return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM, "%s",
+                           shmap__errbuf());
+  int rc = shmap__comm_arrive(c);
+  if (rc) {
+    if (tmp)
+      shmap__arena_free(ctx, tmp);
+    return rc;
+  }
+  size_t numel = (size_t)shmap_block_numel(x);
+  RUN(whole, 0, numel);
+  if (bytes && p->to >= 0 && p->to != c->rank && shmap__comm_two_sided(c))
+    shmap__comm_send(c, p->to, &whole);
+  if (tmp)
+    shmap__comm_get(c, p->from, &whole, tmp->block.data, whole_str);
+  rc = shmap__comm_depart(c, bytes);
+  /* Every member has read what it needs: now overwrite in place. */
+  if (tmp) {
+    if (!rc)
+      memcpy(x->data, tmp->block.data, bytes);
+    shmap__arena_free(ctx, tmp);
+  } else if (bytes && !rc) {
+    memset(x->data, 0, bytes);
+  }
+  return rc;
+}

@@ -1,0 +1,89 @@
+/* desc.c - collective call descriptors: comparing, naming, describing. */
+#include "coll/desc.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *shmap__kind_name(int kind)
+{
+  static const char *names[] = {"?", "psum", "pmax", "pmin", "pmean",
+                                "psum_scatter", "all_gather", "all_to_all",
+                                "ppermute"};
+  return kind > 0 && kind <= SHMAP__PPERMUTE ? names[kind] : "?";
+}
+
+uint64_t shmap__pack_op(int kind, const int axes[], int naxes)
+{
+  uint64_t op = (uint64_t)kind | (uint64_t)naxes << 8;
+  for (int k = 0; k < naxes; k++)
+    op |= (uint64_t)axes[k] << (12 + 4 * k);
+  return op;
+}
+
+void shmap__call_format(const shmap_mesh *mesh, const shmap__call *c,
+                        char *buf, size_t n)
+{
+  char shape[200], axes[320];
+  shmap__shape_format((shmap_dtype)c->dtype, c->rank, c->shape, shape,
+                      sizeof shape);
+  shmap__axes_format(mesh, c->axes, c->naxes, axes, sizeof axes);
+  snprintf(buf, n, "%s(", shmap__kind_name(c->kind));
+  shmap__cat(buf, n, "%s over %s", shape, axes);
+  const char *t = c->tiled ? "tiled" : "untiled";
+  switch (c->kind) {
+  case SHMAP__PSUM_SCATTER:
+    shmap__cat(buf, n, ", scatter_dimension=%d, %s", c->p1, t);
+    break;
+  case SHMAP__ALL_GATHER:
+    shmap__cat(buf, n, ", axis=%d, %s", c->p1, t);
+    break;
+  case SHMAP__ALL_TO_ALL:
+    shmap__cat(buf, n, ", split_axis=%d, concat_axis=%d, %s", c->p1, c->p2, t);
+    break;
+  case SHMAP__PPERMUTE:
+    shmap__cat(buf, n, ", %d pair%s #%016llx", c->npairs,
+               c->npairs == 1 ? "" : "s", (unsigned long long)c->pairs_hash);
+    break;
+  default:
+    break;
+  }
+  shmap__cat(buf, n, ")");
+}
+
+bool shmap__call_equal(const shmap__call *a, const shmap__call *b)
+{
+  return a->kind == b->kind && a->naxes == b->naxes &&
+         memcmp(a->axes, b->axes, (size_t)a->naxes * sizeof a->axes[0]) == 0 &&
+         a->dtype == b->dtype && a->rank == b->rank &&
+         memcmp(a->shape, b->shape, (size_t)a->rank * sizeof a->shape[0]) == 0 &&
+         a->p1 == b->p1 && a->p2 == b->p2 && a->tiled == b->tiled &&
+         a->npairs == b->npairs && a->pairs_hash == b->pairs_hash;
+}
+
+void shmap__call_mismatch(const shmap_mesh *mesh, int me,
+                          const shmap__call *mine, int other,
+                          const shmap__call *theirs, uint32_t k,
+                          uint32_t their_count, char *why, size_t n)
+{
+  char mn[96], on[96], cm[256], co[256];
+  shmap__mesh_devname(mesh, me, mn, sizeof mn);
+  shmap__mesh_devname(mesh, other, on, sizeof on);
+  shmap__call_format(mesh, mine, cm, sizeof cm);
+  if (!theirs && their_count < k)
+    snprintf(why, n,
+             "%s called %s as its collective call #%u, but %s returned from "
+             "its body after %u collective call%s",
+             mn, cm, k, on, their_count, their_count == 1 ? "" : "s");
+  else if (!theirs)
+    snprintf(why, n,
+             "%s called %s as its collective call #%u, but %s had already "
+             "completed its call #%u with a different group of devices",
+             mn, cm, k, on, k);
+  else {
+    shmap__call_format(mesh, theirs, co, sizeof co);
+    snprintf(why, n,
+             "collective call #%u differs between devices: %s called %s but "
+             "%s called %s",
+             k, mn, cm, on, co);
+  }
+}

@@ -1,0 +1,61 @@
+/*
+ * desc.h - collective call descriptors (desc.c): what a device announces
+ * about one collective call, so that the members of its group can check
+ * that they all make the same call, and the names and messages that
+ * describe a call.
+ */
+#ifndef SHMAP_DESC_H
+#define SHMAP_DESC_H
+
+#include "internal.h"
+
+/* The collectives, in the order of their names (shmap__kind_name). */
+enum shmap__kind {
+  SHMAP__PSUM = 1, SHMAP__PMAX, SHMAP__PMIN, SHMAP__PMEAN,
+  SHMAP__PSUM_SCATTER, SHMAP__ALL_GATHER, SHMAP__ALL_TO_ALL, SHMAP__PPERMUTE
+};
+
+/* One collective call of one device.  Every field but the data pointers
+ * takes part in the agreement: members of a group whose descriptors
+ * differ (shmap__call_equal) make mismatched calls. */
+typedef struct shmap__call {
+  int kind;
+  int naxes;
+  int axes[SHMAP_MAX_AXES];
+  int dtype;
+  int rank;
+  int64_t shape[SHMAP_MAX_RANK];
+  int p1, p2;          /* scatter_dimension / axis / split and concat axes */
+  int tiled;
+  int npairs;
+  uint64_t pairs_hash;
+  /* This device's data for the call: the buffer its peers read (src) and
+   * the one they may write (dst); the same buffer for in-place calls.
+   * Meaningful only in the device's own address space. */
+  const void *src;
+  void *dst;
+} shmap__call;
+
+/* Whether two descriptors describe the same call (data pointers aside). */
+bool shmap__call_equal(const shmap__call *a, const shmap__call *b);
+/* "psum(f32[8] over 'j')" and the like, into buf. */
+void shmap__call_format(const shmap_mesh *mesh, const shmap__call *c,
+                        char *buf, size_t n);
+/* The message of a mismatch found by device `me` at its call number k
+ * (`mine`) against device `other`, which had entered `their_count` calls:
+ * `theirs` is other's call number k when known, or NULL when other either
+ * returned from its body first (their_count < k) or made call k with
+ * another group (their_count >= k).  Every transport words mismatches with
+ * this, so that they read the same whatever carried the descriptors. */
+void shmap__call_mismatch(const shmap_mesh *mesh, int me,
+                          const shmap__call *mine, int other,
+                          const shmap__call *theirs, uint32_t k,
+                          uint32_t their_count, char *why, size_t n);
+
+/* "psum", "all_gather", ... for a collective kind ("?" if unknown). */
+const char *shmap__kind_name(int kind);
+/* A collective as one word: kind, number of axes and the axes (traces,
+ * the watchdog and the gdb extension decode it). */
+uint64_t shmap__pack_op(int kind, const int axes[], int naxes);
+
+#endif /* SHMAP_DESC_H */

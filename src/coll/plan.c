@@ -1,0 +1,348 @@
+/*
+ * plan.c - the plan of a collective: everything a device can decide on its
+ * own before it meets its group.  The arguments are checked here (an error
+ * fails the whole map, naming the device and the call), the group's size
+ * and this device's rank found, the result's shape computed, and the
+ * descriptor filled that the group's members compare when they arrive.
+ */
+#include "coll/plan.h"
+
+#include "runtime/sched.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *shmap__coll_opname(shmap__coll *c)
+{
+  if (!c->op[0]) {
+    char af[320];
+    if (c->axes_ok)
+      shmap__axes_format(c->ctx->rt->mesh, c->call.axes, c->call.naxes, af,
+                         sizeof af);
+    snprintf(c->op, sizeof c->op, "%s%s%s", c->name,
+             c->axes_ok ? " over " : "", c->axes_ok ? af : "");
+  }
+  return c->op;
+}
+
+/* Bodies name the same axes call after call: keep the last parse. */
+static int axes_cached(shmap_ctx *ctx, const char *name, const char *text,
+                       int axes[], int *naxes)
+{
+  struct shmap__dev_plan *d = &ctx->rt->devs[ctx->dev].plan;
+  if (text && d->axes_text[0] && strcmp(text, d->axes_text) == 0) {
+    memcpy(axes, d->axes_parsed, sizeof d->axes_parsed);
+    *naxes = d->axes_n;
+    return 0;
+  }
+  int rc = shmap__axes_parse(ctx->rt->mesh, name, text, axes, naxes);
+  if (rc == 0 && strlen(text) < sizeof d->axes_text) {
+    strcpy(d->axes_text, text);
+    memcpy(d->axes_parsed, axes, sizeof d->axes_parsed);
+    d->axes_n = *naxes;
+  }
+  return rc;
+}
+
+/* What every collective checks first: the context, the axes, the input. */
+static int prepare(shmap_ctx *ctx, const char *name, int kind,
+                   const shmap_block *x, const char *axes, shmap__plan *p)
+{
+  shmap__coll *c = &p->c;
+  c->ctx = ctx;
+  c->name = name;
+  c->axes_ok = false;
+  c->op[0] = '\0';
+  p->x = x;
+  int rc = shmap__ctx_check(ctx, name);
+  if (rc)
+    return rc;
+  c->comm = ctx->comm;
+  memset(&c->call, 0, sizeof c->call);
+  c->call.kind = kind;
+  if ((rc = axes_cached(ctx, name, axes, c->call.axes, &c->call.naxes)))
+    return shmap__dev_fail(ctx, name, rc, "%s", shmap__errbuf());
+  c->axes_ok = true;
+  if (!shmap__block_valid(x))
+    return shmap__block_check(ctx, shmap__coll_opname(c), "the input", x);
+  c->call.dtype = x->dtype;
+  c->call.rank = x->rank;
+  memcpy(c->call.shape, x->shape, sizeof c->call.shape);
+  c->call.src = x->data;
+  c->esize = shmap_dtype_size(x->dtype);
+  p->odtype = x->dtype;
+  c->n = shmap__group(ctx->rt->mesh, c->call.axes, c->call.naxes, ctx->dev,
+                      NULL, &c->rank);
+  return 0;
+}
+
+/* Normalise a possibly negative dimension into [0, limit). */
+static int norm_dim(shmap__plan *p, const char *what, int dim, int limit,
+                    int *out)
+{
+  int d = dim < 0 ? dim + limit : dim;
+  if (d < 0 || d >= limit)
+    return shmap__dev_fail(p->c.ctx, shmap__coll_opname(&p->c), SHMAP_EINVAL,
+                           "%s %d is out of range [%d, %d) for a block of rank "
+                           "%d",
+                           what, dim, -limit, limit, p->c.call.rank);
+  *out = d;
+  return 0;
+}
+
+static int split_check(shmap__plan *p, const char *what, int d, int tiled)
+{
+  const shmap__call *call = &p->c.call;
+  int n = p->c.n;
+  int64_t size = call->shape[d];
+  char s[128];
+  shmap__shape_format((shmap_dtype)call->dtype, call->rank, call->shape, s,
+                      sizeof s);
+  if (tiled && size % n != 0)
+    return shmap__dev_fail(p->c.ctx, shmap__coll_opname(&p->c), SHMAP_ESHAPE,
+                           "%s %d of the %s block has size %lld, not divisible "
+                           "by the group size %d",
+                           what, d, s, (long long)size, n);
+  if (!tiled && size != n)
+    return shmap__dev_fail(p->c.ctx, shmap__coll_opname(&p->c), SHMAP_ESHAPE,
+                           "untiled: %s %d of the %s block has size %lld but "
+                           "must equal the group size %d",
+                           what, d, s, (long long)size, n);
+  return 0;
+}
+
+static int out_null(shmap__plan *p)
+{
+  return shmap__dev_fail(p->c.ctx, shmap__coll_opname(&p->c), SHMAP_EINVAL,
+                         "out is NULL");
+}
+
+shmap_block *shmap__plan_result(shmap__plan *p)
+{
+  shmap_ctx *ctx = p->c.ctx;
+  shmap__chunk *c = shmap__arena_alloc(ctx, (shmap_dtype)p->odtype,
+                                       p->orank, p->oshape,
+                                       SHMAP__CHUNK_SCRATCH, false);
+  if (!c) {
+    shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ENOMEM, "%s",
+                    shmap__errbuf());
+    return NULL;
+  }
+  p->c.call.dst = c->block.data;
+  return &c->block;
+}
+
+/* ---- queries ---------------------------------------------------------- */
+
+int shmap__plan_group(shmap_ctx *ctx, const char *name, const char *axes,
+                      int *rank)
+{
+  int rc = shmap__ctx_check(ctx, name);
+  if (rc)
+    return rc;
+  int ax[SHMAP_MAX_AXES], nax;
+  if ((rc = shmap__axes_parse(ctx->rt->mesh, name, axes, ax, &nax)))
+    return shmap__dev_fail(ctx, name, rc, "%s", shmap__errbuf());
+  return shmap__group(ctx->rt->mesh, ax, nax, ctx->dev, NULL, rank);
+}
+
+/* ---- one plan per collective ------------------------------------------ */
+
+int shmap__kind_redop(int kind)
+{
+  switch (kind) {
+  case SHMAP__PMAX: return SHMAP__OP_MAX;
+  case SHMAP__PMIN: return SHMAP__OP_MIN;
+  case SHMAP__PMEAN: return SHMAP__OP_MEAN;
+  default: return SHMAP__OP_SUM;
+  }
+}
+
+/* The kernel of a reduction on the call's dtype (from the dtype table),
+ * or an error saying why the dtype does not allow it. */
+static int plan_fold(shmap__plan *p, int kind)
+{
+  int op = shmap__kind_redop(kind);
+  shmap__coll *c = &p->c;
+  const shmap__dtype_info *t = shmap__dtype((shmap_dtype)c->call.dtype);
+  if (t->not_allowed[op])
+    return shmap__dev_fail(c->ctx, shmap__coll_opname(c), SHMAP_EDTYPE,
+                           "%s on %s: %s", c->name, t->name,
+                           t->not_allowed[op]);
+  p->odtype = t->result[op];
+  p->fold.fn = shmap__kernel(op, (shmap_dtype)c->call.dtype);
+  p->fold.count = kind == SHMAP__PMEAN ? c->n : 0;
+  p->fold.out_esize = shmap_dtype_size((shmap_dtype)p->odtype);
+  return 0;
+}
+
+int shmap__plan_reduce(shmap_ctx *ctx, shmap_block *x, const char *axes,
+                       int kind, const char *name, shmap__plan *p)
+{
+  int rc = prepare(ctx, name, kind, x, axes, p);
+  if (rc || (rc = plan_fold(p, kind)))
+    return rc;
+  if (p->odtype != (int)x->dtype)
+    return shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_EDTYPE,
+                           "%s of %s gives %s (as in JAX), which does not fit "
+                           "in place: use shmap_%s_ex(), which returns a new "
+                           "block",
+                           name, shmap_dtype_name(x->dtype),
+                           shmap_dtype_name((shmap_dtype)p->odtype), name);
+  p->c.call.dst = x->data;
+  return 0;
+}
+
+int shmap__plan_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
+                             const char *axes, int scatter_dimension,
+                             int tiled, bool has_out, shmap__plan *p)
+{
+  int rc = prepare(ctx, "psum_scatter", SHMAP__PSUM_SCATTER, x, axes, p);
+  if (rc)
+    return rc;
+  if (!has_out)
+    return out_null(p);
+  int d = 0;
+  if ((rc = norm_dim(p, "scatter_dimension", scatter_dimension, x->rank, &d)) ||
+      (rc = split_check(p, "scatter_dimension", d, tiled)))
+    return rc;
+  p->c.call.p1 = d;
+  p->c.call.tiled = tiled != 0;
+  if ((rc = plan_fold(p, SHMAP__PSUM_SCATTER)))
+    return rc;
+  /* Rank r keeps rows [r*m, (r+1)*m) of dimension d, summed. */
+  int64_t m = x->shape[d] / p->c.n;
+  p->orank = 0;
+  for (int i = 0; i < x->rank; i++) {
+    if (i == d && !tiled)
+      continue;
+    p->oshape[p->orank++] = i == d ? m : x->shape[i];
+  }
+  return 0;
+}
+
+int shmap__plan_all_gather(shmap_ctx *ctx, const shmap_block *x,
+                           const char *axes, int axis, int tiled,
+                           bool has_out, shmap__plan *p)
+{
+  int rc = prepare(ctx, "all_gather", SHMAP__ALL_GATHER, x, axes, p);
+  if (rc)
+    return rc;
+  if (!has_out)
+    return out_null(p);
+  if (!tiled && x->rank == SHMAP_MAX_RANK)
+    return shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ESHAPE,
+                           "untiled all_gather would make a block of rank %d "
+                           "(at most %d)", x->rank + 1, SHMAP_MAX_RANK);
+  if (tiled && x->rank == 0)
+    return shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ESHAPE,
+                           "tiled all_gather needs a block of rank >= 1");
+  int a = 0;
+  if ((rc = norm_dim(p, "axis", axis, tiled ? x->rank : x->rank + 1, &a)))
+    return rc;
+  p->c.call.p1 = a;
+  p->c.call.tiled = tiled != 0;
+  int n = p->c.n;
+  p->orank = tiled ? x->rank : x->rank + 1;
+  for (int i = 0, j = 0; i < p->orank; i++) {
+    if (!tiled && i == a)
+      p->oshape[i] = n;
+    else
+      p->oshape[i] = x->shape[j++] * (tiled && i == a ? n : 1);
+  }
+  return 0;
+}
+
+int shmap__plan_all_to_all(shmap_ctx *ctx, const shmap_block *x,
+                           const char *axes, int split_axis, int concat_axis,
+                           int tiled, bool has_out, shmap__plan *p)
+{
+  int rc = prepare(ctx, "all_to_all", SHMAP__ALL_TO_ALL, x, axes, p);
+  if (rc)
+    return rc;
+  if (!has_out)
+    return out_null(p);
+  int sa = 0, ca = 0;
+  if ((rc = norm_dim(p, "split_axis", split_axis, x->rank, &sa)) ||
+      (rc = norm_dim(p, "concat_axis", concat_axis, x->rank, &ca)) ||
+      (rc = split_check(p, "split_axis", sa, tiled)))
+    return rc;
+  p->c.call.p1 = sa;
+  p->c.call.p2 = ca;
+  p->c.call.tiled = tiled != 0;
+  /* The chunk each member sends to each other: tiled, the block with
+   * dimension sa divided by n; untiled, the block without dimension sa.
+   * The result stacks the chunks along ca. */
+  int n = p->c.n, rank = x->rank;
+  int64_t cshape[SHMAP_MAX_RANK];
+  int crank = 0;
+  for (int i = 0; i < rank; i++) {
+    if (!tiled && i == sa)
+      continue;
+    cshape[crank++] = i == sa ? x->shape[i] / n : x->shape[i];
+  }
+  p->orank = rank;
+  if (tiled) {
+    memcpy(p->oshape, cshape, sizeof(int64_t) * (size_t)rank);
+    p->oshape[ca] *= n;
+  } else {
+    for (int i = 0, j = 0; i < rank; i++)
+      p->oshape[i] = i == ca ? n : cshape[j++];
+  }
+  return 0;
+}
+
+int shmap__plan_ppermute(shmap_ctx *ctx, shmap_block *x, const char *axes,
+                         int npairs, const int pairs[][2], shmap__plan *p)
+{
+  int rc = prepare(ctx, "ppermute", SHMAP__PPERMUTE, x, axes, p);
+  if (rc)
+    return rc;
+  if (npairs < 0 || (npairs > 0 && !pairs))
+    return shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_EINVAL,
+                           npairs < 0 ? "npairs is negative (%d)"
+                                      : "pairs is NULL but npairs is %d",
+                           npairs);
+  int n = p->c.n;
+  /* from[dst] = src: checks uniqueness and gives an order-free hash. */
+  int *from = shmap__malloc(sizeof(int) * (size_t)n);
+  if (!from)
+    return shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ENOMEM,
+                           "out of memory");
+  for (int i = 0; i < n; i++)
+    from[i] = -1;
+  p->to = -1;
+  for (int i = 0; i < npairs; i++) {
+    int s = pairs[i][0], t = pairs[i][1];
+    const char *bad = NULL;
+    if (s < 0 || s >= n || t < 0 || t >= n)
+      bad = "has a rank outside [0, group size)";
+    else if (from[t] >= 0)
+      bad = "repeats a destination";
+    else
+      for (int j = 0; j < i && !bad; j++)
+        if (pairs[j][0] == s)
+          bad = "repeats a source";
+    if (bad) {
+      free(from);
+      return shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_EINVAL,
+                             "pair %d (%d, %d) %s (group size %d)", i, s, t,
+                             bad, n);
+    }
+    from[t] = s;
+    if (s == p->c.rank)
+      p->to = t;
+  }
+  uint64_t h = 1469598103934665603ull;
+  for (int i = 0; i < n; i++) {
+    h ^= (uint64_t)(uint32_t)from[i];
+    h *= 1099511628211ull;
+  }
+  p->c.call.npairs = npairs;
+  p->c.call.pairs_hash = h;
+  p->c.call.dst = x->data;
+  p->from = from[p->c.rank];
+  free(from);
+  return 0;
+}

@@ -1,0 +1,55 @@
+/*
+ * plan.h - the plan of a collective call (plan.c): argument checks, the
+ * group, the result's shape and the call's descriptor, before any member
+ * waits for another; and the algorithms (algo.c) that carry a plan out
+ * through the transport interface (transport/comm.h).
+ */
+#ifndef SHMAP_PLAN_H
+#define SHMAP_PLAN_H
+
+#include "map.h"
+#include "transport/comm.h"
+
+typedef struct shmap__plan {
+  shmap__coll c;                  /* the call, ready for arrive */
+  const shmap_block *x;           /* the input block */
+  int orank;                      /* the result block's shape */
+  int64_t oshape[SHMAP_MAX_RANK]; /*   (shape-changing collectives) */
+  int from, to;                   /* ppermute: the ranks this member
+                                     receives from and sends to, or -1 */
+  int odtype;                     /* the result's dtype (the input's, but
+                                     i32 for sums of bool) */
+  shmap__fold fold;               /* reductions: kernel, mean, result size */
+} shmap__plan;
+
+/* Each checks its collective's arguments on this device (an error fails
+ * the whole map, message set) and fills the plan.  0 or an error code. */
+int shmap__plan_reduce(shmap_ctx *ctx, shmap_block *x, const char *axes,
+                       int kind, const char *name, shmap__plan *p);
+int shmap__plan_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
+                             const char *axes, int scatter_dimension,
+                             int tiled, bool has_out, shmap__plan *p);
+int shmap__plan_all_gather(shmap_ctx *ctx, const shmap_block *x,
+                           const char *axes, int axis, int tiled,
+                           bool has_out, shmap__plan *p);
+int shmap__plan_all_to_all(shmap_ctx *ctx, const shmap_block *x,
+                           const char *axes, int split_axis, int concat_axis,
+                           int tiled, bool has_out, shmap__plan *p);
+int shmap__plan_ppermute(shmap_ctx *ctx, shmap_block *x, const char *axes,
+                         int npairs, const int pairs[][2], shmap__plan *p);
+/* axis_index / axis_size: the group size, and the rank in *rank. */
+int shmap__plan_group(shmap_ctx *ctx, const char *name, const char *axes,
+                      int *rank);
+/* A new block of the plan's result shape in the device's arena, its data
+ * the call's dst; NULL (the map failed, message set) when out of memory. */
+shmap_block *shmap__plan_result(shmap__plan *p);
+
+/* Algorithms (algo.c): arrive, move the data, depart.  0 or an error
+ * code (message set). */
+int shmap__algo_allreduce(shmap__plan *p, shmap_block *x);
+int shmap__algo_reduce_scatter(shmap__plan *p, shmap_block *res);
+int shmap__algo_all_gather(shmap__plan *p, shmap_block *res);
+int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res);
+int shmap__algo_ppermute(shmap__plan *p, shmap_block *x);
+
+#endif /* SHMAP_PLAN_H */

@@ -1,0 +1,73 @@
+/*
+ * map.h - one map call: the job the runtime runs on every device, and each
+ * device's context (map.c), with the errors a device reports during it.
+ */
+#ifndef SHMAP_MAP_H
+#define SHMAP_MAP_H
+
+#include "arena.h"
+#include "runtime/sched.h"
+#include "transport/comm.h"
+
+/* What one input of a map needs: its resolved spec and block shape. */
+typedef struct shmap__in_info {
+  shmap__spec spec;
+  int64_t bshape[SHMAP_MAX_RANK];
+  bool borrow; /* the array's blocks already have this layout */
+} shmap__in_info;
+
+/* One map call: the body, its arrays, one context per device, and the
+ * communicator its collectives use. */
+typedef struct shmap__job {
+  shmap_mesh *mesh;
+  shmap_body_fn body;
+  void *arg;
+  int nin, nout;
+  shmap_array *const *in;
+  shmap__in_info *ins;
+  shmap_ctx *ctx; /* one per device */
+  shmap__comm comm;
+} shmap__job;
+
+/* The context of one device during one map call. */
+struct shmap_ctx {
+  shmap__runtime *rt;
+  struct shmap__job *job;
+  shmap__comm *comm;          /* the map's communicator */
+  int dev;
+  int coords[SHMAP_MAX_AXES];
+  shmap_block **in;           /* nin blocks */
+  shmap_block **out;          /* nout blocks, NULL until declared */
+  struct shmap__chunk *arena; /* every block this device allocated */
+  uint32_t seq;               /* collective calls entered */
+  int err;                    /* first error this device reported */
+  /* Input blocks shared and built, and the bytes copied to build them. */
+  uint64_t shared, built;
+  shmap__moved moved;
+};
+
+/* Whether a block argument is well formed (cheap; no message). */
+bool shmap__block_valid(const shmap_block *b);
+/* Check a block argument (`name` describes it in messages). */
+int shmap__block_check(shmap_ctx *ctx, const char *op, const char *name,
+                       const shmap_block *b);
+/* Check that ctx is the context of the body running on this thread. */
+int shmap__ctx_check(shmap_ctx *ctx, const char *op);
+/* A library error on a device during its body: message "<op> on device N
+ * (coords): <text>", recorded as the job's failure; returns code. */
+int shmap__dev_fail(shmap_ctx *ctx, const char *op, int code,
+                    const char *fmt, ...) SHMAP__PRINTF(4, 5);
+/* What a device released by another's failure returns: ECANCELED (or
+ * EMISMATCH when the failure was a mismatch), message set. */
+int shmap__canceled(shmap_ctx *ctx, const char *op);
+
+/* Library-internal map flag: the outputs are known to be replicated along
+ * the axes their specs leave out (no check, no copy). */
+#define SHMAP__TRUSTED_REP 0x80000000u
+
+int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
+               shmap_array *const in[], const char *const in_specs[],
+               int nout, shmap_array *out[], const char *const out_specs[],
+               unsigned flags);
+
+#endif /* SHMAP_MAP_H */

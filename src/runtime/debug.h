@@ -1,0 +1,36 @@
+/*
+ * debug.h - what helps people see what their devices do (debug.c): the
+ * registry of live runtimes (walked by the gdb extension), the watchdog's
+ * report, the Chrome trace recorder, and each device's state.
+ */
+#ifndef SHMAP_DEBUG_H
+#define SHMAP_DEBUG_H
+
+#include "runtime/sched.h"
+
+/* Every live runtime, for the gdb extension and the trace writer. */
+void shmap__registry_add(shmap__runtime *rt);
+void shmap__registry_remove(shmap__runtime *rt);
+/* Watchdog period in nanoseconds (0: off). */
+uint64_t shmap__watchdog_ns(void);
+/* Print every device's state to `out`. */
+void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out);
+/* A runtime goes away: keep its events for the trace file, free them. */
+void shmap__trace_runtime_gone(shmap__runtime *rt);
+/* Whether traces are being recorded. */
+bool shmap__tracing(void);
+/* Record an event of device `d` (when tracing). */
+void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
+                        uint64_t bytes, uint32_t seq);
+uint64_t shmap__now(void);
+/* The device changes state (and the time it did). */
+static inline uint64_t shmap__set_state(shmap__dev *d, int state, uint64_t op,
+                                        uint64_t now)
+{
+  atomic_store_explicit(&d->dbg.op, op, memory_order_relaxed);
+  atomic_store_explicit(&d->dbg.since, now, memory_order_relaxed);
+  atomic_store_explicit(&d->dbg.state, state, memory_order_release);
+  return now;
+}
+
+#endif /* SHMAP_DEBUG_H */

@@ -1,0 +1,230 @@
+/*
+ * sched.h - the scheduler: device threads or fibers, waiting and waking,
+ * and the per-mesh runtime that runs one job (a map) on every device.
+ *
+ * Each device of a mesh is a persistent thread, parked between map calls,
+ * or a fiber on one of a few worker threads.  A waiting thread spins
+ * briefly and then sleeps on a word of its own (a futex on Linux), so
+ * devices that outnumber the cores do not burn them.  Whoever changes what
+ * a device may be waiting for wakes it, and only when it announced that it
+ * sleeps.
+ *
+ * The scheduler knows nothing of collectives: the transport (transport/)
+ * keeps its own state and uses only shmap__dev_wait() and the wake
+ * functions below.
+ */
+#ifndef SHMAP_SCHED_H
+#define SHMAP_SCHED_H
+
+#include "internal.h"
+
+#include <stdalign.h>
+#include <stdatomic.h>
+
+#define SHMAP__CACHELINE 64
+
+/* A place one thread sleeps on. */
+typedef struct shmap__waiter {
+  _Atomic uint32_t word;  /* bumped by every wake while sleeping */
+  _Atomic int sleeping;   /* set while the owner may sleep */
+#ifndef __linux__
+  void *mutex, *cond;     /* uv_mutex_t / uv_cond_t fallback */
+#endif
+} shmap__waiter;
+
+/* What a device is doing, for the watchdog, the gdb extension and traces. */
+enum shmap__state {
+  SHMAP__ST_PARKED = 0, /* between maps */
+  SHMAP__ST_INPUTS,     /* building its input blocks */
+  SHMAP__ST_BODY,       /* running the user's body */
+  SHMAP__ST_COLL,       /* inside a collective */
+  SHMAP__ST_DONE        /* body returned; waiting for the others */
+};
+
+/* One trace event: a body or a collective on one device. */
+typedef struct shmap__tev {
+  uint64_t t0, t1; /* uv_hrtime() */
+  uint64_t op;     /* 0 for the body, else a packed collective (see pack) */
+  uint64_t bytes;
+  uint32_t seq;
+} shmap__tev;
+
+/* A user-level execution context with a stack of its own (fiber.c).  A
+ * worker's own context (its thread's stack) has no map. */
+typedef struct shmap__fiber {
+  void *sp;          /* saved context */
+  void *stack;       /* lowest address of the usable stack */
+  size_t stack_size;
+  void *map;         /* mmap'ed region (stack + guard page) */
+  size_t map_size;
+  void *tsan;        /* ThreadSanitizer's fiber handle */
+} shmap__fiber;
+
+int shmap__fiber_create(shmap__fiber *f, size_t stack_size,
+                        void (*fn)(void *), void *arg);
+void shmap__fiber_destroy(shmap__fiber *f);
+/* Describe the calling thread's own context (before switching away). */
+void shmap__fiber_host_init(shmap__fiber *host);
+/* Save the current context in `from` and continue `to`. */
+void shmap__fiber_switch(shmap__fiber *from, shmap__fiber *to);
+/* First thing a new fiber does (tells the sanitizers where it came from). */
+void shmap__fiber_entered(shmap__fiber *self, shmap__fiber *from);
+
+/* How devices are run. */
+enum shmap__mode {
+  SHMAP__THREADS = 1, /* one thread per device (gdb sees each) */
+  SHMAP__FIBERS       /* devices are fibers on a few worker threads */
+};
+
+/* States of a device fiber, as its worker sees them. */
+enum { SHMAP__F_START = 1, SHMAP__F_RUN, SHMAP__F_WAIT, SHMAP__F_DONE };
+
+struct shmap__worker;
+typedef bool (*shmap__pred)(void *arg);
+
+/* Large freed blocks a device keeps for reuse (arena.c). */
+#define SHMAP__CACHE 2
+
+/* One device of a runtime, in one sub-struct per subsystem.  Each starts
+ * on a cache line of its own: `coll` is written by the device and read by
+ * its peers, `waiter` is written by peers, the rest mostly by the device. */
+typedef struct shmap__dev {
+  /* Collective progress (transport/): how many collective calls the device
+   * has entered in the current map, and whether its body returned.  The
+   * transport writes them; the watchdog and debuggers read them. */
+  struct shmap__dev_coll {
+    alignas(SHMAP__CACHELINE) _Atomic uint32_t arrive;
+    _Atomic int finished;
+  } coll;
+  alignas(SHMAP__CACHELINE) shmap__waiter waiter;
+  /* Scheduler, fiber mode: the device's context, its worker, and what it
+   * waits for. */
+  struct shmap__dev_sched {
+    alignas(SHMAP__CACHELINE) shmap__fiber fiber;
+    struct shmap__worker *worker;
+    shmap__waiter *wq; /* where to wake this device: own or worker's waiter */
+    int fstate;
+    shmap__pred wpred;
+    void *warg;
+    _Atomic int *wabort;
+    int wres;
+    char errbuf[SHMAP__MSG_MAX]; /* the device's own message */
+  } sched;
+  /* Written by the device, read by the watchdog, debuggers and the trace
+   * writer (debug.c).  The events are the device's own while a map runs. */
+  struct shmap__dev_debug {
+    alignas(SHMAP__CACHELINE) _Atomic int state;
+    _Atomic uint64_t since; /* uv_hrtime() when the state began */
+    _Atomic uint64_t op;    /* in a collective: shmap__pack_op() */
+    shmap__tev *tev;
+    size_t ntev, captev;
+    uint64_t tev_dropped;
+  } dbg;
+  /* The device's arena cache (arena.c): freed large blocks. */
+  struct shmap__dev_arena {
+    struct shmap__chunk *cache[SHMAP__CACHE];
+  } arena;
+  /* Collective planning (coll/plan.c): the last axes text this device's
+   * collectives parsed, and the result. */
+  struct shmap__dev_plan {
+    char axes_text[48];
+    int axes_parsed[SHMAP_MAX_AXES];
+    int axes_n;
+  } plan;
+  alignas(SHMAP__CACHELINE) struct shmap__runtime *rt;
+  int id;
+  uint32_t seen_epoch;
+  struct shmap_ctx *ctx; /* during a map: the device's context */
+  char name[16];
+  uintptr_t thread; /* uv_thread_t, stored opaquely */
+  int tid;          /* kernel thread id (thread mode), for debuggers */
+} shmap__dev;
+
+struct shmap__job;
+typedef void (*shmap__run_fn)(struct shmap__job *job, int dev);
+
+/* A worker thread running several device fibers (fiber mode). */
+typedef struct shmap__worker {
+  /* Whoever runs the worker's devices during a map sleeps on `waiter` (its
+   * thread, or the map's caller); the thread waits for maps on `park`. */
+  alignas(SHMAP__CACHELINE) shmap__waiter waiter;
+  alignas(SHMAP__CACHELINE) shmap__waiter park;
+  alignas(SHMAP__CACHELINE) struct shmap__runtime *rt;
+  int id;
+  uint32_t seen_epoch;
+  shmap__fiber self; /* the worker thread's own context */
+  uintptr_t thread;
+  int tid;           /* kernel thread id, for debuggers */
+  char name[16];
+} shmap__worker;
+
+struct shmap__transport;
+
+typedef struct shmap__runtime {
+  struct shmap__runtime *next; /* in the registry of live runtimes */
+  int id;                      /* registry number (trace process id) */
+  shmap_mesh *mesh;
+  int ndev;
+  int spin;                /* spin iterations before sleeping */
+  int host_spin;           /* the same for the map's caller */
+  int mode;                /* enum shmap__mode, chosen at the first map */
+  int nworkers;            /* fiber mode */
+  shmap__worker *workers;
+  void *lock;              /* uv_mutex_t: one map at a time per mesh */
+  shmap__dev *devs;        /* NULL until the first map */
+  int started;             /* threads running */
+  /* Bumped by two to start a job (or to stop); the low bit tells worker 0
+   * that the map's caller runs its devices. */
+  _Atomic uint32_t epoch;
+  _Atomic int stop;
+  struct shmap__job *job;
+  shmap__run_fn run;
+  /* The current job's failure: first failing device, code and message. */
+  _Atomic int abort;
+  _Atomic int failed_dev;
+  int fail_code;
+  char fail_msg[SHMAP__MSG_MAX];
+  _Atomic int done;        /* devices finished with the job */
+  shmap__waiter host;      /* the thread that called the map */
+  /* How this mesh's devices exchange data (transport/comm.h), and the
+   * transport's own state for this mesh (NULL until it needs some). */
+  const struct shmap__transport *tp;
+  void *tstate;
+} shmap__runtime;
+
+int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh);
+void shmap__runtime_destroy(shmap__runtime *rt);
+/* Run job on every device and return when all are done.  Starts the
+ * threads on first use.  Caller holds the runtime lock. */
+int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
+                       shmap__run_fn run);
+void shmap__runtime_lock(shmap__runtime *rt);
+void shmap__runtime_unlock(shmap__runtime *rt);
+bool shmap__runtime_trylock(shmap__runtime *rt);
+
+/* The context of the body running on the calling thread, or NULL. */
+struct shmap_ctx *shmap__current(void);
+void shmap__set_current(struct shmap_ctx *ctx);
+
+/* Waiting: returns when pred(arg) holds (true), or when *abort is set
+ * first (false; abort may be NULL).  For a thread's own waiter. */
+bool shmap__wait(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
+                 void *arg, _Atomic int *abort);
+/* The same with an absolute deadline (shmap__now() time, 0: none):
+ * 1 condition, 0 abort, -1 deadline passed. */
+int shmap__wait_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
+                      void *arg, _Atomic int *abort, uint64_t deadline);
+void shmap__wake(shmap__waiter *w);
+void shmap__wake_all(shmap__runtime *rt);
+/* A device waits (inside a map): sleeps its thread, or in fiber mode
+ * hands its worker to another device until pred holds or abort is set. */
+bool shmap__dev_wait(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
+                     void *arg, _Atomic int *abort);
+static inline void shmap__dev_wake(shmap__dev *d) { shmap__wake(d->sched.wq); }
+
+/* Record a failure of device `dev`: the first one becomes the job's error,
+ * and the transport's failure notice releases every waiting device.
+ * Returns code. */
+int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg);
+
+#endif /* SHMAP_SCHED_H */

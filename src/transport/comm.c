@@ -1,0 +1,79 @@
+/* comm.c - the transport-independent part of the seam (comm.h): choosing
+ * a transport, a group's members, and the device's state and trace around
+ * each call. */
+#include "transport/comm.h"
+
+#include "map.h"
+#include "runtime/debug.h"
+
+const shmap__transport *shmap__transport_for(shmap__runtime *rt)
+{
+  (void)rt;
+  return &shmap__shm_transport;
+}
+
+int shmap__comm_open(shmap__comm *comm, shmap__runtime *rt)
+{
+  if (!rt->tp)
+    rt->tp = shmap__transport_for(rt);
+  comm->tp = rt->tp;
+  comm->rt = rt;
+  comm->mesh = rt->mesh;
+  comm->priv = NULL;
+  return comm->tp->open(comm);
+}
+
+void shmap__comm_close(shmap__comm *comm, bool failed)
+{
+  comm->tp->close(comm, failed);
+}
+
+int shmap__comm_member(const shmap__coll *c, int r)
+{
+  const shmap_mesh *mesh = c->comm->mesh;
+  const shmap_ctx *ctx = c->ctx;
+  int base = ctx->dev;
+  for (int k = 0; k < c->call.naxes; k++)
+    base -= ctx->coords[c->call.axes[k]] * mesh->strides[c->call.axes[k]];
+  return shmap__group_member(mesh, c->call.axes, c->call.naxes, base, r);
+}
+
+bool shmap__comm_is_local(const shmap__coll *c, int r)
+{
+  const shmap__transport *tp = c->comm->tp;
+  return !tp->is_local || tp->is_local(c->comm, shmap__comm_member(c, r));
+}
+
+/* The device is back in its body (after a call or a failed one). */
+static int leave(shmap__coll *c, uint64_t bytes, int rc)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__dev *self = &ctx->rt->devs[ctx->dev];
+  uint64_t t1 = shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
+  if (shmap__tracing())
+    shmap__trace_event(self, c->t0, t1, c->packed, bytes, c->k);
+  return rc;
+}
+
+int shmap__comm_arrive(shmap__coll *c)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  if (atomic_load(&rt->abort))
+    return shmap__canceled(ctx, shmap__coll_opname(c));
+  shmap__dev *self = &rt->devs[ctx->dev];
+  c->comm = ctx->comm;
+  /* The dtype rides in the top byte, for traces. */
+  c->packed = shmap__pack_op(c->call.kind, c->call.axes, c->call.naxes) |
+              (uint64_t)(c->call.dtype + 1) << 56;
+  c->t0 = shmap__set_state(self, SHMAP__ST_COLL, c->packed, shmap__now());
+  c->k = ++ctx->seq;
+  int rc = c->comm->tp->arrive(c);
+  return rc ? leave(c, 0, rc) : 0;
+}
+
+int shmap__comm_depart(shmap__coll *c, uint64_t bytes)
+{
+  int rc = c->comm->tp->depart(c);
+  return leave(c, rc ? 0 : bytes, rc);
+}

@@ -1,0 +1,295 @@
+/*
+ * comm.h - the transport seam: how the devices of one map find their group,
+ * agree on a collective call, move its data and learn of failures.
+ *
+ * Layers.  A collective is split in three:
+ *   plan      (coll/plan.c)  checks the arguments, computes the result's
+ *                            shape and fills the call's descriptor;
+ *   algorithm (coll/algo.c)  says which pieces of which member's buffers go
+ *                            where, using only the operations below;
+ *   protocol  (transport/)   rendezvous, agreement, data movement, waking.
+ * Algorithms are written once.  A transport implements the operations of
+ * struct shmap__transport; shm.c is the one for devices that share an
+ * address space (peers' buffers are read and written directly, one copy).
+ * A transport between processes (MPI, UCX) or onto a GPU implements the
+ * same table and needs no change above it.
+ *
+ * Objects.
+ *   shmap__comm  the communicator of one map: the devices of the mesh, the
+ *                transport, and the transport's state for the map.  Every
+ *                device's context points to it.
+ *   shmap__coll  one collective call of one device, on its stack: the
+ *                descriptor (coll/desc.h), the group (size, rank), the call
+ *                number, and room for the transport's per-call state.
+ *
+ * Groups.  A call names mesh axes; the group of a device is the devices
+ * that share its coordinates on every other axis.  Ranks run over the
+ * named axes in the order named, the first axis major (shmap__group).
+ * shmap__comm_member() maps a rank to a device number and
+ * shmap__comm_is_local() says whether that device runs in this address
+ * space (every device does, for shm).
+ *
+ * SPMD.  Every member of a group runs the same plan and the same algorithm
+ * with the same descriptor (agreement guarantees it), so each can compute
+ * not only what it takes from its peers but what each peer takes from it.
+ * Algorithms state both: the pull side (get, reduce, allreduce), which a
+ * transport with direct access executes alone, and the matching push side
+ * (send, recv), which only a two-sided transport needs (it sets the
+ * operations; shm leaves them NULL and algorithms skip those loops when
+ * shmap__comm_two_sided() is false).
+ *
+ * One call, as an algorithm sees it:
+ *
+ *   rc = shmap__comm_arrive(c);        rendezvous and agreement
+ *   if two-sided: shmap__comm_send(...) for every piece a peer takes from me
+ *   shmap__comm_get / reduce / allreduce ... in the algorithm's order
+ *   if two-sided: shmap__comm_recv(...) for every piece a peer puts in me
+ *   rc = shmap__comm_depart(c, bytes); completion
+ *
+ * Matching.  Pieces are matched per ordered pair of members by order: for
+ * data moving from member a to member b in one call, the k-th piece a
+ * lists for b (a's send(b, ...) calls and, in allreduce, a's result for
+ * b, in a's program order) is the k-th piece b lists from a (b's get(a,
+ * ...), b's term from a in reduce/allreduce, and b's recv(a, ...), in b's
+ * program order).  Both boxes of a matched pair hold the same number of
+ * elements in the same (row-major) order.  Algorithms list no piece of
+ * zero elements and never send or recv to themselves; a member's own term
+ * in get/reduce/allreduce is a local copy.
+ *
+ * Buffers.  The descriptor's src is the member's buffer its peers read,
+ * dst the one its peers write (psum: the same buffer).  Both stay valid
+ * and unchanged by the owner from arrive until depart returns.  A piece
+ * of dst may be written (allreduce/recv) where the same bytes of src were
+ * read for an earlier piece of the same call (in-place psum): a transport
+ * must finish reading a region before anything is written to it.
+ *
+ * Reductions fold the members' terms in rank order (acc = term 0; acc =
+ * acc OP term r for r = 1, 2, ...; the fused kernel takes all n terms in
+ * one call), so results are bitwise equal to a serial left fold whatever
+ * the placement.  A transport may block and stage terms as it likes but
+ * may not reassociate.  Results may have a wider element than the terms
+ * (psum of bool gives i32): dst offsets and acc are in result elements.
+ *
+ * Concurrency.  The devices of this address space call the per-call
+ * operations concurrently, each with its own shmap__coll; a device makes
+ * one call at a time and its calls are numbered in program order.  open,
+ * close and destroy run with no device inside a map.
+ *
+ * Failure.  shmap__fail() records the first failure of a job and calls
+ * the transport's failed(); from then on every wait of every member of
+ * the job, in every address space, must end: arrive returns
+ * ECANCELED/EMISMATCH (shmap__canceled()) instead of waiting for a
+ * member that will not come.  Once every member of a group has passed
+ * arrive, the call completes: depart waits for the group's data movement
+ * to finish (no buffer may change while a peer still reads it), and a
+ * transport that can lose a peer there reports the loss from depart.
+ */
+#ifndef SHMAP_COMM_H
+#define SHMAP_COMM_H
+
+#include "coll/coll.h"
+#include "coll/desc.h"
+#include "runtime/sched.h"
+
+#include <stdalign.h>
+
+struct shmap_ctx;
+struct shmap__transport;
+
+/* A strided box of elements inside one buffer: element (i0, i1, ...) is at
+ * byte off + (i0*strides[0] + i1*strides[1] + ...) * element size.  rank 0
+ * is one element.  shape and strides belong to the caller and need only
+ * live until the operation returns. */
+typedef struct shmap__box {
+  size_t off;
+  int rank;
+  const int64_t *shape;
+  const int64_t *strides; /* in elements */
+} shmap__box;
+
+typedef struct shmap__fold shmap__fold;
+
+/* The communicator of one map. */
+typedef struct shmap__comm {
+  const struct shmap__transport *tp;
+  shmap__runtime *rt;
+  const shmap_mesh *mesh;
+  void *priv; /* the transport's state for this map */
+} shmap__comm;
+
+/* Bytes of per-call state a transport may keep in a shmap__coll. */
+#define SHMAP__COLL_PRIV 160
+
+/* One collective call of one device. */
+typedef struct shmap__coll {
+  /* Filled by the plan before arrive. */
+  struct shmap_ctx *ctx;
+  shmap__comm *comm;
+  shmap__call call;   /* the descriptor; src and dst are this device's */
+  int n, rank;        /* group size and this device's rank in it */
+  size_t esize;       /* bytes per element of the call's dtype */
+  const char *name;   /* "psum", for messages */
+  bool axes_ok;       /* call.axes hold the parsed axes */
+  char op[360];       /* "psum over 'j'", formatted on demand */
+  /* Set by shmap__comm_arrive. */
+  uint32_t k;         /* this call's number on this device (from 1) */
+  uint64_t t0;        /* when the device entered the call */
+  uint64_t packed;    /* shmap__pack_op() of the call */
+  /* The transport's own state for this call. */
+  alignas(16) unsigned char priv[SHMAP__COLL_PRIV];
+} shmap__coll;
+
+/*
+ * A transport.  Operations marked "optional" may be NULL.  All per-call
+ * operations are called by the calling device's own thread (or fiber),
+ * from inside its body.
+ */
+typedef struct shmap__transport {
+  const char *name;
+
+  /* ---- a map --------------------------------------------------------- */
+  /* Before a map's devices start (the map's calling thread, the runtime
+   * lock held, every device parked): set up comm->priv and reset whatever
+   * the previous map left.  0, or an error code with the message set. */
+  int (*open)(shmap__comm *comm);
+  /* After every device returned from the map; `failed`: the job failed
+   * (a call may have been left half done). */
+  void (*close)(shmap__comm *comm, bool failed);
+  /* The mesh goes away: free rt->tstate.  Optional. */
+  void (*destroy)(shmap__runtime *rt);
+  /* Whether device `dev` runs in this address space.  Optional: NULL
+   * means every device does. */
+  bool (*is_local)(const shmap__comm *comm, int dev);
+  /* Device `dev` left its body (returned, failed or was released): peers
+   * waiting for it in a collective must learn it.  Departure from the map;
+   * called once per device and map, after its last collective. */
+  void (*finish)(shmap__comm *comm, int dev);
+  /* The job's first failure was just recorded (rt->abort, fail_code,
+   * fail_msg): release every waiter of the job, here and, for a transport
+   * between processes, in every other process.  May be called from any
+   * device's thread, more than once per job. */
+  void (*failed)(shmap__runtime *rt);
+
+  /* ---- a call -------------------------------------------------------- */
+  /* Rendezvous and agreement.  Publish c->call as this device's call
+   * number c->k and record that it entered k calls (the device's
+   * coll.arrive, read by the watchdog); wait until every member of the
+   * group has published its call k; compare.  On any difference fail the
+   * job with SHMAP_EMISMATCH and the message of shmap__call_mismatch()
+   * (shmap__dev_fail(ctx, shmap__coll_opname(c), ...)); a member that
+   * returned from its body, or made call k with another group, is a
+   * difference too.  Every member must reach the same verdict: either all
+   * proceed to move data or none does.  Returns 0, or the error code
+   * (shmap__canceled() when released by a failure elsewhere) with the
+   * message set.  A group of one returns 0 after publishing. */
+  int (*arrive)(shmap__coll *c);
+  /* Copy box `from` of member `peer`'s src into this device's memory at
+   * `to` (strides in elements, same shape as from).  When this returns,
+   * the data is at `to`. */
+  void (*get)(shmap__coll *c, int peer, const shmap__box *from, void *to,
+              const int64_t to_strides[]);
+  /* acc[0..count) = left fold in rank order of every member's
+   * src[off..off+count) (elements), with fold->fn.  When this returns the
+   * result is in acc (this device's memory, not a published buffer). */
+  void (*reduce)(shmap__coll *c, size_t off, size_t count,
+                 const shmap__fold *fold, void *acc);
+  /* The same fold, then (pmean) divided by the group size, and written to
+   * every member's dst[off..off+count).  The result is in a member's dst
+   * when that member's depart returns. */
+  void (*allreduce)(shmap__coll *c, size_t off, size_t count,
+                    const shmap__fold *fold);
+  /* Two-sided transports only (both NULL for shm): this device's src box
+   * `from` is a piece member `peer` takes (its get, or its term from this
+   * device in reduce/allreduce); and box `to` of this device's dst is
+   * where member `peer`'s allreduce result for this device lands.  Both
+   * only post: they may not wait for the peer (every member lists its
+   * sends before its first get/reduce/allreduce). */
+  void (*send)(shmap__coll *c, int peer, const shmap__box *from);
+  void (*recv)(shmap__coll *c, int peer, const shmap__box *to);
+  /* Completion: wait until every piece this device listed has moved and
+   * every member of the group is done with this device's buffers (after
+   * which the owner may change them).  Not released by a failure
+   * elsewhere (every member that passed arrive completes the call), unless
+   * the transport lost a peer: then an error code, message set. */
+  int (*depart)(shmap__coll *c);
+} shmap__transport;
+
+/* How a reduction combines: fn is the fused kernel of the operation and
+ * dtype (dtype.h, coll/ops.c).  It takes every member's term at once, in
+ * rank order, and folds them in one pass; a transport passes it all n
+ * terms of a piece (bf16 and f16 accumulate in f32 across the terms and
+ * round once, so folding in pairs would round too often). */
+struct shmap__fold {
+  shmap__fold_fn fn;
+  int count;        /* pmean: the group size to divide by, else 0 */
+  size_t out_esize; /* bytes per result element (i32 for a bool sum) */
+};
+
+/* The transport of a mesh's runtime (shm, unless the process was started
+ * as one of several). */
+const shmap__transport *shmap__transport_for(shmap__runtime *rt);
+extern const shmap__transport shmap__shm_transport;
+
+/* ---- used by map.c -------------------------------------------------- */
+
+/* Set up the communicator of a map on rt (runtime lock held). */
+int shmap__comm_open(shmap__comm *comm, shmap__runtime *rt);
+void shmap__comm_close(shmap__comm *comm, bool failed);
+static inline void shmap__comm_finish(shmap__comm *comm, int dev)
+{
+  comm->tp->finish(comm, dev);
+}
+
+/* ---- used by algorithms --------------------------------------------- */
+
+/* The device number of member r of c's group. */
+int shmap__comm_member(const shmap__coll *c, int r);
+/* Whether member r runs in this address space. */
+bool shmap__comm_is_local(const shmap__coll *c, int r);
+/* Enter the call: the device's state and trace, then the transport's
+ * arrive.  0, or an error code (the device is back in its body). */
+int shmap__comm_arrive(shmap__coll *c);
+/* Leave the call: the transport's depart, then the device's state and
+ * trace (`bytes` moved, for the trace).  0 or an error code. */
+int shmap__comm_depart(shmap__coll *c, uint64_t bytes);
+/* The call's name for messages: "psum over ('i', 'j')" (coll/plan.c). */
+const char *shmap__coll_opname(shmap__coll *c);
+
+/* Whether the transport wants the push side (send, recv) listed. */
+static inline bool shmap__comm_two_sided(const shmap__coll *c)
+{
+  return c->comm->tp->send != NULL;
+}
+
+static inline void shmap__comm_get(shmap__coll *c, int peer,
+                                   const shmap__box *from, void *to,
+                                   const int64_t to_strides[])
+{
+  c->comm->tp->get(c, peer, from, to, to_strides);
+}
+
+static inline void shmap__comm_reduce(shmap__coll *c, size_t off, size_t count,
+                                      const shmap__fold *fold, void *acc)
+{
+  c->comm->tp->reduce(c, off, count, fold, acc);
+}
+
+static inline void shmap__comm_allreduce(shmap__coll *c, size_t off,
+                                         size_t count, const shmap__fold *fold)
+{
+  c->comm->tp->allreduce(c, off, count, fold);
+}
+
+static inline void shmap__comm_send(shmap__coll *c, int peer,
+                                    const shmap__box *from)
+{
+  c->comm->tp->send(c, peer, from);
+}
+
+static inline void shmap__comm_recv(shmap__coll *c, int peer,
+                                    const shmap__box *to)
+{
+  c->comm->tp->recv(c, peer, to);
+}
+
+#endif /* SHMAP_COMM_H */
