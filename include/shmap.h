@@ -331,6 +331,18 @@ SHMAP_EXTERN int shmap_pmin(shmap_ctx *ctx, shmap_block *x, const char *axes);
 /* psum divided by the group size; float dtypes only. */
 SHMAP_EXTERN int shmap_pmean(shmap_ctx *ctx, shmap_block *x, const char *axes);
 
+/* The same reductions out of place: x (any block, an input block too) is
+ * only read, and the result is a new block stored in *out, owned by the
+ * device like the results below.  psum of bool gives i32 counts. */
+SHMAP_EXTERN int shmap_psum_new(shmap_ctx *ctx, const shmap_block *x,
+                                const char *axes, shmap_block **out);
+SHMAP_EXTERN int shmap_pmax_new(shmap_ctx *ctx, const shmap_block *x,
+                                const char *axes, shmap_block **out);
+SHMAP_EXTERN int shmap_pmin_new(shmap_ctx *ctx, const shmap_block *x,
+                                const char *axes, shmap_block **out);
+SHMAP_EXTERN int shmap_pmean_new(shmap_ctx *ctx, const shmap_block *x,
+                                 const char *axes, shmap_block **out);
+
 /* Shape-changing collectives store a new block, owned by the device until
  * the map returns (or shmap_block_free()), in *out. */
 SHMAP_EXTERN int shmap_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
@@ -348,6 +360,10 @@ SHMAP_EXTERN int shmap_all_to_all(shmap_ctx *ctx, const shmap_block *x,
 SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,
                                 const char *axes, int npairs,
                                 const int pairs[][2]);
+/* The same out of place: x is only read, the result is a new block. */
+SHMAP_EXTERN int shmap_ppermute_new(shmap_ctx *ctx, const shmap_block *x,
+                                    const char *axes, int npairs,
+                                    const int pairs[][2], shmap_block **out);
 
 /* ---- debugging ---------------------------------------------------------- */
 

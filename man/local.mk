@@ -20,6 +20,14 @@ dist_man_MANS += \
 	man/shmap_f32_to_f16.3 \
 	man/shmap_f16_to_f32.3
 
+# Reductions and ppermute out of place.
+dist_man_MANS += \
+	man/shmap_psum_new.3 \
+	man/shmap_pmax_new.3 \
+	man/shmap_pmin_new.3 \
+	man/shmap_pmean_new.3 \
+	man/shmap_ppermute_new.3
+
 # Meshes.
 dist_man_MANS += \
 	man/shmap_mesh_create.3 \

@@ -1160,7 +1160,8 @@ void ref_op_axes(const ref_mesh *m, ref_op *op, const int axes[], int naxes,
 void ref_op_text(const ref_op *op, char *buf, size_t n)
 {
   buf[0] = 0;
-  cat(buf, n, "%s(\"%s\"", ref_kind_name(op->kind), op->text);
+  cat(buf, n, "%s%s(\"%s\"", ref_kind_name(op->kind),
+      op->outplace ? "_new" : "", op->text);
   switch (op->kind) {
   case RK_PSUM_SCATTER:
     cat(buf, n, ", scatter_dimension=%d, tiled=%d", op->dim, op->tiled);
@@ -1219,6 +1220,22 @@ int ref_call(shmap_ctx *ctx, const ref_op *op, shmap_block *x,
 {
   *res = NULL;
   int rc;
+  if (op->outplace)
+    switch (op->kind) {
+    case RK_PSUM:
+      return shmap_psum_new(ctx, x, op->text, res);
+    case RK_PMAX:
+      return shmap_pmax_new(ctx, x, op->text, res);
+    case RK_PMIN:
+      return shmap_pmin_new(ctx, x, op->text, res);
+    case RK_PMEAN:
+      return shmap_pmean_new(ctx, x, op->text, res);
+    case RK_PPERMUTE:
+      return shmap_ppermute_new(ctx, x, op->text, op->npairs,
+                                (const int(*)[2])op->pairs, res);
+    default:
+      break;
+    }
   switch (op->kind) {
   case RK_PSUM:
     rc = shmap_psum(ctx, x, op->text);

@@ -169,6 +169,7 @@ typedef struct ref_op {
   int tiled;
   int npairs;
   int (*pairs)[2];    /* owned by whoever built the op */
+  int outplace;       /* reductions, ppermute: the _new form */
 } ref_op;
 
 const char *ref_kind_name(ref_kind k);

@@ -103,8 +103,8 @@ static void random_group(ref_rng *r, const ref_mesh *m, ref_op *op)
 static int kind_allows(ref_kind kind, shmap_dtype dt)
 {
   switch (kind) {
-  case RK_PSUM:
-    return dt != SHMAP_BOOL;
+  case RK_PSUM: /* bool needs the _new form (see with_form) */
+    return 1;
   case RK_PMAX:
     return ref_reduce_allowed(REF_MAX, dt) == 0;
   case RK_PMIN:
@@ -113,6 +113,24 @@ static int kind_allows(ref_kind kind, shmap_dtype dt)
     return ref_reduce_allowed(REF_MEAN, dt) == 0;
   default:
     return 1;
+  }
+}
+
+/* In place or out of place (the _new form), at random; a psum of bool
+ * is always out of place (its i32 result does not fit in place). */
+static void with_form(ref_rng *r, ref_op *op, shmap_dtype dt)
+{
+  switch (op->kind) {
+  case RK_PSUM:
+  case RK_PMAX:
+  case RK_PMIN:
+  case RK_PMEAN:
+  case RK_PPERMUTE:
+    op->outplace = ref_rng_int(r, 0, 1) || (op->kind == RK_PSUM &&
+                                            dt == SHMAP_BOOL);
+    break;
+  default:
+    op->outplace = 0;
   }
 }
 
@@ -289,6 +307,7 @@ static void prop_kind(ref_kind kind, int cases)
                        0);
     }
     shmap_dtype dt = random_dtype(&rng, kind);
+    with_form(&rng, &op, dt);
     shmap_block **in = random_inputs(&rng, &w.rm, dt, rank, shape);
     char desc[2048];
     describe(desc, sizeof desc, ci, &w, &op, 1, dt, rank, shape);
@@ -534,13 +553,15 @@ START_TEST(t_prop_sequences)
     int made = 0;
     for (int k = 0; k < nops; k++) {
       ref_kind kind = (ref_kind)ref_rng_int(&rng, 0, RK_NKINDS - 1);
-      while (!kind_allows(kind, dt))
+      do {
         kind = (ref_kind)ref_rng_int(&rng, 0, RK_NKINDS - 1);
-      if (kind == RK_ALL_GATHER && ref_numel(rank, shape) > 256)
-        kind = RK_PMAX;
+        if (kind == RK_ALL_GATHER && ref_numel(rank, shape) > 256)
+          kind = RK_PMAX;
+      } while (!kind_allows(kind, dt));
       ref_op op;
       if (fit_op(&rng, &w.rm, kind, &op, rank, shape, pairs[made]) != 0)
         continue;
+      with_form(&rng, &op, dt);
       ops[made++] = op;
       /* the shape after the op, by the model's rules */
       shmap_block *tmp = ref_block_new(dt, rank, shape);

@@ -492,7 +492,7 @@ static const struct {
      {"pmin on c128: complex numbers have no order", "real parts", ""}},
     {SHMAP_BOOL, SHMAP__OP_SUM,
      {"psum of bool gives i32 (as in JAX)", "does not fit in place",
-      "shmap_psum_ex()"}},
+      "shmap_psum_new()"}},
 };
 
 /* _i: case * 2 + mode. */
@@ -515,6 +515,115 @@ START_TEST(t_errors)
 }
 END_TEST
 
+/* ---- out of place --------------------------------------------------------------- */
+
+/* Mesh i=4 over a bool input [1,0,1,1 | 1,1,0,0 | 0,0,0,1 | 1,0,1,0] in
+ * P('i'): psum_new of each device's input block (read-only) counts the
+ * true values per position as i32; pmax_new of the same block is any;
+ * ppermute_new shifts the blocks by one; the input is unchanged. */
+static int outplace_body(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  shmap_block *sum = NULL, *any = NULL, *moved = NULL;
+  const int ring[4][2] = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  int rc;
+  if ((rc = shmap_psum_new(ctx, x, "i", &sum)) ||
+      (rc = shmap_pmax_new(ctx, x, "i", &any)) ||
+      (rc = shmap_ppermute_new(ctx, x, "i", 4, ring, &moved)))
+    return rc;
+  if (sum->dtype != SHMAP_I32 || any->dtype != SHMAP_BOOL ||
+      moved->dtype != SHMAP_BOOL)
+    return shmap_fail(ctx, "result dtypes %s %s %s",
+                      shmap_dtype_name(sum->dtype), shmap_dtype_name(any->dtype),
+                      shmap_dtype_name(moved->dtype));
+  if ((rc = shmap_out_set(ctx, 0, sum)) || (rc = shmap_out_set(ctx, 1, any)) ||
+      (rc = shmap_out_set(ctx, 2, moved)))
+    return rc;
+  /* Errors: no place for the result. */
+  if (shmap_pmin_new(ctx, x, "i", NULL) != SHMAP_EINVAL)
+    return shmap_fail(ctx, "pmin_new with out NULL did not fail");
+  return 0;
+}
+
+/* _i: mode. */
+START_TEST(t_outplace)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", _i ? "fibers" : "threads", 1), 0);
+  shmap_mesh *m = tu_mesh_new("i=4");
+  static const unsigned char v[16] = {1, 0, 1, 1, 1, 1, 0, 0,
+                                      0, 0, 0, 1, 1, 0, 1, 0};
+  shmap_array *x = tu_array_from_host(SHMAP_BOOL, 1, (int64_t[]){16}, v);
+  shmap_array *out[3] = {NULL, NULL, NULL};
+  const char *in_specs[] = {"P('i')"};
+  const char *out_specs[] = {"P()", "P()", "P('i')"};
+  int rc = shmap_map(m, outplace_body, NULL, 1, &x, in_specs, 3, out,
+                     out_specs);
+  /* The map fails on purpose (pmin_new with out NULL) after the checks
+   * above it passed: its message names the call. */
+  ck_assert_int_eq(rc, SHMAP_EINVAL);
+  ck_assert_msg(strstr(shmap_errmsg(), "pmin over 'i'") &&
+                    strstr(shmap_errmsg(), "out is NULL"),
+                "%s", shmap_errmsg());
+  shmap_array_destroy(x);
+  shmap_mesh_destroy(m);
+}
+END_TEST
+
+/* The same without the failing call: the values. */
+static int outplace_ok_body(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  shmap_block *sum = NULL, *any = NULL, *moved = NULL;
+  const int ring[4][2] = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  int rc;
+  if ((rc = shmap_psum_new(ctx, x, "i", &sum)) ||
+      (rc = shmap_pmax_new(ctx, x, "i", &any)) ||
+      (rc = shmap_ppermute_new(ctx, x, "i", 4, ring, &moved)) ||
+      (rc = shmap_out_set(ctx, 0, sum)) || (rc = shmap_out_set(ctx, 1, any)) ||
+      (rc = shmap_out_set(ctx, 2, moved)))
+    return rc;
+  return 0;
+}
+
+START_TEST(t_outplace_values)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", _i ? "fibers" : "threads", 1), 0);
+  shmap_mesh *m = tu_mesh_new("i=4");
+  static const unsigned char v[16] = {1, 0, 1, 1, 1, 1, 0, 0,
+                                      0, 0, 0, 1, 1, 0, 1, 0};
+  shmap_array *x = tu_array_from_host(SHMAP_BOOL, 1, (int64_t[]){16}, v);
+  shmap_array *out[3] = {NULL, NULL, NULL};
+  const char *in_specs[] = {"P('i')"};
+  const char *out_specs[] = {"P()", "P()", "P('i')"};
+  tu_map_ok(shmap_map(m, outplace_ok_body, NULL, 1, &x, in_specs, 3, out,
+                      out_specs),
+            "psum_new, pmax_new, ppermute_new of bool");
+  int32_t sum[4];
+  unsigned char any[4], moved[16], back[16];
+  ck_assert_int_eq(shmap_array_dtype(out[0]), SHMAP_I32);
+  ck_assert_int_eq(shmap_array_to_host(out[0], sum), 0);
+  ck_assert_int_eq(shmap_array_to_host(out[1], any), 0);
+  ck_assert_int_eq(shmap_array_to_host(out[2], moved), 0);
+  ck_assert_int_eq(shmap_array_to_host(x, back), 0);
+  static const int32_t want_sum[4] = {3, 1, 2, 2};
+  static const unsigned char want_any[4] = {1, 1, 1, 1};
+  for (int k = 0; k < 4; k++) {
+    ck_assert_int_eq(sum[k], want_sum[k]);
+    ck_assert_int_eq(any[k], want_any[k]);
+  }
+  for (int k = 0; k < 16; k++) {
+    ck_assert_int_eq(moved[k], v[(k + 12) % 16]);
+    ck_assert_int_eq(back[k], v[k]);
+  }
+  for (int k = 0; k < 3; k++)
+    shmap_array_destroy(out[k]);
+  shmap_array_destroy(x);
+  shmap_mesh_destroy(m);
+}
+END_TEST
+
 static Suite *suite(void)
 {
   Suite *s = suite_create("dtype");
@@ -532,6 +641,8 @@ static Suite *suite(void)
   tcase_set_timeout(tc, TIMEOUT);
   tcase_add_loop_test(tc, t_rules, 0, 2 * (int)(sizeof rules / sizeof rules[0]));
   tcase_add_loop_test(tc, t_errors, 0, 2 * (int)(sizeof errs / sizeof errs[0]));
+  tcase_add_loop_test(tc, t_outplace, 0, 2);
+  tcase_add_loop_test(tc, t_outplace_values, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }

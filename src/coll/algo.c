@@ -59,6 +59,12 @@ int shmap__algo_allreduce(shmap__plan *p, shmap_block *x)
   return shmap__comm_depart(c, shmap_block_nbytes(x));
 }
 
+int shmap__algo_allreduce_new(shmap__plan *p, shmap_block *res)
+{
+  /* allreduce reads src (the input) and writes every member's dst. */
+  return shmap__algo_allreduce(p, res);
+}
+
 /* ---- psum_scatter --------------------------------------------------------- */
 
 /* View the input as [outer, S, inner]: member r keeps rows [r*m, (r+1)*m)
@@ -172,6 +178,26 @@ int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res)
 }
 
 /* ---- ppermute ------------------------------------------------------------- */
+
+/* Out of place, the incoming block goes straight into the result: no
+ * member writes a buffer another reads. */
+int shmap__algo_ppermute_new(shmap__plan *p, shmap_block *res)
+{
+  shmap__coll *c = &p->c;
+  size_t bytes = shmap_block_nbytes(res);
+  int rc = shmap__comm_arrive(c);
+  if (rc)
+    return rc;
+  size_t numel = (size_t)shmap_block_numel(res);
+  RUN(whole, 0, numel);
+  if (bytes && p->to >= 0 && p->to != c->rank && shmap__comm_two_sided(c))
+    shmap__comm_send(c, p->to, &whole);
+  if (bytes && p->from >= 0)
+    shmap__comm_get(c, p->from, &whole, res->data, whole_str);
+  else if (bytes)
+    memset(res->data, 0, bytes);
+  return shmap__comm_depart(c, bytes);
+}
 
 /* The incoming block waits in a scratch block of the device's arena
  * (reused from call to call) until every member has read its source;

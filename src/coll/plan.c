@@ -177,6 +177,20 @@ static int plan_fold(shmap__plan *p, int kind)
   return 0;
 }
 
+int shmap__plan_reduce_new(shmap_ctx *ctx, const shmap_block *x,
+                           const char *axes, int kind, const char *name,
+                           bool has_out, shmap__plan *p)
+{
+  int rc = prepare(ctx, name, kind, x, axes, p);
+  if (rc || (rc = plan_fold(p, kind)))
+    return rc;
+  if (!has_out)
+    return out_null(p);
+  p->orank = x->rank;
+  memcpy(p->oshape, x->shape, sizeof p->oshape);
+  return 0;
+}
+
 int shmap__plan_reduce(shmap_ctx *ctx, shmap_block *x, const char *axes,
                        int kind, const char *name, shmap__plan *p)
 {
@@ -186,7 +200,7 @@ int shmap__plan_reduce(shmap_ctx *ctx, shmap_block *x, const char *axes,
   if (p->odtype != (int)x->dtype)
     return shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_EDTYPE,
                            "%s of %s gives %s (as in JAX), which does not fit "
-                           "in place: use shmap_%s_ex(), which returns a new "
+                           "in place: use shmap_%s_new(), which returns a new "
                            "block",
                            name, shmap_dtype_name(x->dtype),
                            shmap_dtype_name((shmap_dtype)p->odtype), name);
@@ -293,8 +307,9 @@ int shmap__plan_all_to_all(shmap_ctx *ctx, const shmap_block *x,
   return 0;
 }
 
-int shmap__plan_ppermute(shmap_ctx *ctx, shmap_block *x, const char *axes,
-                         int npairs, const int pairs[][2], shmap__plan *p)
+int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
+                         const char *axes, int npairs, const int pairs[][2],
+                         shmap__plan *p)
 {
   int rc = prepare(ctx, "ppermute", SHMAP__PPERMUTE, x, axes, p);
   if (rc)
@@ -341,7 +356,11 @@ int shmap__plan_ppermute(shmap_ctx *ctx, shmap_block *x, const char *axes,
   }
   p->c.call.npairs = npairs;
   p->c.call.pairs_hash = h;
-  p->c.call.dst = x->data;
+  /* In place, the result goes back into x (shmap_ppermute's x is not
+   * const); shmap_ppermute_new's result block replaces this. */
+  p->c.call.dst = (void *)x->data;
+  p->orank = x->rank;
+  memcpy(p->oshape, x->shape, sizeof p->oshape);
   p->from = from[p->c.rank];
   free(from);
   return 0;
