@@ -356,6 +356,12 @@ int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
   }
   p->c.call.npairs = npairs;
   p->c.call.pairs_hash = h;
+  if (npairs <= SHMAP__PAIRS_LISTED)
+    for (int t = 0, k = 0; t < n; t++)
+      if (from[t] >= 0) {
+        p->c.call.pairs[k][0] = from[t];
+        p->c.call.pairs[k++][1] = t;
+      }
   /* In place, the result goes back into x (shmap_ppermute's x is not
    * const); shmap_ppermute_new's result block replaces this. */
   p->c.call.dst = (void *)x->data;
