@@ -5,9 +5,10 @@
 # with "source <that path>" (see man/shmap-debugging.7).
 #
 # tests/test_gdb.sh debugs tests/gdb_target in gdb's batch mode with the
-# extension loaded and checks what "shmap devices", "info threads" and
-# "print *x" show.  It is skipped (exit 77) when gdb, gdb's Python or
-# ptrace is not available.
+# extension loaded, started under gdb and attached to (gdb -p), with a
+# thread per device and with fibers, and checks what "shmap devices",
+# "shmap device N", bt, frame, print and next show.  It is skipped (exit
+# 77) when gdb, gdb's Python or ptrace is not available.
 
 shmapgdbdir = $(pkgdatadir)/gdb
 shmapgdb_DATA = gdb/shmap-gdb.py
@@ -29,3 +30,9 @@ tests_gdb_target_LDFLAGS = $(AM_LDFLAGS) -no-install
 
 TESTS += tests/test_gdb.sh
 EXTRA_DIST += tests/test_gdb.sh
+
+# The transcripts of README.md and the manual pages (gdb sessions, watchdog
+# reports, traces, error messages) against fresh runs of the programs they
+# show: tests/transcripts.py --update rewrites them.
+TESTS += tests/test_transcripts.sh
+EXTRA_DIST += tests/test_transcripts.sh tests/transcripts.py

@@ -10,12 +10,17 @@
 #   shmap meshes            one line per live mesh: axes, devices, whether
 #                           a map is running and which body it runs
 #   shmap devices           every device of every live mesh: number,
-#                           coordinates, gdb thread, and what it does, in
-#                           the watchdog's words ("running its body for
-#                           1.2 s", "waiting in psum over 'j' (call #1)")
-#   shmap thread DEV [MESH] switch to the thread of device DEV
-#   $shmap_device()         the device number of the selected thread, or -1
-#                           (break f.c:42 if $shmap_device() == 3)
+#                           coordinates, the gdb thread running it (or
+#                           "parked", for a fiber no thread runs), and what
+#                           it does, in the watchdog's words ("running its
+#                           body for 1.2 s", "waiting in psum over 'j'")
+#   shmap device DEV [MESH] select device DEV: switch to its thread, or show
+#                           a parked fiber from its saved registers (also
+#                           spelled shmap thread)
+#   shmap release           give back the registers a parked fiber borrowed
+#                           (done by itself before the program resumes)
+#   $shmap_device()         the device number the selected thread runs, or
+#                           -1 (break f.c:42 if $shmap_device() == 3)
 #   set shmap values N      how many leading values the printers show
 #
 # and pretty-printers for shmap_block ("f32[2,8] {40, 41, ...}"),
@@ -28,6 +33,7 @@
 # meshes through the global list head shmap__registry.  See
 # shmap-debugging(7).
 
+import bisect
 import struct
 import sys
 import time
@@ -51,6 +57,8 @@ _KINDS = {1: "psum", 2: "pmax", 3: "pmin", 4: "pmean", 5: "psum_scatter",
           6: "all_gather", 7: "all_to_all", 8: "ppermute"}
 # enum shmap__state.
 _ST_PARKED, _ST_INPUTS, _ST_BODY, _ST_COLL, _ST_DONE = range(5)
+# enum shmap__mode.
+_MODE_THREADS, _MODE_FIBERS = 1, 2
 # Longest list of meshes or devices walked (a corrupt list ends here).
 _MAX_MESHES = 1000
 _MAX_DEVICES = 4096
@@ -276,6 +284,27 @@ def _user_frame(th, body, lib):
     return None
 
 
+def _nest_text(axes, dev):
+    """The maps a device is in, as the watchdog words them:
+    " [map over 'data' > nested over 'model']", or "" for a map over every
+    axis (older libraries have no such field)."""
+    try:
+        nest = _int(dev["dbg"]["nest"])
+    except gdb.error:
+        return ""
+    levels = nest >> 56
+    everything = (1 << len(axes)) - 1
+    if levels == 0 or (levels == 1 and (nest & 0xFF) == everything):
+        return ""
+    parts = []
+    for lvl in range(min(levels, 7)):
+        mask = (nest >> (8 * lvl)) & 0xFF
+        names = ", ".join("'%s'" % axes[a][0] for a in range(len(axes))
+                          if mask & (1 << a)) or "none"
+        parts.append("%s over %s" % ("nested" if lvl else "map", names))
+    return " [" + " > ".join(parts) + "]"
+
+
 def _state_text(rt, dev, now):
     """What the device does, worded like the watchdog, and whether the
     duration is in the past ("... ago")."""
@@ -296,10 +325,14 @@ def _state_text(rt, dev, now):
         if not _map_running(rt):
             when = ("for %.1f s" % secs) if since else ""
             return "parked between maps", when
-        what = ("returned from its body" if _int(dev["coll"]["finished"])
-                else "not started yet")
+        if not _int(dev["coll"]["finished"]):
+            # Its time of state is the end of the previous map, not when it
+            # began to wait for this one (which nothing records).
+            return "not started yet", ""
+        what = "returned from its body"
     else:
         what = "in unknown state %d" % state
+    what += _nest_text(axes, dev)
     if not since:
         return what, ""
     if what.startswith("returned"):
@@ -334,6 +367,205 @@ def _mesh_summary(rt):
     return "%s: %s  [(shmap_mesh *) 0x%x]" % (text, status, _int(rt["mesh"]))
 
 
+# ---- fibers -----------------------------------------------------------------
+#
+# In fiber mode a device runs on whichever worker thread (or, for worker 0,
+# the map's caller) switched to it, and a device that waits is parked: its
+# registers are saved on its own stack, at struct shmap__fiber's `sp`.  The
+# x86-64 switch (src/runtime/fiber.c) pushes rbp, rbx, r12, r13, r14, r15
+# below the return address and then 8 bytes of MXCSR and x87 control word:
+#
+#     sp+0 csr  sp+8 r15  sp+16 r14  sp+24 r13  sp+32 r12  sp+40 rbx
+#     sp+48 rbp  sp+56 return address (in shmap__fiber_switch, or in its
+#                      caller when the compiler turned the call into a jump)
+#
+# A running device is found by its stack: the thread whose stack pointer is
+# inside the device's fiber stack runs it.  A parked device is shown by
+# loading its saved registers into a stopped thread (its worker's) for as
+# long as it stays selected; the thread's own registers are put back before
+# the program resumes, is detached or killed, and before gdb exits.
+
+_SAVED_SLOTS = (("r15", 8), ("r14", 16), ("r13", 24), ("r12", 32),
+                ("rbx", 40), ("rbp", 48))
+_VIEW_REGS = ("rip", "rsp", "rbp", "rbx", "r12", "r13", "r14", "r15")
+
+
+def _is_fibers(rt):
+    try:
+        return (_int(rt["mode"]) == _MODE_FIBERS and _int(rt["devs"]) != 0
+                and _int(rt["started"]) != 0)
+    except gdb.error:
+        return False
+
+
+def _fiber_range(dev):
+    """[lo, hi) of a shmap__dev value's fiber stack, or None."""
+    f = dev["sched"]["fiber"]
+    lo = _int(f["stack"])
+    size = _int(f["stack_size"])
+    if lo == 0 or size <= 0 or _int(f["map"]) == 0:
+        return None
+    return lo, lo + size
+
+
+def _arch_ok():
+    try:
+        name = gdb.selected_inferior().architecture().name()
+    except (gdb.error, AttributeError):
+        return False
+    return "x86-64" in name
+
+
+class _View:
+    """The parked device whose saved registers a thread holds, if any."""
+    thread = None  # gdb.InferiorThread
+    regs = None    # the thread's own registers
+    rt_id = None
+    dev = None
+
+
+def _read_regs():
+    """The selected thread's innermost registers we may replace."""
+    f = gdb.newest_frame()
+    return {r: int(f.read_register(r)) & 0xFFFFFFFFFFFFFFFF
+            for r in _VIEW_REGS}
+
+
+def _write_regs(regs):
+    # In frame 0: in an outer frame, gdb would write the registers that
+    # frame's callees saved, on the stack.
+    gdb.newest_frame().select()
+    for r in _VIEW_REGS:
+        gdb.execute("set $%s = 0x%x" % (r, regs[r]), to_string=True)
+
+
+def _real_sp(th):
+    """A thread's own stack pointer (the one it resumes with)."""
+    if _View.thread is not None and _View.thread.ptid == th.ptid:
+        return _View.regs["rsp"]
+    th.switch()
+    return int(gdb.newest_frame().read_register("rsp")) & 0xFFFFFFFFFFFFFFFF
+
+
+def _release_view():
+    """Give the thread holding a parked device's registers its own back."""
+    th, regs = _View.thread, _View.regs
+    _View.thread = _View.regs = _View.rt_id = _View.dev = None
+    if th is None or not th.is_valid():
+        return
+    sel = gdb.selected_thread()
+    try:
+        th.switch()
+        _write_regs(regs)
+    finally:
+        if sel is not None and sel.is_valid():
+            sel.switch()
+
+
+def _load_context(th, dev):
+    """Load parked device `dev`'s saved registers into thread th (selected
+    afterwards).  The thread's own registers are kept in _View."""
+    sp = _int(dev["sched"]["fiber"]["sp"])
+    if sp == 0:
+        raise ShmapError("device %d has no saved context" % _int(dev["id"]))
+    inf = gdb.selected_inferior()
+    words = inf.read_memory(sp, 64).tobytes()
+    word = lambda off: int.from_bytes(words[off:off + 8], "little")
+    th.switch()
+    own = _read_regs()
+    regs = dict(own)
+    for r, off in _SAVED_SLOTS:
+        regs[r] = word(off)
+    regs["rip"] = word(56)
+    regs["rsp"] = sp + 64
+    try:
+        _write_regs(regs)
+    except gdb.error as e:
+        try:
+            _write_regs(own)
+        except gdb.error:
+            pass
+        raise ShmapError("cannot load the device's saved registers into "
+                         "thread %d (%s); a core file's registers cannot "
+                         "be changed" % (th.num, e))
+    _View.thread, _View.regs = th, own
+
+
+class _Cache:
+    """Stack ranges and thread handles of every device, rebuilt when the
+    set of live runtimes changes (new runtimes get new numbers)."""
+    key = None
+    ranges = []   # sorted (lo, hi, runtime number, device)
+    handles = {}  # pthread_t -> device (thread mode)
+
+
+def _device_index():
+    sig = []
+    rts = _runtimes()
+    for rt in rts:
+        sig.append((_int(rt["id"]), _int(rt["devs"]), _int(rt["started"]),
+                    _int(rt["mode"])))
+    sig = tuple(sig)
+    if sig == _Cache.key:
+        return
+    ranges, handles = [], {}
+    for rt in rts:
+        if not _int(rt["devs"]) or not _int(rt["started"]):
+            continue
+        n = min(_int(rt["ndev"]), _MAX_DEVICES)
+        fib = _is_fibers(rt)
+        for d in range(n):
+            dev = rt["devs"][d]
+            if fib:
+                r = _fiber_range(dev)
+                if r is not None:
+                    ranges.append((r[0], r[1], _int(rt["id"]), d))
+            else:
+                h = _int(dev["thread"])
+                if h:
+                    handles[h] = d
+    ranges.sort()
+    _Cache.key, _Cache.ranges, _Cache.handles = sig, ranges, handles
+
+
+def _device_at_sp(sp):
+    """(runtime number, device) whose fiber stack holds sp, or None."""
+    _device_index()
+    i = bisect.bisect_right(_Cache.ranges, (sp, float("inf"))) - 1
+    if i >= 0:
+        lo, hi, rid, d = _Cache.ranges[i]
+        if lo <= sp < hi:
+            return rid, d
+    return None
+
+
+def _fiber_threads(rt):
+    """{device: gdb thread} of the devices of a fiber-mode runtime that a
+    thread is running now."""
+    out = {}
+    rid = _int(rt["id"])
+    for th in gdb.selected_inferior().threads():
+        try:
+            hit = _device_at_sp(_real_sp(th))
+        except gdb.error:
+            continue
+        if hit is not None and hit[0] == rid:
+            out[hit[1]] = th
+    return out
+
+
+def _worker_thread(rt, dev, maps):
+    """The gdb thread of a fiber device's worker (where a parked device is
+    shown), or None."""
+    try:
+        w = dev["sched"]["worker"]
+        if _int(w) == 0:
+            return None
+        return _find_thread(w.dereference(), maps)
+    except gdb.error:
+        return None
+
+
 # ---- commands ---------------------------------------------------------------
 
 class ShmapPrefix(gdb.Command):
@@ -341,7 +573,8 @@ class ShmapPrefix(gdb.Command):
 
 shmap meshes            -- one line per live mesh
 shmap devices [MESH]    -- every device of every live mesh (or of mesh #MESH)
-shmap thread DEV [MESH] -- switch to the thread of device DEV
+shmap device DEV [MESH] -- select device DEV (also: shmap thread DEV)
+shmap release           -- give back the registers a parked fiber borrowed
 See also: set shmap values, $shmap_device(), and shmap-debugging(7)."""
 
     def __init__(self):
@@ -420,8 +653,22 @@ include the time the program has been stopped in gdb."""
         sel_thread = gdb.selected_thread()
         try:
             sel_frame = gdb.selected_frame()
+            sel_level = sel_frame.level()
         except gdb.error:
-            sel_frame = None
+            sel_frame, sel_level = None, 0
+        # The selected device: the parked one shown, or the one the
+        # selected thread runs.
+        view = None
+        if _View.thread is not None and sel_thread is not None:
+            view = (_View.thread, _View.rt_id, _View.dev)
+        sel_dev = None
+        try:
+            if view is not None and view[0].ptid == sel_thread.ptid:
+                sel_dev = view[1:]
+            elif sel_thread is not None:
+                sel_dev = _device_at_sp(_real_sp(sel_thread))
+        except gdb.error:
+            pass
         maps = _thread_maps()
         since_all = []
         for rt in rts:
@@ -429,19 +676,36 @@ include the time the program has been stopped in gdb."""
                 n = min(_int(rt["ndev"]), _MAX_DEVICES)
                 since_all += [_int(rt["devs"][d]["dbg"]["since"]) for d in range(n)]
         now, exact = _now_ns(since_all)
+        # Showing where parked devices are borrows threads: give back the
+        # one that shows a device, and show it again afterwards.
+        _release_view()
         try:
             for rt in rts:
-                self._mesh(rt, maps, now, sel_thread)
+                self._mesh(rt, maps, now, sel_thread, sel_dev)
         finally:
+            if view is not None and view[0].is_valid():
+                for rt in _runtimes():
+                    if _int(rt["id"]) == view[1]:
+                        _load_context(view[0], rt["devs"][view[2]])
+                        _View.rt_id, _View.dev = view[1], view[2]
             if sel_thread is not None and sel_thread.is_valid():
                 sel_thread.switch()
-                if sel_frame is not None and sel_frame.is_valid():
+                if view is not None:
+                    try:
+                        f = gdb.newest_frame()
+                        for _ in range(sel_level):
+                            f = f.older() if f is not None else None
+                        if f is not None:
+                            f.select()
+                    except gdb.error:
+                        pass
+                elif sel_frame is not None and sel_frame.is_valid():
                     sel_frame.select()
         if not exact:
             gdb.write("(not a live process: times are counted up to the "
                       "last change of state)\n")
 
-    def _mesh(self, rt, maps, now, sel_thread):
+    def _mesh(self, rt, maps, now, sel_thread, sel_dev):
         gdb.write(_mesh_summary(rt) + "\n")
         mesh = rt["mesh"].dereference()
         axes = _mesh_axes(mesh)
@@ -453,26 +717,50 @@ include the time the program has been stopped in gdb."""
             return
         body = _body_function(rt)
         lib = _library_location()
+        fib = _is_fibers(rt)
+        running = _fiber_threads(rt) if fib else {}
+        rid = _int(rt["id"])
         rows = []
         for d in range(ndev):
             dev = rt["devs"][d]
-            th = _find_thread(dev, maps)
             what, when = _state_text(rt, dev, now)
-            tname = _str(dev["name"])
-            tcol = "thread %d" % th.num if th is not None else "no thread"
-            where = ""
             state = _int(dev["dbg"]["state"])
-            if (th is not None and body is not None and ndev <= _MAX_WHERE
-                    and state in (_ST_BODY, _ST_COLL)):
-                try:
-                    uf = _user_frame(th, body, lib)
-                except gdb.error:
-                    uf = None
-                if uf is not None:
-                    where = "%s() at %s (frame %d)" % (uf[1], uf[2] or "?",
-                                                      uf[0])
-            mark = "*" if (th is not None and sel_thread is not None
-                           and th.ptid == sel_thread.ptid) else " "
+            want_where = (body is not None and ndev <= _MAX_WHERE
+                          and state in (_ST_BODY, _ST_COLL))
+            uf = None
+            if fib:
+                th = running.get(d)
+                wth = _worker_thread(rt, dev, maps)
+                if th is not None:
+                    tcol, tname = "thread %d" % th.num, th.name or ""
+                else:
+                    tcol = "parked"
+                    tname = _str(dev["sched"]["worker"]["name"]) if _int(
+                        dev["sched"]["worker"]) else ""
+                mark = "*" if sel_dev == (rid, d) else " "
+                if want_where and th is not None:
+                    uf = self._where(th, body, lib)
+                elif want_where and _arch_ok():
+                    borrow = wth or sel_thread
+                    if borrow is not None:
+                        try:
+                            _load_context(borrow, dev)
+                            uf = self._where(borrow, body, lib)
+                        except (ShmapError, gdb.error):
+                            uf = None
+                        finally:
+                            _release_view()
+            else:
+                th = _find_thread(dev, maps)
+                tname = _str(dev["name"])
+                tcol = "thread %d" % th.num if th is not None else "no thread"
+                mark = "*" if (th is not None and sel_thread is not None
+                               and th.ptid == sel_thread.ptid) else " "
+                if want_where and th is not None:
+                    uf = self._where(th, body, lib)
+            where = ""
+            if uf is not None:
+                where = "%s() at %s (frame %d)" % (uf[1], uf[2] or "?", uf[0])
             rows.append((mark, _devname(axes, d) + ":", tcol,
                          '"%s"' % tname if tname else "",
                          (what + " " + when).strip(), where))
@@ -481,46 +769,116 @@ include the time the program has been stopped in gdb."""
             cols = [r[k].ljust(widths[k]) for k in range(len(r) - 1)] + [r[-1]]
             gdb.write((cols[0] + " " + "  ".join(cols[1:])).rstrip() + "\n")
 
+    @staticmethod
+    def _where(th, body, lib):
+        try:
+            return _user_frame(th, body, lib)
+        except gdb.error:
+            return None
 
-class ShmapThread(gdb.Command):
-    """Switch to the thread of a libshmap device: shmap thread DEV [MESH]
+
+class ShmapDevice(gdb.Command):
+    """Select a libshmap device: shmap device DEV [MESH] (or shmap thread)
 
 DEV is the device number (as in "shmap devices"); MESH the mesh number,
-needed only when several meshes are live (the newest is the default)."""
+needed only when several meshes are live (the newest is the default).
 
-    def __init__(self):
-        super().__init__("shmap thread", gdb.COMMAND_RUNNING,
-                         gdb.COMPLETE_NONE)
+With a thread per device, or for a fiber that a thread is running, this
+switches to that thread.  A parked fiber (a device waiting in fiber mode)
+has no thread: its registers, saved on its own stack when it stopped, are
+loaded into its worker's thread, so that bt, frame, info locals and print
+show the device.  That thread gets its own registers back when another
+device is selected, with "shmap release", and before the program resumes
+(continue, next, step, finish, ...), is killed or detached, and before gdb
+exits.  A parked device cannot be stepped (it runs only when its worker
+switches back to it): break at a line with "if $shmap_device() == DEV"
+and continue instead."""
+
+    def __init__(self, name):
+        super().__init__(name, gdb.COMMAND_RUNNING, gdb.COMPLETE_NONE)
+        self._name = name
 
     def invoke(self, arg, from_tty):
-        _run(lambda: self._switch(arg, from_tty))
+        _run(lambda: self._select(arg, from_tty))
 
-    def _switch(self, arg, from_tty):
-        usage = "usage: shmap thread DEV [MESH]"
+    def _select(self, arg, from_tty):
+        usage = "usage: %s DEV [MESH]" % self._name
         nums = _parse_ints(arg, 2, usage)
         if not nums:
             raise ShmapError(usage)
         rts = _runtimes()
         if len(nums) > 1:
             rts = [rt for rt in rts if _int(rt["id"]) == nums[1]]
-        rts = [rt for rt in rts if _int(rt["devs"])]
+        rts = [rt for rt in rts if _int(rt["devs"]) and _int(rt["started"])]
         if not rts:
-            raise ShmapError("no live mesh with device threads%s" % (
-                " numbered #%d" % nums[1] if len(nums) > 1 else ""))
+            raise ShmapError("no live mesh with running devices%s (devices "
+                             "start at a mesh's first map)" % (
+                                 " numbered #%d" % nums[1]
+                                 if len(nums) > 1 else ""))
         rt = rts[-1]
-        if not 0 <= nums[0] < _int(rt["ndev"]):
+        d = nums[0]
+        if not 0 <= d < _int(rt["ndev"]):
             raise ShmapError("mesh #%d has no device %d" % (_int(rt["id"]),
-                                                            nums[0]))
-        th = _find_thread(rt["devs"][nums[0]], _thread_maps())
+                                                            d))
+        dev = rt["devs"][d]
+        _release_view()
+        if not _is_fibers(rt):
+            th = _find_thread(dev, _thread_maps())
+            if th is None:
+                raise ShmapError("cannot find the thread of device %d" % d)
+            gdb.execute("thread %d" % th.num, from_tty)
+            return
+        sel = gdb.selected_thread()
+        running = _fiber_threads(rt)
+        if d in running:
+            gdb.execute("thread %d" % running[d].num, from_tty)
+            return
+        if not _arch_ok():
+            if sel is not None:
+                sel.switch()
+            raise ShmapError(
+                "device %d is a parked fiber, and reading a fiber's saved "
+                "registers is implemented for x86-64 only; run the program "
+                "with SHMAP_SCHED=threads to give each device a thread" % d)
+        th = _worker_thread(rt, dev, _thread_maps()) or sel
         if th is None:
-            raise ShmapError("cannot find the thread of device %d" % nums[0])
-        gdb.execute("thread %d" % th.num, from_tty)
+            raise ShmapError("no thread to show device %d on" % d)
+        axes = _mesh_axes(rt["mesh"].dereference())
+        try:
+            _load_context(th, dev)
+        except (ShmapError, gdb.error):
+            if sel is not None and sel.is_valid():
+                sel.switch()
+            raise
+        _View.rt_id, _View.dev = _int(rt["id"]), d
+        gdb.write("[%s is a parked fiber: thread %d \"%s\" shows its saved "
+                  "registers until the program resumes]\n"
+                  % (_devname(axes, d)[0].upper() + _devname(axes, d)[1:],
+                     th.num, th.name or ""))
+        gdb.execute("frame", from_tty)
+
+
+class ShmapRelease(gdb.Command):
+    """Give back the registers of the thread that shows a parked device.
+
+"shmap device DEV" shows a parked fiber by loading its saved registers into
+a thread; this puts the thread's own registers back.  It happens by itself
+before the program resumes, is killed or detached, and before gdb exits."""
+
+    def __init__(self):
+        super().__init__("shmap release", gdb.COMMAND_RUNNING,
+                         gdb.COMPLETE_NONE)
+
+    def invoke(self, arg, from_tty):
+        _run(_release_view)
 
 
 class ShmapDeviceFunction(gdb.Function):
-    """$shmap_device() - the libshmap device number of the selected thread,
-or -1 when it is not a device thread.  For a breakpoint in one device
-without calling into the program:  break body.c:42 if $shmap_device() == 3"""
+    """$shmap_device() - the libshmap device number of the selected thread
+(in fiber mode: of the device that thread runs, or of the parked device
+"shmap device" shows), or -1 when it runs no device.  For a breakpoint in
+one device without calling into the program:
+    break body.c:42 if $shmap_device() == 3"""
 
     def __init__(self):
         super().__init__("shmap_device")
@@ -530,26 +888,74 @@ without calling into the program:  break body.c:42 if $shmap_device() == 3"""
         if th is None:
             return -1
         try:
-            h = th.handle()
-            key = int.from_bytes(bytes(h), sys.byteorder) if h else None
-        except (gdb.error, RuntimeError, AttributeError, TypeError,
-                ValueError):
-            key = None
-        try:
-            for rt in _runtimes():
-                if _int(rt["devs"]) == 0:
-                    continue
-                devs = rt["devs"]
-                for d in range(min(_int(rt["ndev"]), _MAX_DEVICES)):
-                    dev = devs[d]
-                    if key is not None:
-                        if _int(dev["thread"]) == key:
+            _device_index()
+            if _Cache.ranges:
+                sp = int(gdb.selected_frame().read_register("sp"))
+                hit = _device_at_sp(sp & 0xFFFFFFFFFFFFFFFF)
+                if hit is not None:
+                    return hit[1]
+            if _Cache.handles:
+                h = th.handle()
+                key = int.from_bytes(bytes(h), sys.byteorder) if h else None
+                if key in _Cache.handles:
+                    return _Cache.handles[key]
+            # Without a usable handle, the thread's name.
+            if th.name:
+                for rt in _runtimes():
+                    if not _int(rt["devs"]) or _is_fibers(rt):
+                        continue
+                    for d in range(min(_int(rt["ndev"]), _MAX_DEVICES)):
+                        if _str(rt["devs"][d]["name"]) == th.name:
                             return d
-                    elif th.name and _str(dev["name"]) == th.name:
-                        return d
-        except (ShmapError, gdb.error):
+        except (ShmapError, gdb.error, RuntimeError, AttributeError,
+                TypeError, ValueError):
             pass
         return -1
+
+
+# Commands that let the program run, or end the session with it: before
+# each, a thread showing a parked device gets its own registers back.
+# (Not "call" and "print": a function called while a parked device is
+# shown runs on that device's stack, below its saved frames, and gdb puts
+# the shown registers back when it returns; the other threads run
+# meanwhile, so the device may have moved on: "shmap device" shows it
+# afresh.)
+_RESUMING = ("continue", "next", "step", "stepi", "nexti", "finish", "until",
+             "advance", "jump", "signal", "queue-signal", "kill", "detach",
+             "disconnect", "run", "start", "starti")
+
+
+def _install_hooks():
+    for cmd in _RESUMING:
+        try:
+            shown = gdb.execute("show user hook-%s" % cmd, to_string=True)
+        except gdb.error:
+            shown = ""
+        if shown.strip() and "shmap release" not in shown:
+            continue  # the user's own hook stays
+        gdb.execute("define hook-%s\nshmap release\nend" % cmd,
+                    to_string=True)
+
+    def exiting(_event):
+        try:
+            _release_view()
+        except (gdb.error, ShmapError):
+            pass
+
+    def exited(_event):
+        _View.thread = _View.regs = _View.rt_id = _View.dev = None
+        _Cache.key = None
+
+    # Sourcing the file twice must not connect the handlers twice.
+    old = getattr(gdb, "_shmap_event_handlers", None)
+    if old is not None:
+        if hasattr(gdb.events, "gdb_exiting"):
+            gdb.events.gdb_exiting.disconnect(old[0])
+        gdb.events.exited.disconnect(old[1])
+    if hasattr(gdb.events, "gdb_exiting"):
+        gdb.events.gdb_exiting.connect(exiting)
+    gdb.events.exited.connect(exited)
+    gdb._shmap_event_handlers = (exiting, exited)
 
 
 class ShmapSetPrefix(gdb.Command):
@@ -815,11 +1221,14 @@ def _install():
     ShmapPrefix()
     ShmapMeshes()
     ShmapDevices()
-    ShmapThread()
+    ShmapDevice("shmap device")
+    ShmapDevice("shmap thread")
+    ShmapRelease()
     ShmapDeviceFunction()
     ShmapSetPrefix("set shmap")
     ShmapSetPrefix("show shmap")
     ShmapValues()
+    _install_hooks()
 
 
 _install()

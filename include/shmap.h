@@ -250,6 +250,7 @@ typedef struct shmap_stats {
   uint64_t bytes_host;      /* bytes copied between host memory and blocks */
   uint64_t bytes_local;     /* bytes a device copied from its own blocks */
   uint64_t bytes_moved;     /* bytes a device copied from another's blocks */
+  uint64_t bytes_transferred; /* bytes copied in from another mesh's blocks */
 } shmap_stats;
 SHMAP_EXTERN int shmap_mesh_stats(const shmap_mesh *mesh, shmap_stats *stats);
 SHMAP_EXTERN void shmap_mesh_stats_reset(shmap_mesh *mesh);
@@ -377,6 +378,83 @@ SHMAP_EXTERN int shmap_set_watchdog(double seconds);
  * records the whole run and writes at exit. */
 SHMAP_EXTERN int shmap_trace_start(const char *path);
 SHMAP_EXTERN int shmap_trace_stop(void);
+
+
+/* ---- parts of a mesh: partial-manual and nested maps, sub-meshes -------- */
+
+/*
+ * Options of shmap_map_ex() and shmap_map_nested().  Zero-initialise and
+ * set what you need; a NULL options pointer means all defaults.
+ */
+typedef struct shmap_map_opts {
+  unsigned flags;          /* SHMAP_NO_CHECK_REP */
+  /* The map's manual axes, e.g. "data" or "('data', 'model')".  NULL or ""
+   * means every axis the map may take: all axes of the mesh for
+   * shmap_map_ex(), every free axis of the outer map for
+   * shmap_map_nested().  Specs and collectives of the body may name only
+   * manual axes; along the other (free) axes the body is not split and
+   * devices hold equal values. */
+  const char *manual_axes;
+} shmap_map_opts;
+
+/* shmap_map() with options: a map over some axes of the mesh. */
+SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
+                              int nin, shmap_array *const in[],
+                              const char *const in_specs[], int nout,
+                              shmap_array *out[],
+                              const char *const out_specs[],
+                              const shmap_map_opts *opts);
+/*
+ * Inside a body: a map over some of the outer map's free axes, on the
+ * body's blocks.  Input k (a block of this device) is split by in_specs[k]
+ * over the inner axes; out[k] receives a new block of the outer body (a
+ * scratch block, see shmap_block_alloc) assembled by out_specs[k].  Every
+ * device of the outer map must make the same nested call.
+ */
+SHMAP_EXTERN int shmap_map_nested(shmap_ctx *ctx, shmap_body_fn body,
+                                  void *arg, int nin,
+                                  const shmap_block *const in[],
+                                  const char *const in_specs[], int nout,
+                                  shmap_block *out[],
+                                  const char *const out_specs[],
+                                  const shmap_map_opts *opts);
+/* The context of the map this body's map is nested in (NULL for a map
+ * that is not nested); collectives over the outer map's axes use it. */
+SHMAP_EXTERN shmap_ctx *shmap_ctx_outer(const shmap_ctx *ctx);
+/* The manual axes of the body's map in canonical form, e.g. "('i', 'j')";
+ * returns the length, like snprintf. */
+SHMAP_EXTERN int shmap_ctx_manual_axes(const shmap_ctx *ctx, char *buf,
+                                       size_t len);
+
+/*
+ * Sub-meshes: a mesh over some devices of another.  shmap_mesh_slice()
+ * fixes coordinates of some axes, e.g. "stage=1" of "stage=2, data=2,
+ * model=2" is the mesh "data=2, model=2" over devices 4..7;
+ * shmap_mesh_submesh() lays a new mesh (text as for shmap_mesh_create)
+ * over the listed devices of `parent` (row-major order, all distinct).
+ * Sub-meshes run maps independently of their parent and of each other, so
+ * different slices may run maps at the same time from different threads.
+ */
+SHMAP_EXTERN int shmap_mesh_slice(shmap_mesh **sub, shmap_mesh *parent,
+                                  const char *coords);
+SHMAP_EXTERN int shmap_mesh_submesh(shmap_mesh **sub, shmap_mesh *parent,
+                                    const char *text, const int devices[]);
+/* The parent of a sub-mesh (NULL for a mesh made by shmap_mesh_create). */
+SHMAP_EXTERN shmap_mesh *shmap_mesh_parent(const shmap_mesh *mesh);
+/* The device of the parent mesh that device `device` of a sub-mesh is
+ * (the device itself for a mesh without parent). */
+SHMAP_EXTERN int shmap_mesh_parent_device(const shmap_mesh *mesh, int device);
+
+/*
+ * Move an array to `spec` on `mesh`, which may be any mesh (another
+ * shape, another number of devices, a sub-mesh): every device of `mesh`
+ * copies each piece of its block once, straight from a device of the
+ * source mesh that holds it (the same physical device when it holds one).
+ * Counted in the destination mesh's statistics (bytes_transferred).
+ */
+SHMAP_EXTERN int shmap_array_transfer(shmap_array **out,
+                                      const shmap_array *array,
+                                      shmap_mesh *mesh, const char *spec);
 
 #ifdef __cplusplus
 }

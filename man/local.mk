@@ -106,3 +106,15 @@ dist_man_MANS += \
 
 TESTS += tests/check-man.sh
 EXTRA_DIST += tests/check-man.sh
+
+# Parts of a mesh: maps over some axes, nested maps, sub-meshes, transfers.
+dist_man_MANS += \
+	man/shmap_map_ex.3 \
+	man/shmap_map_nested.3 \
+	man/shmap_ctx_outer.3 \
+	man/shmap_ctx_manual_axes.3 \
+	man/shmap_mesh_slice.3 \
+	man/shmap_mesh_submesh.3 \
+	man/shmap_mesh_parent.3 \
+	man/shmap_mesh_parent_device.3 \
+	man/shmap_array_transfer.3

@@ -59,6 +59,14 @@ struct shmap_mesh {
   _Atomic int refs;
   /* Data movement counters (updated under the runtime lock). */
   shmap_stats stats;
+  /* A sub-mesh (submesh.c): its parent, which it keeps alive, and per
+   * device the parent's device number and the root mesh's (the mesh at
+   * the top of the chain), which is the physical device.  NULL for a mesh
+   * of its own.  A transport places a sub-mesh's device where it places
+   * the root's device rootdev[d]. */
+  shmap_mesh *parent;
+  int *pdev;
+  int *rootdev;
 };
 
 void shmap__mesh_retain(shmap_mesh *mesh);
@@ -70,6 +78,23 @@ void shmap__mesh_coords(const shmap_mesh *mesh, int dev, int coords[]);
 void shmap__mesh_devname(const shmap_mesh *mesh, int dev, char *buf, size_t n);
 /* True when `name` is a valid axis name (identifier, not "None"). */
 bool shmap__valid_axis_name(const char *name, size_t len);
+/* A new mesh from axis names (NUL-terminated) and sizes; `src` is the text
+ * it came from, for messages (may be NULL). */
+int shmap__mesh_build(shmap_mesh **out, int naxes, const char *const names[],
+                      const size_t lens[], const int sizes[], const char *src);
+/* Parse mesh text ("i=4, j=2") into names (pointers into text), lengths and
+ * sizes; returns the number of axes or a negative error. */
+int shmap__mesh_parse(const char *text, const char *names[], size_t lens[],
+                      int sizes[]);
+/* The mesh at the top of a chain of sub-meshes, and the device of it that
+ * device `dev` of `mesh` is. */
+const shmap_mesh *shmap__mesh_root(const shmap_mesh *mesh);
+int shmap__mesh_rootdev(const shmap_mesh *mesh, int dev);
+/* Bits of every axis of the mesh. */
+static inline unsigned shmap__mesh_all(const shmap_mesh *mesh)
+{
+  return (1u << mesh->naxes) - 1u;
+}
 
 /* ---- spec.c ------------------------------------------------------------ */
 
@@ -96,6 +121,18 @@ int shmap__spec_parse(const char *text, shmap__pspec *out);
  * SHMAP_EAXIS errors naming the axis and the spec. */
 int shmap__spec_resolve(const shmap_mesh *mesh, const char *text,
                         shmap__spec *out);
+/* The same for a map whose manual axes are the bits of `manual`: an axis
+ * of the mesh that is not manual is an SHMAP_EAXIS error naming it and the
+ * manual axes. */
+int shmap__spec_resolve_manual(const shmap_mesh *mesh, unsigned manual,
+                               const char *text, shmap__spec *out);
+/* Check that axes[] are manual (bits of `manual`); `op` and `text` name
+ * the call in the message. */
+int shmap__axes_manual(const shmap_mesh *mesh, unsigned manual, const char *op,
+                       const char *text, const int axes[], int naxes);
+/* "'i', 'j'" for the axes whose bits are set (or "none"). */
+void shmap__mask_format(const shmap_mesh *mesh, unsigned mask, char *buf,
+                        size_t n);
 /* Check a resolved spec against an array: length <= rank, and when shape is
  * not NULL each dimension divisible by its count.  `what` names the spec
  * in messages (e.g. "in_specs[1]"). */

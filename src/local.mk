@@ -5,6 +5,8 @@ src_libshmap_core_la_SOURCES = \
 	src/error.c \
 	src/alloc.c \
 	src/mesh.c \
+	src/submesh.c \
+	src/transfer.c \
 	src/spec.c \
 	src/layout.c \
 	src/array.c \

@@ -14,8 +14,8 @@
 int shmap__dev_fail(shmap_ctx *ctx, const char *op, int code, const char *fmt,
                     ...)
 {
-  char me[96], text[SHMAP__MSG_MAX];
-  shmap__mesh_devname(ctx->rt->mesh, ctx->dev, me, sizeof me);
+  char me[400], text[SHMAP__MSG_MAX];
+  shmap__ctx_devname(ctx, me, sizeof me);
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(text, sizeof text, fmt, ap);
@@ -24,6 +24,21 @@ int shmap__dev_fail(shmap_ctx *ctx, const char *op, int code, const char *fmt,
   if (!ctx->err)
     ctx->err = code;
   return shmap__fail(ctx->rt, ctx->dev, code, shmap__errbuf());
+}
+
+void shmap__ctx_devname(const shmap_ctx *ctx, char *buf, size_t n)
+{
+  const shmap_mesh *mesh = ctx->rt->mesh;
+  shmap__mesh_devname(mesh, ctx->dev, buf, n);
+  if (!ctx->depth)
+    return;
+  char axes[320];
+  shmap__mask_format(mesh, ctx->manual, axes, sizeof axes);
+  shmap__cat(buf, n, " in a map nested over %s", axes);
+  for (const shmap_ctx *o = ctx->outer; o; o = o->outer) {
+    shmap__mask_format(mesh, o->manual, axes, sizeof axes);
+    shmap__cat(buf, n, " inside a map over %s", axes);
+  }
 }
 
 int shmap__canceled(shmap_ctx *ctx, const char *op)
@@ -39,16 +54,44 @@ int shmap__canceled(shmap_ctx *ctx, const char *op)
                     op, me, rt->fail_msg);
 }
 
+/*
+ * A body may use the context of the map it is nested in (for collectives
+ * over the outer axes) as well as its own.  Collective calls are numbered
+ * per device whichever context makes them, so the numbers of the chain of
+ * contexts are brought level before each use: the largest is the device's
+ * count, and every call numbers itself from the context it is made with.
+ */
 int shmap__ctx_check(shmap_ctx *ctx, const char *op)
 {
   if (!ctx)
     return shmap__err(SHMAP_EINVAL, "%s: ctx is NULL", op);
-  if (ctx != shmap__current())
+  shmap_ctx *cur = shmap__current();
+  if (ctx == cur && !cur->outer)
+    return 0;
+  bool found = false;
+  uint32_t seq = 0;
+  for (shmap_ctx *c = cur; c; c = c->outer) {
+    found = found || c == ctx;
+    if (c->seq > seq)
+      seq = c->seq;
+  }
+  if (!found)
     return shmap__err(SHMAP_ESTATE,
                       "%s: ctx is not the context of a body running on this "
                       "thread (call it from inside the body it was given to)",
                       op);
+  ctx->seq = seq;
   return 0;
+}
+
+int shmap__ctx_axes(shmap_ctx *ctx, const char *op, const char *text,
+                    const int axes[], int naxes)
+{
+  if (ctx->manual == shmap__mesh_all(ctx->rt->mesh))
+    return 0;
+  int rc = shmap__axes_manual(ctx->rt->mesh, ctx->manual, op, text, axes,
+                              naxes);
+  return rc ? shmap__dev_fail(ctx, op, rc, "%s", shmap__errbuf()) : 0;
 }
 
 /* ---- the body's side ----------------------------------------------------- */
@@ -218,8 +261,8 @@ SHMAP_EXTERN int shmap_fail(shmap_ctx *ctx, const char *fmt, ...)
   int rc = shmap__ctx_check(ctx, "shmap_fail");
   if (rc)
     return rc;
-  char me[96], text[SHMAP__MSG_MAX];
-  shmap__mesh_devname(ctx->rt->mesh, ctx->dev, me, sizeof me);
+  char me[400], text[SHMAP__MSG_MAX];
+  shmap__ctx_devname(ctx, me, sizeof me);
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(text, sizeof text, fmt ? fmt : "(no message)", ap);
@@ -238,6 +281,8 @@ static void run_device(shmap__job *job, int dev)
   shmap__runtime *rt = ctx->rt;
   shmap__dev *self = &rt->devs[dev];
   self->ctx = ctx;
+  atomic_store_explicit(&self->dbg.nest, (uint64_t)1 << 56 | job->manual,
+                        memory_order_relaxed);
   shmap__set_current(ctx);
   shmap__set_state(self, SHMAP__ST_INPUTS, 0, shmap__now());
   bool ok = true;
@@ -280,6 +325,7 @@ static void run_device(shmap__job *job, int dev)
   shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
   shmap__set_current(NULL);
   self->ctx = NULL;
+  atomic_store_explicit(&self->dbg.nest, 0, memory_order_relaxed);
   /* Peers waiting for this device in a collective must learn that it
    * left. */
   shmap__comm_finish(ctx->comm, dev);
@@ -353,7 +399,10 @@ static int check_replicated(shmap__job *job, int k, const char *spec_text,
                             const shmap__spec *spec)
 {
   shmap_mesh *mesh = job->mesh;
-  unsigned mask = shmap__spec_axes_mask(spec);
+  /* Devices along free axes ran the same body on the same blocks; only the
+   * manual axes the spec leaves out are promised equal by the body. */
+  unsigned mask = shmap__spec_axes_mask(spec) |
+                  (shmap__mesh_all(mesh) & ~job->manual);
   for (int d = 0; d < mesh->ndev; d++) {
     int rep = shmap__representative(mesh, mask, d);
     if (rep == d)
@@ -455,12 +504,13 @@ static int prepare_inputs(shmap__job *job, const char *const in_specs[])
       return shmap__err(SHMAP_EINVAL, "input %d is NULL", k);
     if (a->mesh && a->mesh != job->mesh)
       return shmap__err(SHMAP_EINVAL,
-                        "input %d is sharded on another mesh; export it to "
-                        "the host (shmap_array_to_host) to move it", k);
+                        "input %d is sharded on another mesh; move it with "
+                        "shmap_array_transfer first", k);
     if (!in_specs[k])
       return shmap__err(SHMAP_EINVAL, "%s is NULL", what);
     shmap__in_info *ii = &job->ins[k];
-    int rc = shmap__spec_resolve(job->mesh, in_specs[k], &ii->spec);
+    int rc = shmap__spec_resolve_manual(job->mesh, job->manual, in_specs[k],
+                                        &ii->spec);
     if (rc)
       return shmap__err_prefix(rc, "%s", what);
     rc = shmap__spec_fit(job->mesh, what, in_specs[k], &ii->spec, a->rank,
@@ -482,10 +532,10 @@ static void free_job(shmap__job *job)
   free(job->ins);
 }
 
-int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
-               shmap_array *const in[], const char *const in_specs[],
-               int nout, shmap_array *out[], const char *const out_specs[],
-               unsigned flags)
+static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
+                   shmap_array *const in[], const char *const in_specs[],
+                   int nout, shmap_array *out[], const char *const out_specs[],
+                   unsigned flags, const char *manual_text)
 {
   if (!mesh || !body)
     return shmap__err(SHMAP_EINVAL, "shmap_map: %s is NULL", mesh ? "body" : "mesh");
@@ -501,13 +551,26 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
   shmap_ctx *outer = shmap__current();
   if (outer)
     return shmap__dev_fail(outer, "shmap_map", SHMAP_ESTATE,
-                           "called from inside a body; nested maps are not "
-                           "supported");
+                           "called from inside a body; a map inside a body "
+                           "is shmap_map_nested, over the outer map's free "
+                           "axes");
   for (int k = 0; k < nout; k++)
     out[k] = NULL;
 
   shmap__job job = {.mesh = mesh, .body = body, .arg = arg, .nin = nin,
-                    .nout = nout, .in = in};
+                    .nout = nout, .in = in, .manual = shmap__mesh_all(mesh)};
+  if (manual_text && *manual_text) {
+    int axes[SHMAP_MAX_AXES], n;
+    int rc = shmap__axes_parse(mesh, "shmap_map_ex: manual_axes", manual_text,
+                               axes, &n);
+    if (rc)
+      return rc;
+    if (n > 0) {
+      job.manual = 0;
+      for (int i = 0; i < n; i++)
+        job.manual |= 1u << axes[i];
+    }
+  }
   shmap__spec *ospec = NULL;
   shmap_block **slots = NULL;
   shmap_array **res = NULL;
@@ -526,7 +589,8 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
       rc = shmap__err(SHMAP_EINVAL, "out_specs[%d] is NULL", k);
       goto done;
     }
-    if ((rc = shmap__spec_resolve(mesh, out_specs[k], &ospec[k]))) {
+    if ((rc = shmap__spec_resolve_manual(mesh, job.manual, out_specs[k],
+                                         &ospec[k]))) {
       rc = shmap__err_prefix(rc, "out_specs[%d]", k);
       goto done;
     }
@@ -550,6 +614,7 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
     shmap__mesh_coords(mesh, d, ctx->coords);
     ctx->in = slots + (size_t)d * per;
     ctx->out = ctx->in + nin;
+    ctx->manual = job.manual;
   }
 
   shmap__runtime *rt = mesh->rt;
@@ -603,6 +668,15 @@ done:
   return rc;
 }
 
+int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
+               shmap_array *const in[], const char *const in_specs[],
+               int nout, shmap_array *out[], const char *const out_specs[],
+               unsigned flags)
+{
+  return map_run(mesh, body, arg, nin, in, in_specs, nout, out, out_specs,
+                 flags, NULL);
+}
+
 SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
                                  void *arg, int nin, shmap_array *const in[],
                                  const char *const in_specs[], int nout,
@@ -615,6 +689,23 @@ SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
                     flags);
 }
 
+SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
+                              int nin, shmap_array *const in[],
+                              const char *const in_specs[], int nout,
+                              shmap_array *out[],
+                              const char *const out_specs[],
+                              const shmap_map_opts *opts)
+{
+  static const shmap_map_opts defaults;
+  if (!opts)
+    opts = &defaults;
+  if (opts->flags & ~SHMAP_NO_CHECK_REP)
+    return shmap__err(SHMAP_EINVAL, "shmap_map_ex: unknown flags 0x%x",
+                      opts->flags);
+  return map_run(mesh, body, arg, nin, in, in_specs, nout, out, out_specs,
+                 opts->flags, opts->manual_axes);
+}
+
 SHMAP_EXTERN int shmap_map(shmap_mesh *mesh, shmap_body_fn body, void *arg,
                            int nin, shmap_array *const in[],
                            const char *const in_specs[], int nout,
@@ -622,4 +713,490 @@ SHMAP_EXTERN int shmap_map(shmap_mesh *mesh, shmap_body_fn body, void *arg,
 {
   return shmap_map_flags(mesh, body, arg, nin, in, in_specs, nout, out,
                          out_specs, 0);
+}
+
+/* ---- nested maps ------------------------------------------------------------ *
+ *
+ * A map over some axes runs its body on every device: devices along the free
+ * axes run the same instance on equal blocks, as XLA runs a partially
+ * manual computation.  So when a body starts a nested map over free axes,
+ * every device of the mesh is already there to run its part: the nested map
+ * runs inline, on the device's own thread or fiber, with a second context
+ * chained to the first.  No device set changes hands and no thread is
+ * woken; the inner map's groups are groups of the same mesh over the inner
+ * axes, so whatever the map's communicator does for a collective (shared
+ * memory here; another transport for devices in other processes) it does
+ * for the nested map's collectives, and for those the inner body makes
+ * over the outer axes through the outer context.  The inner body's inputs
+ * are cut from the outer blocks locally; its outputs are assembled with
+ * all_gathers over the inner axes, after an agreement (an all_gather of a
+ * small descriptor) that turns devices making different nested calls or
+ * returning different shapes into an error naming two of them.
+ */
+
+SHMAP_EXTERN shmap_ctx *shmap_ctx_outer(const shmap_ctx *ctx)
+{
+  if (shmap__ctx_check((shmap_ctx *)ctx, "shmap_ctx_outer"))
+    return NULL;
+  return ctx->outer;
+}
+
+SHMAP_EXTERN int shmap_ctx_manual_axes(const shmap_ctx *ctx, char *buf,
+                                       size_t len)
+{
+  int rc = shmap__ctx_check((shmap_ctx *)ctx, "shmap_ctx_manual_axes");
+  if (rc)
+    return rc;
+  if (!buf && len)
+    return shmap__err(SHMAP_EINVAL, "shmap_ctx_manual_axes: buf is NULL");
+  const shmap_mesh *mesh = ctx->rt->mesh;
+  int axes[SHMAP_MAX_AXES], n = 0;
+  for (int a = 0; a < mesh->naxes; a++)
+    if (ctx->manual & (1u << a))
+      axes[n++] = a;
+  char tmp[320];
+  shmap__axes_format(mesh, axes, n, tmp, sizeof tmp);
+  if (len)
+    snprintf(buf, len, "%s", tmp);
+  return (int)strlen(tmp);
+}
+
+/* The axes whose bits are set, as the axes text of a collective. */
+static void mask_axes_text(const shmap_mesh *mesh, unsigned mask, char *buf,
+                           size_t n)
+{
+  int axes[SHMAP_MAX_AXES], k = 0;
+  for (int a = 0; a < mesh->naxes; a++)
+    if (mask & (1u << a))
+      axes[k++] = a;
+  shmap__axes_format(mesh, axes, k, buf, n);
+}
+
+/* FNV-1a over a string, chained. */
+static uint64_t hash_str(uint64_t h, const char *s)
+{
+  for (; s && *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211u;
+  return (h ^ 0xff) * 1099511628211u;
+}
+
+/*
+ * Every member of the inner group gathers a word from every other and
+ * compares.  Used for the agreement on the nested call itself and on each
+ * output's dtype and shape, so that devices that disagree fail with a
+ * message naming both instead of meeting in mismatched collectives.
+ * Returns 0, or the index of the first member that differs (+1) in *diff.
+ */
+static int agree(shmap_ctx *ictx, const char *axes, const int64_t *mine,
+                 int nwords, int *diff, int64_t *theirs)
+{
+  shmap_block b = {.data = (void *)mine, .dtype = SHMAP_I64, .rank = 1,
+                   .shape = {nwords}};
+  shmap_block *all;
+  int rc = shmap_all_gather(ictx, &b, axes, 0, 0, &all);
+  if (rc)
+    return rc;
+  const int64_t *w = all->data;
+  *diff = 0;
+  for (int64_t r = 0; r < all->shape[0] && !*diff; r++)
+    if (memcmp(w + r * nwords, mine, (size_t)nwords * sizeof *mine)) {
+      *diff = (int)r + 1;
+      memcpy(theirs, w + r * nwords, (size_t)nwords * sizeof *mine);
+    }
+  shmap_block_free(ictx, all);
+  return 0;
+}
+
+/* The device number of member r of this device's group over the axes in
+ * `mask` (mesh order). */
+static int mask_member(const shmap_mesh *mesh, unsigned mask, int dev, int r)
+{
+  int axes[SHMAP_MAX_AXES], k = 0;
+  for (int a = 0; a < mesh->naxes; a++)
+    if (mask & (1u << a))
+      axes[k++] = a;
+  int id = dev;
+  for (int i = k - 1; i >= 0; i--) {
+    int a = axes[i];
+    id -= (dev / mesh->strides[a] % mesh->sizes[a]) * mesh->strides[a];
+    id += r % mesh->sizes[a] * mesh->strides[a];
+    r /= mesh->sizes[a];
+  }
+  return id;
+}
+
+/* Output k of a nested map: check that the members agree on it, that it is
+ * replicated along the inner axes its spec leaves out, and assemble it over
+ * the axes it names into a new block of the outer body. */
+static int nested_output(shmap_ctx *ictx, shmap_ctx *octx, int k,
+                         const char *spec_text, const shmap__spec *spec,
+                         unsigned flags, shmap_block **res)
+{
+  const char *op = "shmap_map_nested";
+  const shmap_mesh *mesh = ictx->rt->mesh;
+  char all_axes[320];
+  mask_axes_text(mesh, ictx->manual, all_axes, sizeof all_axes);
+  const shmap_block *b = ictx->out[k];
+  int64_t desc[2 + SHMAP_MAX_RANK] = {-1, -1};
+  if (b) {
+    desc[0] = b->dtype;
+    desc[1] = b->rank;
+    memcpy(desc + 2, b->shape, (size_t)b->rank * sizeof b->shape[0]);
+  }
+  int diff;
+  int64_t theirs[2 + SHMAP_MAX_RANK];
+  int rc = agree(ictx, all_axes, desc, 2 + SHMAP_MAX_RANK, &diff, theirs);
+  if (rc)
+    return rc;
+  char me[96], s0[128] = "no output", s1[128] = "no output";
+  if (diff) {
+    int other = mask_member(mesh, ictx->manual, ictx->dev, diff - 1);
+    char them[96];
+    shmap__mesh_devname(mesh, ictx->dev, me, sizeof me);
+    shmap__mesh_devname(mesh, other, them, sizeof them);
+    if (b)
+      shmap__shape_format(b->dtype, b->rank, b->shape, s0, sizeof s0);
+    if (theirs[0] >= 0)
+      shmap__shape_format((shmap_dtype)theirs[0], (int)theirs[1], theirs + 2,
+                          s1, sizeof s1);
+    return shmap__dev_fail(ictx, op, SHMAP_EMISMATCH,
+                           "output %d: %s returned %s but %s returned %s", k,
+                           me, s0, them, s1);
+  }
+  if (!b)
+    return shmap__dev_fail(ictx, op, SHMAP_EINVAL,
+                           "output %d was not declared by any device (declare "
+                           "each with shmap_out)", k);
+  if (spec->ndims > b->rank) {
+    shmap__shape_format(b->dtype, b->rank, b->shape, s0, sizeof s0);
+    return shmap__dev_fail(ictx, op, SHMAP_ESHAPE,
+                           "out_specs[%d] \"%.200s\" has length %d but output "
+                           "%d has rank %d (blocks are %s)",
+                           k, spec_text, spec->ndims, k, b->rank, s0);
+  }
+  unsigned named = shmap__spec_axes_mask(spec);
+  unsigned unnamed = ictx->manual & ~named;
+  size_t bytes = shmap_block_nbytes(b);
+  size_t es = shmap_dtype_size(b->dtype);
+  const void *val = b->data;
+  shmap_block *ug = NULL;
+  if (unnamed) {
+    /* The copy at coordinate 0 of the unnamed axes is the value; with the
+     * check on, every copy must equal it bit for bit. */
+    char axes[320];
+    mask_axes_text(mesh, unnamed, axes, sizeof axes);
+    if ((rc = shmap_all_gather(ictx, b, axes, 0, 0, &ug)))
+      return rc;
+    val = ug->data;
+    for (int64_t r = 1; !(flags & SHMAP_NO_CHECK_REP) && r < ug->shape[0];
+         r++) {
+      const char *x = (const char *)ug->data + (size_t)r * bytes;
+      if (memcmp(val, x, bytes) == 0)
+        continue;
+      int64_t i = 0;
+      while (memcmp((const char *)val + i * (int64_t)es, x + i * (int64_t)es,
+                    es) == 0)
+        i++;
+      char na[96], nb[96], va[64], vb[64], idx[96], list[320];
+      shmap__mesh_devname(mesh, mask_member(mesh, unnamed, ictx->dev, 0), na,
+                          sizeof na);
+      shmap__mesh_devname(mesh, mask_member(mesh, unnamed, ictx->dev, (int)r),
+                          nb, sizeof nb);
+      shmap__dtype_format(b->dtype, (const char *)val + i * (int64_t)es, va,
+                          sizeof va);
+      shmap__dtype_format(b->dtype, x + i * (int64_t)es, vb, sizeof vb);
+      format_index(b->rank, b->shape, i, idx, sizeof idx);
+      shmap__mask_format(mesh, unnamed, list, sizeof list);
+      return shmap__dev_fail(ictx, op, SHMAP_EREPLICATION,
+                             "output %d with out_specs[%d] \"%.200s\" is not "
+                             "replicated along %s, which the spec leaves out: "
+                             "%s and %s differ at block element %s: %s vs %s",
+                             k, k, spec_text, list, na, nb, idx, va, vb);
+    }
+  }
+  int64_t gshape[SHMAP_MAX_RANK];
+  shmap__global_shape(mesh, spec, b->rank, b->shape, gshape);
+  shmap__chunk *c = shmap__arena_alloc(octx, b->dtype, b->rank, gshape,
+                                       SHMAP__CHUNK_SCRATCH, false);
+  if (!c)
+    return shmap__dev_fail(ictx, op, SHMAP_ENOMEM, "%s", shmap__errbuf());
+  if (!named) {
+    memcpy(c->block.data, val, bytes);
+  } else {
+    char axes[320];
+    mask_axes_text(mesh, named, axes, sizeof axes);
+    shmap_block v = *b;
+    v.data = (void *)val;
+    shmap_block *ng;
+    if ((rc = shmap_all_gather(ictx, &v, axes, 0, 0, &ng))) {
+      shmap__arena_free(octx, c);
+      return rc;
+    }
+    int64_t gstr[SHMAP_MAX_RANK], bstr[SHMAP_MAX_RANK];
+    shmap__strides(b->rank, gshape, gstr);
+    shmap__strides(b->rank, b->shape, bstr);
+    for (int64_t r = 0; r < ng->shape[0]; r++) {
+      int coords[SHMAP_MAX_AXES];
+      shmap__mesh_coords(mesh, mask_member(mesh, named, ictx->dev, (int)r),
+                         coords);
+      int64_t off[SHMAP_MAX_RANK];
+      shmap__block_offset(mesh, spec, b->rank, b->shape, coords, off);
+      char *dst = c->block.data;
+      for (int d = 0; d < b->rank; d++)
+        dst += off[d] * gstr[d] * (int64_t)es;
+      shmap__copy_box(dst, gstr, (const char *)ng->data + (size_t)r * bytes,
+                      bstr, b->rank, b->shape, es);
+    }
+  }
+  *res = &c->block;
+  return 0;
+}
+
+/* Split an outer block into this device's inner block under `spec`. */
+static int nested_input(shmap_ctx *ictx, int k, const shmap_block *src,
+                        const shmap__spec *spec)
+{
+  const shmap_mesh *mesh = ictx->rt->mesh;
+  if (shmap__spec_axes_mask(spec) == 0) {
+    ictx->in[k] = (shmap_block *)src; /* read-only, so shared */
+    ictx->shared++;
+    return 0;
+  }
+  int64_t bshape[SHMAP_MAX_RANK], off[SHMAP_MAX_RANK];
+  shmap__block_shape(mesh, spec, src->rank, src->shape, bshape);
+  shmap__block_offset(mesh, spec, src->rank, bshape, ictx->coords, off);
+  shmap__chunk *c = shmap__arena_alloc(ictx, src->dtype, src->rank, bshape,
+                                       SHMAP__CHUNK_IN, false);
+  if (!c)
+    return shmap__dev_fail(ictx, "shmap_map_nested", SHMAP_ENOMEM, "%s",
+                           shmap__errbuf());
+  size_t es = shmap_dtype_size(src->dtype);
+  int64_t sstr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK];
+  shmap__strides(src->rank, src->shape, sstr);
+  shmap__strides(src->rank, bshape, dstr);
+  const char *from = src->data;
+  for (int d = 0; d < src->rank; d++)
+    from += off[d] * sstr[d] * (int64_t)es;
+  shmap__copy_box(c->block.data, dstr, from, sstr, src->rank, bshape, es);
+  ictx->built++;
+  ictx->moved.local += shmap_block_nbytes(&c->block);
+  ictx->in[k] = &c->block;
+  return 0;
+}
+
+SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
+                                  void *arg, int nin,
+                                  const shmap_block *const in[],
+                                  const char *const in_specs[], int nout,
+                                  shmap_block *out[],
+                                  const char *const out_specs[],
+                                  const shmap_map_opts *opts)
+{
+  const char *op = "shmap_map_nested";
+  int rc = shmap__ctx_check(octx, op);
+  if (rc)
+    return rc;
+  if (octx != shmap__current())
+    return shmap__dev_fail(octx, op, SHMAP_ESTATE,
+                           "ctx is the context of an outer map; start a "
+                           "nested map from the innermost body's context");
+  static const shmap_map_opts defaults;
+  if (!opts)
+    opts = &defaults;
+  if (!body)
+    return shmap__dev_fail(octx, op, SHMAP_EINVAL, "body is NULL");
+  if (nin < 0 || nout < 0)
+    return shmap__dev_fail(octx, op, SHMAP_EINVAL,
+                           "negative count (nin=%d, nout=%d)", nin, nout);
+  if ((nin > 0 && (!in || !in_specs)) || (nout > 0 && (!out || !out_specs)))
+    return shmap__dev_fail(octx, op, SHMAP_EINVAL,
+                           "nin=%d, nout=%d but an array of blocks or specs "
+                           "is NULL", nin, nout);
+  if (opts->flags & ~SHMAP_NO_CHECK_REP)
+    return shmap__dev_fail(octx, op, SHMAP_EINVAL, "unknown flags 0x%x",
+                           opts->flags);
+  for (int k = 0; k < nout; k++)
+    out[k] = NULL;
+  shmap__runtime *rt = octx->rt;
+  const shmap_mesh *mesh = rt->mesh;
+  unsigned used = 0;
+  for (const shmap_ctx *c = octx; c; c = c->outer)
+    used |= c->manual;
+  unsigned free_axes = shmap__mesh_all(mesh) & ~used;
+  char usedl[320], freel[320];
+  shmap__mask_format(mesh, used, usedl, sizeof usedl);
+  shmap__mask_format(mesh, free_axes, freel, sizeof freel);
+  unsigned manual = free_axes;
+  if (opts->manual_axes && *opts->manual_axes) {
+    int axes[SHMAP_MAX_AXES], n;
+    if ((rc = shmap__axes_parse(mesh, "shmap_map_nested: manual_axes",
+                                opts->manual_axes, axes, &n)))
+      return shmap__dev_fail(octx, op, rc, "%s", shmap__errbuf());
+    if (n > 0)
+      manual = 0;
+    for (int i = 0; i < n; i++) {
+      if (used & (1u << axes[i]))
+        return shmap__dev_fail(octx, op, SHMAP_EAXIS,
+                               "axis '%s' is already manual in an enclosing "
+                               "map (manual there: %s; free axes: %s)",
+                               mesh->names[axes[i]], usedl, freel);
+      manual |= 1u << axes[i];
+    }
+  }
+  if (!manual)
+    return shmap__dev_fail(octx, op, SHMAP_EAXIS,
+                           "no free axis is left to map over (every axis is "
+                           "manual in an enclosing map: %s)", usedl);
+
+  shmap__spec *specs = shmap__calloc((size_t)nin + (size_t)nout + 1,
+                                     sizeof *specs);
+  shmap_block **slots = shmap__calloc((size_t)nin + (size_t)nout + 1,
+                                      sizeof *slots);
+  shmap_block **res = shmap__calloc((size_t)nout + 1, sizeof *res);
+  if (!specs || !slots || !res) {
+    free(specs);
+    free(slots);
+    free(res);
+    return shmap__dev_fail(octx, op, SHMAP_ENOMEM, "out of memory");
+  }
+  shmap__spec *ospec = specs + nin;
+  for (int k = 0; k < nin + nout && !rc; k++) {
+    bool isin = k < nin;
+    int j = isin ? k : k - nin;
+    const char *text = isin ? in_specs[j] : out_specs[j];
+    const char *what = isin ? "in_specs" : "out_specs";
+    if (!text) {
+      rc = shmap__dev_fail(octx, op, SHMAP_EINVAL, "%s[%d] is NULL", what, j);
+      break;
+    }
+    if ((rc = shmap__spec_resolve_manual(mesh, manual, text, &specs[k]))) {
+      rc = shmap__dev_fail(octx, op, rc, "%s[%d]: %s", what, j,
+                           shmap__errbuf());
+      break;
+    }
+    if (!isin)
+      continue;
+    char w[32];
+    snprintf(w, sizeof w, "in_specs[%d]", j);
+    if (!shmap__block_valid(in[j]))
+      rc = shmap__block_check(octx, op, w, in[j]);
+    else if ((rc = shmap__spec_fit(mesh, w, text, &specs[k], in[j]->rank,
+                                   in[j]->shape)))
+      rc = shmap__dev_fail(octx, op, rc, "%s", shmap__errbuf());
+  }
+  if (rc) {
+    free(specs);
+    free(slots);
+    free(res);
+    return rc;
+  }
+
+  /* The inner map: one more context on this device, a job of one. */
+  shmap__job job = {.mesh = rt->mesh, .body = body, .arg = arg, .nin = nin,
+                    .nout = nout, .manual = manual};
+  shmap_ctx ictx = {.rt = rt, .job = &job, .comm = octx->comm,
+                    .dev = octx->dev, .seq = octx->seq,
+                    .manual = manual, .outer = octx,
+                    .depth = octx->depth + 1};
+  memcpy(ictx.coords, octx->coords, sizeof ictx.coords);
+  ictx.in = slots;
+  ictx.out = slots + nin;
+  job.ctx = &ictx;
+  shmap__dev *self = &rt->devs[octx->dev];
+  self->ctx = &ictx;
+  shmap__set_current(&ictx);
+  /* The watchdog and the gdb extension show every level of nesting. */
+  uint64_t nest = atomic_load_explicit(&self->dbg.nest, memory_order_relaxed);
+  int levels = (int)(nest >> 56);
+  if (levels < SHMAP__NEST_LEVELS)
+    atomic_store_explicit(&self->dbg.nest,
+                          ((nest & ~((uint64_t)0xff << 56)) |
+                           (uint64_t)manual << (8 * levels) |
+                           (uint64_t)(levels + 1) << 56),
+                          memory_order_relaxed);
+
+  /* Agree on the call: same axes, specs and counts on every member. */
+  char all_axes[320];
+  mask_axes_text(mesh, manual, all_axes, sizeof all_axes);
+  uint64_t h = 14695981039346656037u;
+  for (int k = 0; k < nin; k++)
+    h = hash_str(h, in_specs[k]);
+  for (int k = 0; k < nout; k++)
+    h = hash_str(h, out_specs[k]);
+  int64_t desc[4] = {(int64_t)manual, nin, nout, (int64_t)(h >> 1)};
+  int64_t theirs[4];
+  int diff = 0;
+  rc = agree(&ictx, all_axes, desc, 4, &diff, theirs);
+  if (!rc && diff) {
+    char them[96];
+    shmap__mesh_devname(mesh, mask_member(mesh, manual, ictx.dev, diff - 1),
+                        them, sizeof them);
+    rc = shmap__dev_fail(&ictx, op, SHMAP_EMISMATCH,
+                         "nested maps differ between devices: this device "
+                         "maps %d input%s to %d output%s, %s maps %d to %d%s",
+                         nin, nin == 1 ? "" : "s", nout, nout == 1 ? "" : "s",
+                         them, (int)theirs[1], (int)theirs[2],
+                         theirs[0] != desc[0] ? " over other axes"
+                         : theirs[3] != desc[3] ? " with other specs" : "");
+  }
+  for (int k = 0; k < nin && !rc; k++)
+    rc = nested_input(&ictx, k, in[k], &specs[k]);
+  if (!rc) {
+    uint64_t t0 = shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
+    int brc = body(&ictx, arg);
+    uint64_t t1 = shmap__now();
+    if (shmap__tracing()) {
+      int axes[SHMAP_MAX_AXES], na = 0;
+      for (int a = 0; a < mesh->naxes; a++)
+        if (manual & (1u << a))
+          axes[na++] = a;
+      shmap__trace_event(self, t0, t1,
+                         shmap__pack_op(SHMAP__NESTED_BODY, axes, na), 0,
+                         ictx.seq);
+    }
+    if (brc != 0) {
+      if (ictx.err)
+        rc = ictx.err;
+      else {
+        char me[400], msg[SHMAP__MSG_MAX];
+        shmap__ctx_devname(&ictx, me, sizeof me);
+        snprintf(msg, sizeof msg, "%s: body returned %d", me, brc);
+        ictx.err = SHMAP_EBODY;
+        rc = shmap__fail(rt, ictx.dev, SHMAP_EBODY, msg);
+        shmap__err_set(msg);
+      }
+    } else if (ictx.err) {
+      rc = ictx.err;
+    }
+  }
+  for (int k = 0; k < nout && !rc; k++)
+    rc = nested_output(&ictx, octx, k, out_specs[k], &ospec[k], opts->flags,
+                       &res[k]);
+  /* Back in the outer body: it counts the calls made inside. */
+  while (ictx.arena)
+    shmap__arena_free(&ictx, ictx.arena);
+  if (ictx.seq > octx->seq)
+    octx->seq = ictx.seq;
+  octx->shared += ictx.shared;
+  octx->built += ictx.built;
+  octx->moved.local += ictx.moved.local;
+  octx->moved.moved += ictx.moved.moved;
+  self->ctx = octx;
+  shmap__set_current(octx);
+  atomic_store_explicit(&self->dbg.nest, nest, memory_order_relaxed);
+  shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
+  if (rc) {
+    if (!octx->err)
+      octx->err = rc;
+    for (int k = 0; k < nout; k++)
+      if (res[k])
+        shmap__arena_free(octx, shmap__arena_find(octx, res[k]));
+  } else {
+    for (int k = 0; k < nout; k++)
+      out[k] = res[k];
+  }
+  free(specs);
+  free(slots);
+  free(res);
+  return rc;
 }

@@ -27,6 +27,7 @@ typedef struct shmap__job {
   shmap__in_info *ins;
   shmap_ctx *ctx; /* one per device */
   shmap__comm comm;
+  unsigned manual; /* the map's manual axes (bits of mesh axes) */
 } shmap__job;
 
 /* The context of one device during one map call. */
@@ -44,6 +45,12 @@ struct shmap_ctx {
   /* Input blocks shared and built, and the bytes copied to build them. */
   uint64_t shared, built;
   shmap__moved moved;
+  /* The map's manual axes (bits of mesh axes); a nested map's context
+   * points to the context of the body that started it and shares its
+   * communicator (its groups are groups of the same mesh). */
+  unsigned manual;
+  struct shmap_ctx *outer;
+  int depth; /* 0 for a map that is not nested */
 };
 
 /* Whether a block argument is well formed (cheap; no message). */
@@ -51,8 +58,15 @@ bool shmap__block_valid(const shmap_block *b);
 /* Check a block argument (`name` describes it in messages). */
 int shmap__block_check(shmap_ctx *ctx, const char *op, const char *name,
                        const shmap_block *b);
-/* Check that ctx is the context of the body running on this thread. */
+/* Check that ctx is the context of the body running on this thread, or of
+ * a map that body's map is nested in. */
 int shmap__ctx_check(shmap_ctx *ctx, const char *op);
+/* Check that the axes a collective names are manual axes of ctx's map. */
+int shmap__ctx_axes(shmap_ctx *ctx, const char *op, const char *text,
+                    const int axes[], int naxes);
+/* "device 3 (i=1, j=1)", followed for a nested map by the map's axes and
+ * those of the maps around it. */
+void shmap__ctx_devname(const shmap_ctx *ctx, char *buf, size_t n);
 /* A library error on a device during its body: message "<op> on device N
  * (coords): <text>", recorded as the job's failure; returns code. */
 int shmap__dev_fail(shmap_ctx *ctx, const char *op, int code,

@@ -23,7 +23,7 @@ bool shmap__valid_axis_name(const char *name, size_t len)
 }
 
 /* Validates and builds; names need not be NUL-terminated (lens given). */
-static int mesh_build(shmap_mesh **out, int naxes, const char *const names[],
+int shmap__mesh_build(shmap_mesh **out, int naxes, const char *const names[],
                       const size_t lens[], const int sizes[], const char *src)
 {
   char where[160] = "";
@@ -90,14 +90,14 @@ SHMAP_EXTERN int shmap_mesh_create_axes(shmap_mesh **mesh, int naxes,
   if (!mesh || (naxes > 0 && (!names || !sizes)))
     return shmap__err(SHMAP_EINVAL, "shmap_mesh_create_axes: NULL argument");
   if (naxes > SHMAP_MAX_AXES || naxes < 1)
-    return mesh_build(mesh, naxes, NULL, NULL, NULL, NULL);
+    return shmap__mesh_build(mesh, naxes, NULL, NULL, NULL, NULL);
   size_t lens[SHMAP_MAX_AXES];
   for (int a = 0; a < naxes; a++) {
     if (!names[a])
       return shmap__err(SHMAP_EINVAL, "shmap_mesh_create_axes: names[%d] is NULL", a);
     lens[a] = strlen(names[a]);
   }
-  return mesh_build(mesh, naxes, names, lens, sizes, NULL);
+  return shmap__mesh_build(mesh, naxes, names, lens, sizes, NULL);
 }
 
 static int syntax(const char *text, const char *p, const char *what)
@@ -108,13 +108,9 @@ static int syntax(const char *text, const char *p, const char *what)
                     text, (int)(p - text) + 1, what);
 }
 
-SHMAP_EXTERN int shmap_mesh_create(shmap_mesh **mesh, const char *text)
+int shmap__mesh_parse(const char *text, const char *names[], size_t lens[],
+                      int sizes[])
 {
-  if (!mesh || !text)
-    return shmap__err(SHMAP_EINVAL, "shmap_mesh_create: NULL argument");
-  const char *names[SHMAP_MAX_AXES + 1];
-  size_t lens[SHMAP_MAX_AXES + 1];
-  int sizes[SHMAP_MAX_AXES + 1];
   int n = 0;
   const char *p = text;
   while (isspace((unsigned char)*p))
@@ -157,12 +153,24 @@ SHMAP_EXTERN int shmap_mesh_create(shmap_mesh **mesh, const char *text)
     while (isspace((unsigned char)*p))
       p++;
     if (*p == '\0')
-      break;
+      return n;
     if (*p != ',')
       return syntax(text, p, "expected ',' between axes");
     p++;
   }
-  return mesh_build(mesh, n, names, lens, sizes, text);
+}
+
+SHMAP_EXTERN int shmap_mesh_create(shmap_mesh **mesh, const char *text)
+{
+  if (!mesh || !text)
+    return shmap__err(SHMAP_EINVAL, "shmap_mesh_create: NULL argument");
+  const char *names[SHMAP_MAX_AXES + 1];
+  size_t lens[SHMAP_MAX_AXES + 1];
+  int sizes[SHMAP_MAX_AXES + 1];
+  int n = shmap__mesh_parse(text, names, lens, sizes);
+  if (n < 0)
+    return n;
+  return shmap__mesh_build(mesh, n, names, lens, sizes, text);
 }
 
 void shmap__mesh_retain(shmap_mesh *mesh) { atomic_fetch_add(&mesh->refs, 1); }
@@ -171,7 +179,12 @@ void shmap__mesh_release(shmap_mesh *mesh)
 {
   if (atomic_fetch_sub(&mesh->refs, 1) == 1) {
     shmap__runtime_destroy(mesh->rt);
+    shmap_mesh *parent = mesh->parent;
+    free(mesh->pdev);
+    free(mesh->rootdev);
     free(mesh);
+    if (parent)
+      shmap__mesh_release(parent);
   }
 }
 

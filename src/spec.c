@@ -190,6 +190,46 @@ static void mesh_axes_list(const shmap_mesh *mesh, char *buf, size_t n)
     shmap__cat(buf, n, "%s%s", a ? ", " : "", mesh->names[a]);
 }
 
+void shmap__mask_format(const shmap_mesh *mesh, unsigned mask, char *buf,
+                        size_t n)
+{
+  buf[0] = '\0';
+  int k = 0;
+  for (int a = 0; a < mesh->naxes; a++)
+    if (mask & (1u << a))
+      shmap__cat(buf, n, "%s'%s'", k++ ? ", " : "", mesh->names[a]);
+  if (!k)
+    shmap__cat(buf, n, "none");
+}
+
+int shmap__axes_manual(const shmap_mesh *mesh, unsigned manual, const char *op,
+                       const char *text, const int axes[], int naxes)
+{
+  for (int k = 0; k < naxes; k++)
+    if (!(manual & (1u << axes[k]))) {
+      char list[320];
+      shmap__mask_format(mesh, manual, list, sizeof list);
+      return shmap__err(SHMAP_EAXIS,
+                        "%s: axis '%s' in \"%.200s\" is not a manual axis of "
+                        "this map (manual axes: %s)",
+                        op, mesh->names[axes[k]], text, list);
+    }
+  return 0;
+}
+
+int shmap__spec_resolve_manual(const shmap_mesh *mesh, unsigned manual,
+                               const char *text, shmap__spec *out)
+{
+  int rc = shmap__spec_resolve(mesh, text, out);
+  if (rc)
+    return rc;
+  for (int d = 0; d < out->ndims; d++)
+    if ((rc = shmap__axes_manual(mesh, manual, "spec", text, out->axes[d],
+                                 out->naxes[d])))
+      return rc;
+  return 0;
+}
+
 int shmap__spec_resolve(const shmap_mesh *mesh, const char *text,
                         shmap__spec *out)
 {

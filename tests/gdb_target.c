@@ -8,9 +8,13 @@
  * placed on the devices with P('i', 'j'), so each device holds a 2x8 block
  * (device 3, at (1, 1), holds 40..47 and 56..63).  The body copies its block
  * to its output and adds it up over 'j' with shmap_psum.  Device 3 sleeps
- * SECONDS (default 0.2) before its psum, so device 2 waits for it in the
+ * SECONDS (default 1) before its psum, so device 2 waits for it in the
  * psum while devices 0 and 1 finish: with SHMAP_WATCHDOG=1 and SECONDS=2.5
  * the watchdog reports it.  main() checks the result and exits 0.
+ *
+ * The sleep goes in steps of 0.25 s and ends early when delay_seconds is
+ * lowered, so that a debugger attached to a long sleep can end it
+ * ("print delay_seconds = 0") and let the program finish.
  *
  * Built with -O0 -g (the pragma below keeps -O0 even when CFLAGS says -O2)
  * so that gdb sees every local variable.
@@ -34,15 +38,10 @@
 struct target {
   shmap_array *host;    /* the data on the host */
   shmap_array *sharded; /* the same data on the mesh, P('i', 'j') */
-  double delay;         /* seconds device 3 sleeps before its psum */
-  /* Blocks of other dtypes, printed by the test: bf16, f16, bool, c64, i8. */
-  shmap_block blocks[5];
 };
 
-static uint16_t bf16_data[3], f16_data[2];
-static unsigned char bool_data[3] = {0, 1, 9};
-static float c64_data[4] = {1, -2, 0.5f, 3};
-static int8_t i8_data[2] = {-128, 127};
+/* Seconds device 3 sleeps before its psum. */
+volatile double delay_seconds = 1.0;
 
 static void check(int rc, const char *what)
 {
@@ -53,16 +52,34 @@ static void check(int rc, const char *what)
   }
 }
 
-static void sleep_seconds(double s)
+static double seconds_since(const struct timespec *t0)
 {
-  struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-  while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-    ;
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* Sleep until delay_seconds have passed since the call (re-read). */
+static void sleep_delay(void)
+{
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (;;) {
+    double left = delay_seconds - seconds_since(&t0);
+    if (left <= 0)
+      break;
+    if (left > 0.25)
+      left = 0.25;
+    struct timespec ts = {0, (long)(left * 1e9)};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+      ;
+  }
 }
 
 static int body(shmap_ctx *ctx, void *arg)
 {
-  struct target *t = arg;
+  struct target *t = arg; /* for the debugger: print *t->sharded */
+  (void)t;
   int dev = shmap_ctx_device(ctx);
   const shmap_block *x = shmap_in(ctx, 0);
   if (x == NULL)
@@ -71,26 +88,36 @@ static int body(shmap_ctx *ctx, void *arg)
   if (y == NULL)
     return shmap_fail(ctx, "shmap_out_copy failed");
   if (dev == 3)
-    sleep_seconds(t->delay);
+    sleep_delay();
   int rc = shmap_psum(ctx, y, "j"); /* gdb-test: break here */
   if (rc != 0)
     return rc;
   return 0;
 }
 
+/* Blocks of other dtypes, printed by the test: bf16, f16, bool, c64, i8
+ * (here, below the body, so that its line numbers stay those of the
+ * transcripts in the documentation). */
+static uint16_t bf16_data[3], f16_data[2];
+static unsigned char bool_data[3] = {0, 1, 9};
+static float c64_data[4] = {1, -2, 0.5f, 3};
+static int8_t i8_data[2] = {-128, 127};
+shmap_block dtype_blocks[5] = {{bf16_data, SHMAP_BF16, 1, {3}},
+                               {f16_data, SHMAP_F16, 1, {2}},
+                               {bool_data, SHMAP_BOOL, 1, {3}},
+                               {c64_data, SHMAP_C64, 1, {2}},
+                               {i8_data, SHMAP_I8, 1, {2}}};
+
 int main(int argc, char **argv)
 {
-  struct target t = {NULL, NULL, argc > 1 ? atof(argv[1]) : 0.2,
-                     {{bf16_data, SHMAP_BF16, 1, {3}},
-                      {f16_data, SHMAP_F16, 1, {2}},
-                      {bool_data, SHMAP_BOOL, 1, {3}},
-                      {c64_data, SHMAP_C64, 1, {2}},
-                      {i8_data, SHMAP_I8, 1, {2}}}};
+  struct target t = {NULL, NULL};
   bf16_data[0] = shmap_f32_to_bf16(1.5f);
   bf16_data[1] = shmap_f32_to_bf16(-2.0f);
   bf16_data[2] = shmap_f32_to_bf16(0.1f);
   f16_data[0] = shmap_f32_to_f16(0.25f);
   f16_data[1] = shmap_f32_to_f16(65504.0f);
+  if (argc > 1)
+    delay_seconds = atof(argv[1]);
   shmap_mesh *mesh;
   check(shmap_mesh_create(&mesh, "i=2, j=2"), "shmap_mesh_create");
 

@@ -624,8 +624,12 @@ static void fold(ref_redop op, shmap_block *const in[], const int mem[],
   shmap_dtype dt = in[mem[0]]->dtype;
   size_t es = ref_esize(dt);
   void *o = elem(out, e);
-  float *vf = xmalloc(sizeof(float) * 2 * (size_t)n);
-  double *vd = xmalloc(sizeof(double) * 2 * (size_t)n);
+  /* The members' values (real parts, then imaginary ones); on the stack
+   * for the usual group sizes, since this runs once per element. */
+  float vf_stack[128];
+  double vd_stack[128];
+  float *vf = n <= 64 ? vf_stack : xmalloc(sizeof(float) * 2 * (size_t)n);
+  double *vd = n <= 64 ? vd_stack : xmalloc(sizeof(double) * 2 * (size_t)n);
   for (int r = 0; r < n; r++) {
     const void *p = elem(in[mem[r]], e);
     switch (dt) {
@@ -696,8 +700,10 @@ static void fold(ref_redop op, shmap_block *const in[], const int mem[],
     break;
   }
   }
-  free(vf);
-  free(vd);
+  if (vf != vf_stack)
+    free(vf);
+  if (vd != vd_stack)
+    free(vd);
 }
 
 /* The dtype of a reduction's result. */

@@ -18,7 +18,9 @@
 #include "refcoll.h"
 #include "testutil.h"
 
-#define TIMEOUT 120
+/* Bounds, not timings: the exhaustive checks take seconds, many more
+ * under the sanitizers on a loaded machine. */
+#define TIMEOUT 600
 
 static const ref_redop redops[SHMAP__NOPS] = {
     [SHMAP__OP_SUM] = REF_SUM, [SHMAP__OP_MAX] = REF_MAX,
@@ -139,12 +141,12 @@ START_TEST(t_encode)
     float hi = ref_f16_to_f32((uint16_t)(h + 1));
     uint32_t base[2] = {bits(lo), bits(ref_bf16_to_f32((uint16_t)h))};
     for (int k = 0; k < 2; k++)
-      for (int d = -2; d <= 2; d++)
+      for (int d = -1; d <= 1; d++)
         check_encode(fbits(base[k] + (uint32_t)d));
     if (!isnan(lo) && !isnan(hi) && !isinf(lo) && !isinf(hi) &&
         (h & 0x7fff) != 0x7fff) {
       float mid = (float)(((double)lo + (double)hi) / 2);
-      for (int d = -2; d <= 2; d++)
+      for (int d = -1; d <= 1; d++)
         check_encode(fbits(bits(mid) + (uint32_t)d));
     }
     /* bf16 halfway points: the pattern with bit 15 set. */
@@ -152,7 +154,7 @@ START_TEST(t_encode)
     for (int d = -1; d <= 1; d++)
       check_encode(fbits(bmid + (uint32_t)d));
   }
-  for (uint64_t u = 0; u < (1ull << 32); u += 4093)
+  for (uint64_t u = 0; u < (1ull << 32); u += 16381)
     check_encode(fbits((uint32_t)u));
 }
 END_TEST
@@ -301,8 +303,10 @@ START_TEST(t_kernels)
             shmap__isa_name(isa));
     return;
   }
-  static const int ps[] = {1, 2, 3, 5, 8, 13};
-  static const int64_t ns[] = {0, 1, 7, 31, 64, 65, 129, 1000};
+  /* Sizes around every vector width's steps (up to two 64-byte vectors
+   * of i8 per step) and its tail. */
+  static const int ps[] = {1, 2, 3, 8, 13};
+  static const int64_t ns[] = {0, 1, 7, 31, 64, 65, 129, 257};
   ref_rng r = {ref_seed(0xd7a9e5u) + (uint64_t)isa};
   for (int k = 0; k < SHMAP_NDTYPES; k++)
     for (int op = 0; op < SHMAP__NOPS; op++) {

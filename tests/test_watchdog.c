@@ -8,6 +8,7 @@
  * map) must hold at least two reports, each naming every device with its
  * coordinates, device 2 "running its body" and device 3 "waiting in psum
  * over 'j'"; the map still succeeds with the right values.  Both modes.
+ * A device not started yet has waited as long as the map has run.
  * Also: bad periods are SHMAP_EINVAL, 0 turns the watchdog off, a quick map
  * prints nothing, and SHMAP_WATCHDOG is read (in a child: the test binary
  * exec'ed with an argument, its stderr in a file).
@@ -239,6 +240,43 @@ START_TEST(t_bad_period)
 }
 END_TEST
 
+/* A device that has not started waits for as long as the map has run: on one
+ * worker, device 2 sleeps in its body and device 3, next on that worker,
+ * cannot start; each report says so with the report's own duration. */
+START_TEST(t_not_started)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", "fibers", 1), 0);
+  ck_assert_int_eq(setenv("SHMAP_WORKERS", "1", 1), 0);
+  shmap_mesh *m = tu_mesh_new("i=2, j=2");
+  ck_assert_int_eq(shmap_set_watchdog(0.2), 0);
+  capture c;
+  capture_begin(&c);
+  run_slow(m, 900);
+  char *out = capture_end(&c);
+  static const char *header = "shmap watchdog: a map on mesh i=2, j=2 has run for ";
+  static const char *line3 = "  device 3 (i=1, j=1): not started yet for ";
+  int seen = 0;
+  for (const char *p = strstr(out, header); p; p = strstr(p + 1, header)) {
+    const char *ran = p + strlen(header);
+    const char *l = strstr(p, line3);
+    const char *next = strstr(p + 1, header);
+    if (!l || (next && l > next))
+      continue;
+    const char *waited = l + strlen(line3);
+    size_t n = strcspn(ran, " ");
+    ck_assert_msg(n > 0 && strncmp(ran, waited, n) == 0 && waited[n] == ' ',
+                  "device 3 has not started, but the time it waited is not "
+                  "the time the map has run:\n%s", out);
+    seen++;
+  }
+  ck_assert_msg(seen >= 2, "want at least 2 reports with device 3 not started "
+                "yet:\n%s", out);
+  free(out);
+  ck_assert_int_eq(shmap_set_watchdog(0), 0);
+  shmap_mesh_destroy(m);
+}
+END_TEST
+
 /* SHMAP_WATCHDOG: the test binary runs itself with CHILD_ARG in an
  * environment that sets it, stderr in a file. */
 static int watchdog_child(void)
@@ -290,6 +328,7 @@ static Suite *suite(void)
   tcase_set_timeout(tc, TIMEOUT);
   tcase_add_loop_test(tc, t_report, 0, 2);
   tcase_add_test(tc, t_bad_period);
+  tcase_add_test(tc, t_not_started);
   tcase_add_test(tc, t_env);
   suite_add_tcase(s, tc);
   return s;

@@ -63,6 +63,8 @@ static int prepare(shmap_ctx *ctx, const char *name, int kind,
   c->call.kind = kind;
   if ((rc = axes_cached(ctx, name, axes, c->call.axes, &c->call.naxes)))
     return shmap__dev_fail(ctx, name, rc, "%s", shmap__errbuf());
+  if ((rc = shmap__ctx_axes(ctx, name, axes, c->call.axes, c->call.naxes)))
+    return rc;
   c->axes_ok = true;
   if (!shmap__block_valid(x))
     return shmap__block_check(ctx, shmap__coll_opname(c), "the input", x);
@@ -144,6 +146,8 @@ int shmap__plan_group(shmap_ctx *ctx, const char *name, const char *axes,
   int ax[SHMAP_MAX_AXES], nax;
   if ((rc = shmap__axes_parse(ctx->rt->mesh, name, axes, ax, &nax)))
     return shmap__dev_fail(ctx, name, rc, "%s", shmap__errbuf());
+  if ((rc = shmap__ctx_axes(ctx, name, axes, ax, nax)))
+    return rc;
   return shmap__group(ctx->rt->mesh, ax, nax, ctx->dev, NULL, rank);
 }
 

@@ -64,6 +64,25 @@ static void op_format(const shmap_mesh *mesh, uint64_t op, char *buf, size_t n)
   shmap__cat(buf, n, "%s", naxes ? a : "()");
 }
 
+void shmap__nest_format(const shmap_mesh *mesh, uint64_t nest, char *buf,
+                        size_t n)
+{
+  buf[0] = '\0';
+  int levels = (int)(nest >> 56);
+  if (levels == 0 ||
+      (levels == 1 && (unsigned)(nest & 0xff) == shmap__mesh_all(mesh)))
+    return;
+  shmap__cat(buf, n, " [");
+  for (int l = 0; l < levels && l < SHMAP__NEST_LEVELS; l++) {
+    char axes[320];
+    shmap__mask_format(mesh, (unsigned)(nest >> (8 * l) & 0xff), axes,
+                       sizeof axes);
+    shmap__cat(buf, n, "%s%s over %s", l ? " > " : "",
+               l ? "nested" : "map", axes);
+  }
+  shmap__cat(buf, n, "]");
+}
+
 /* ---- watchdog ------------------------------------------------------------ */
 
 static _Atomic uint64_t watchdog_ns;
@@ -114,8 +133,12 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
     uint64_t since = atomic_load_explicit(&dev->dbg.since, memory_order_relaxed);
     uint64_t op = atomic_load_explicit(&dev->dbg.op, memory_order_relaxed);
     double secs = since && now > since ? (double)(now - since) / 1e9 : 0;
-    char name[96], what[420];
+    char name[480], what[420];
     shmap__mesh_devname(mesh, d, name, sizeof name);
+    size_t len = strlen(name);
+    shmap__nest_format(mesh, atomic_load_explicit(&dev->dbg.nest,
+                                                  memory_order_relaxed),
+                       name + len, sizeof name - len);
     switch (state) {
     case SHMAP__ST_INPUTS: snprintf(what, sizeof what, "building its input blocks"); break;
     case SHMAP__ST_BODY: snprintf(what, sizeof what, "running its body"); break;
@@ -128,9 +151,14 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
     }
     case SHMAP__ST_DONE: snprintf(what, sizeof what, "returned from its body"); break;
     default:
-      snprintf(what, sizeof what, "%s", atomic_load(&dev->coll.finished)
-                                            ? "returned from its body"
-                                            : "not started yet");
+      if (atomic_load(&dev->coll.finished)) {
+        snprintf(what, sizeof what, "returned from its body");
+      } else {
+        /* Parked since the previous map (or never run): it has waited to
+         * start for as long as this map has run. */
+        snprintf(what, sizeof what, "not started yet");
+        secs = (double)running_ns / 1e9;
+      }
       break;
     }
     bool past = strncmp(what, "returned", 8) == 0;
@@ -253,6 +281,16 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
                      "\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
                      "\"args\":{\"collectives\":%u}}",
                   rt->id, d, ts, dur, e->seq);
+      } else if ((e->op & 0xff) == SHMAP__NESTED_BODY) {
+        /* A nested map's body, inside the outer body on the same track. */
+        char o[360];
+        op_format(mesh, e->op, o, sizeof o);
+        const char *over = strstr(o, " over ");
+        sb_printf(b, "{\"name\":\"nested body\",\"cat\":\"body\","
+                     "\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
+                     "\"dur\":%.3f,\"args\":{\"axes\":\"%s\","
+                     "\"collectives\":%u}}",
+                  rt->id, d, ts, dur, over ? over + 6 : "", e->seq);
       } else {
         char o[360], ax[360];
         op_format(mesh, e->op, o, sizeof o);

@@ -23,6 +23,13 @@ bool shmap__tracing(void);
 void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
                         uint64_t bytes, uint32_t seq);
 uint64_t shmap__now(void);
+/* " [map over 'data' > nested over 'model']" for a device in a nested map
+ * or a map over some axes, "" otherwise. */
+void shmap__nest_format(const shmap_mesh *mesh, uint64_t nest, char *buf,
+                        size_t n);
+#define SHMAP__NEST_LEVELS 7
+/* A nested map's body in a trace: a body "kind" of 0 with its axes. */
+#define SHMAP__NESTED_BODY 0
 /* The device changes state (and the time it did). */
 static inline uint64_t shmap__set_state(shmap__dev *d, int state, uint64_t op,
                                         uint64_t now)

@@ -60,9 +60,14 @@ __asm__(".text\n"
         ".hidden shmap__fiber_start\n"
         ".type shmap__fiber_start,@function\n"
         "shmap__fiber_start:\n"
+        /* The outermost frame of a fiber: debuggers stop unwinding here
+         * instead of reading the garbage above the stack's top. */
+        "  .cfi_startproc\n"
+        "  .cfi_undefined rip\n"
         "  movq %r12, %rdi\n"
         "  callq *%r13\n"
         "  ud2\n"
+        "  .cfi_endproc\n"
         ".size shmap__fiber_start,.-shmap__fiber_start\n");
 
 void shmap__fiber_swap(void **save_sp, void *to_sp);

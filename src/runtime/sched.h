@@ -116,6 +116,11 @@ typedef struct shmap__dev {
     alignas(SHMAP__CACHELINE) _Atomic int state;
     _Atomic uint64_t since; /* uv_hrtime() when the state began */
     _Atomic uint64_t op;    /* in a collective: shmap__pack_op() */
+    /* The maps the device is in: byte L is the manual axes (mesh axis
+     * bits) of the map at nesting level L (0: the map the caller started),
+     * the top byte the number of levels (0 between maps).  See
+     * shmap__nest_format(). */
+    _Atomic uint64_t nest;
     shmap__tev *tev;
     size_t ntev, captev;
     uint64_t tev_dropped;

@@ -83,6 +83,15 @@
  * arrive, the call completes: depart waits for the group's data movement
  * to finish (no buffer may change while a peer still reads it), and a
  * transport that can lose a peer there reports the loss from depart.
+ * A transport that learns of a failure in another address space records
+ * it here with shmap__fail(rt, failing device, code, message), so that
+ * local waiters are released and the map reports that message; failed()
+ * is called only for the first failure a job records in this address
+ * space.
+ *
+ * Adding a transport: implement struct shmap__transport in a file of
+ * its own under transport/ and return it from shmap__transport_for()
+ * (comm.c) for the runtimes it serves.
  */
 #ifndef SHMAP_COMM_H
 #define SHMAP_COMM_H

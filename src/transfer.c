@@ -1,0 +1,165 @@
+/* transfer.c - moving a sharded array to a spec on another mesh.
+ *
+ * The destination mesh runs a map in which every device builds its own
+ * block: it visits the source blocks its block overlaps and copies each
+ * overlap once, straight out of a source device that holds it.  Of the
+ * devices holding equal copies of a source block it takes the one that is
+ * the same physical device (same root mesh, same root device number) when
+ * there is one, else the copy at coordinate 0 of the axes the source spec
+ * leaves out.  Source arrays never change, so the source mesh may run other
+ * maps meanwhile. */
+#include "runtime/runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct xfer {
+  const shmap_array *src;
+  shmap__spec spec;              /* target spec on the destination mesh */
+  int64_t bshape[SHMAP_MAX_RANK];
+  _Atomic uint64_t bytes;        /* bytes copied from the source mesh */
+} xfer;
+
+/* The source device that is physically device `dev` of `mesh`, or -1. */
+static int same_device(const shmap_mesh *smesh, const shmap_mesh *mesh, int dev)
+{
+  if (shmap__mesh_root(smesh) != shmap__mesh_root(mesh))
+    return -1;
+  int r = shmap__mesh_rootdev(mesh, dev);
+  for (int s = 0; s < smesh->ndev; s++)
+    if (shmap__mesh_rootdev(smesh, s) == r)
+      return s;
+  return -1;
+}
+
+static uint64_t gather_from(const xfer *x, const shmap_mesh *mesh, int dev,
+                            void *dst)
+{
+  const shmap_array *a = x->src;
+  const shmap_mesh *sm = a->mesh;
+  int rank = a->rank;
+  size_t es = shmap_dtype_size(a->dtype);
+  const int64_t *bshape = x->bshape;
+  if (shmap__numel(rank, bshape) == 0)
+    return 0;
+  int c[SHMAP_MAX_AXES];
+  shmap__mesh_coords(mesh, dev, c);
+  int64_t off[SHMAP_MAX_RANK];
+  shmap__block_offset(mesh, &x->spec, rank, bshape, c, off);
+  int local = same_device(sm, mesh, dev);
+  int lc[SHMAP_MAX_AXES] = {0};
+  if (local >= 0)
+    shmap__mesh_coords(sm, local, lc);
+  unsigned named = shmap__spec_axes_mask(&a->spec);
+  const int64_t *sb = a->bshape;
+  int64_t lo[SHMAP_MAX_RANK], hi[SHMAP_MAX_RANK], i[SHMAP_MAX_RANK];
+  int64_t sstr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK];
+  shmap__strides(rank, sb, sstr);
+  shmap__strides(rank, bshape, dstr);
+  for (int d = 0; d < rank; d++) {
+    lo[d] = i[d] = off[d] / sb[d];
+    hi[d] = (off[d] + bshape[d] - 1) / sb[d];
+  }
+  uint64_t total = 0;
+  for (;;) {
+    /* The source block i: its coordinates on the source spec's axes. */
+    int sc[SHMAP_MAX_AXES] = {0};
+    for (int d = 0; d < a->spec.ndims; d++) {
+      int64_t rem = i[d];
+      for (int k = a->spec.naxes[d] - 1; k >= 0; k--) {
+        int ax = a->spec.axes[d][k];
+        sc[ax] = (int)(rem % sm->sizes[ax]);
+        rem /= sm->sizes[ax];
+      }
+    }
+    /* This device's own copy when it holds one. */
+    bool mine = local >= 0;
+    for (int ax = 0; ax < sm->naxes && mine; ax++)
+      if ((named & (1u << ax)) && sc[ax] != lc[ax])
+        mine = false;
+    int s = 0;
+    for (int ax = 0; ax < sm->naxes; ax++)
+      s += (mine ? lc[ax] : sc[ax]) * sm->strides[ax];
+    const char *src = a->blocks[s].data;
+    char *out = dst;
+    int64_t box[SHMAP_MAX_RANK];
+    for (int d = 0; d < rank; d++) {
+      int64_t b0 = i[d] * sb[d];
+      int64_t start = off[d] > b0 ? off[d] : b0;
+      int64_t end = off[d] + bshape[d] < b0 + sb[d] ? off[d] + bshape[d]
+                                                     : b0 + sb[d];
+      box[d] = end - start;
+      src += (start - b0) * sstr[d] * (int64_t)es;
+      out += (start - off[d]) * dstr[d] * (int64_t)es;
+    }
+    shmap__copy_box(out, dstr, src, sstr, rank, box, es);
+    total += (uint64_t)shmap__numel(rank, box) * es;
+    int d = rank - 1;
+    for (; d >= 0; d--) {
+      if (++i[d] <= hi[d])
+        break;
+      i[d] = lo[d];
+    }
+    if (d < 0)
+      return total;
+  }
+}
+
+static int xfer_body(shmap_ctx *ctx, void *arg)
+{
+  xfer *x = arg;
+  shmap_block *b = shmap_out(ctx, 0, x->src->dtype, x->src->rank, x->bshape);
+  if (!b)
+    return ctx->err;
+  uint64_t n = gather_from(x, ctx->rt->mesh, ctx->dev, b->data);
+  atomic_fetch_add(&x->bytes, n);
+  return 0;
+}
+
+SHMAP_EXTERN int shmap_array_transfer(shmap_array **out,
+                                      const shmap_array *array,
+                                      shmap_mesh *mesh, const char *spec)
+{
+  const char *op = "shmap_array_transfer";
+  if (out)
+    *out = NULL;
+  if (!out || !array || !mesh || !spec)
+    return shmap__err(SHMAP_EINVAL, "%s: NULL argument", op);
+  if (!array->mesh)
+    return shmap__err(SHMAP_EINVAL,
+                      "%s: a host array has no mesh; use "
+                      "shmap_array_from_host_sharded to place it", op);
+  if (array->mesh == mesh)
+    return shmap_array_reshard(out, array, spec);
+  xfer *x = shmap__calloc(1, sizeof *x);
+  if (!x)
+    return shmap__err(SHMAP_ENOMEM, "%s: out of memory", op);
+  x->src = array;
+  int rc = shmap__spec_resolve(mesh, spec, &x->spec);
+  if (rc)
+    rc = shmap__err_prefix(rc, "%s", op);
+  else if ((rc = shmap__spec_fit(mesh, "spec", spec, &x->spec, array->rank,
+                                 array->shape)))
+    rc = shmap__err_prefix(rc, "%s", op);
+  if (rc) {
+    free(x);
+    return rc;
+  }
+  shmap__block_shape(mesh, &x->spec, array->rank, array->shape, x->bshape);
+  atomic_init(&x->bytes, 0);
+  /* Copies of one target block come from the same source values. */
+  rc = shmap__map(mesh, xfer_body, x, 0, NULL, NULL, 1, out, &spec,
+                  SHMAP__TRUSTED_REP);
+  if (rc) {
+    free(x);
+    return shmap__err_prefix(rc, "%s", op);
+  }
+  /* The map counted itself; the blocks it built are the transfer's. */
+  shmap__runtime_lock(mesh->rt);
+  mesh->stats.blocks_built += (uint64_t)mesh->ndev;
+  mesh->stats.bytes_transferred += atomic_load(&x->bytes);
+  shmap__runtime_unlock(mesh->rt);
+  free(x);
+  return 0;
+}

@@ -1,0 +1,40 @@
+/*
+ * gdb_nested_target.c - the program tests/test_gdb_nested.sh debugs: on the
+ * mesh i=2, j=2, a map over 'i' whose body starts a map over 'j'; the
+ * inner body of device 3 is where gdb stops.  Every inner body then adds
+ * over 'j', so the others wait in that psum meanwhile.
+ */
+#include <shmap.h>
+
+#include <stdio.h>
+
+#pragma GCC optimize("O0")
+
+static int inner(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  double v = shmap_axis_index(ctx, "j");
+  shmap_block b = {&v, SHMAP_F64, 0, {0}};
+  int dev = shmap_ctx_device(ctx);
+  (void)dev; /* gdb-test: break here */
+  return shmap_psum(ctx, &b, "j");
+}
+
+static int outer(shmap_ctx *ctx, void *arg)
+{
+  return shmap_map_nested(ctx, inner, arg, 0, NULL, NULL, 0, NULL, NULL,
+                          NULL);
+}
+
+int main(void)
+{
+  shmap_mesh *mesh;
+  if (shmap_mesh_create(&mesh, "i=2, j=2"))
+    return 1;
+  shmap_map_opts o = {.manual_axes = "i"};
+  int rc = shmap_map_ex(mesh, outer, NULL, 0, NULL, NULL, 0, NULL, NULL, &o);
+  if (rc)
+    fprintf(stderr, "gdb_nested_target: %s\n", shmap_errmsg());
+  shmap_mesh_destroy(mesh);
+  return rc != 0;
+}

@@ -1,0 +1,77 @@
+#!/bin/sh
+# test_gdb_nested.sh - debugs tests/gdb_nested_target in gdb's batch mode
+# with the gdb extension loaded, stopped in the inner body of a nested map
+# on device 3, and checks that "shmap devices" shows the maps devices 2 and
+# 3 are in: the outer map over 'i' and the map over 'j' nested in it.
+# Skipped (exit 77) when gdb, its Python support, or ptrace is not
+# available.  Exit status: 0 pass, 1 fail, 77 skip, 99 hard error.
+
+top_srcdir=${top_srcdir:-.}
+top_builddir=${top_builddir:-.}
+prog=$top_builddir/tests/gdb_nested_target
+ext=$top_srcdir/gdb/shmap-gdb.py
+src=$top_srcdir/tests/gdb_nested_target.c
+
+skip () {
+  echo "test_gdb_nested: SKIP: $*"
+  exit 77
+}
+
+command -v gdb >/dev/null 2>&1 || skip "gdb is not installed"
+if test ! -f "$prog" || test ! -f "$ext" || test ! -f "$src"; then
+  echo "test_gdb_nested: $prog, $ext or $src not found" >&2
+  exit 99
+fi
+DEBUGINFOD_URLS=
+export DEBUGINFOD_URLS
+unset SHMAP_WATCHDOG SHMAP_TRACE SHMAP_SCHED
+to=
+command -v timeout >/dev/null 2>&1 && to="timeout 120"
+
+tmp=${TMPDIR:-/tmp}/test_gdb_nested.$$
+mkdir "$tmp" || exit 99
+trap 'rm -rf "$tmp"' 0
+trap 'exit 99' 1 2 15
+
+$to gdb -nx -batch -ex 'python print("python-" + "ok")' > "$tmp/py.out" 2>&1
+grep '^python-ok$' "$tmp/py.out" >/dev/null || skip "gdb has no Python support"
+$to gdb -nx -batch -ex run --args /bin/sh -c 'exit 0' > "$tmp/pt.out" 2>&1
+grep 'exited normally' "$tmp/pt.out" >/dev/null ||
+  skip "gdb cannot run a program here (ptrace not permitted?)"
+
+line=$(grep -n 'gdb-test: break here' "$src" | cut -d: -f1)
+{
+  printf '%s\n' 'set pagination off' 'set confirm off' 'set width 0'
+  printf '%s\n' "source $ext"
+  printf '%s\n' "break gdb_nested_target.c:$line if \$shmap_device() == 3"
+  printf '%s\n' 'run'
+  printf '%s\n' 'echo @@devices\n' 'shmap devices'
+  printf '%s\n' 'echo @@end\n' 'kill'
+} > "$tmp/cmds"
+$to gdb -nx -batch -x "$tmp/cmds" "$prog" > "$tmp/out" 2>&1
+echo "---- gdb output ----"
+cat "$tmp/out"
+echo "---- checks ----"
+status=0
+check () {
+  what=$1
+  shift
+  if sed -n '/^@@devices$/,/^@@end$/p' "$tmp/out" | grep -E "$@" >/dev/null
+  then
+    echo "ok: $what"
+  else
+    echo "FAIL: $what"
+    status=1
+  fi
+}
+check "device 3 runs the inner body of the map nested over 'j'" \
+  "^\* device 3 \(i=1, j=1\): .*running its body \[map over 'i' > nested over 'j'\]"
+# Device 2 met device 3 in the nested map's agreement over 'j', so it is in
+# the nested map too; devices 0 and 1 may be anywhere yet.
+check "device 2 shows both maps" \
+  "device 2 \(i=1, j=0\): .*\[map over 'i' > nested over 'j'\]"
+if grep -E 'Python Exception|Traceback' "$tmp/out" >/dev/null; then
+  echo "FAIL: the extension raised a Python error"
+  status=1
+fi
+exit $status
