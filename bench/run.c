@@ -15,9 +15,12 @@
 #include <shmap.h>
 
 #include <errno.h>
+#include <getopt.h>
+#include <signal.h>
 #include <math.h>
 #include <omp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,11 +62,12 @@ static struct {
   int nsizes;
   int ps[MAXLIST];
   int nps;
-  int extra[MAXLIST]; /* P of the extra psum-of-64-floats lines */
-  int nextra;
+  int sweep[MAXLIST]; /* P of the scaling sweep (psum and all_gather) */
+  int nsweep;
   int ops; /* bit mask */
   int reps;
   double target_ms;
+  int contended;
   int mpi, omp, verbose;
   const char *mpirun, *helper;
 } opt;
@@ -91,27 +95,65 @@ static void progress(const char *fmt, ...)
   va_end(ap);
 }
 
-/* "4K", "16M", "256" -> bytes. */
-static size_t parse_size(const char *s)
+/*
+ * Numbers are parsed strictly: the whole text must be the number (no
+ * leading blanks or signs where none make sense, no trailing characters),
+ * within range, so that a typo is an error instead of a silent 0.
+ */
+static long parse_long(const char *what, const char *s, long lo, long hi)
 {
   char *end;
   errno = 0;
-  unsigned long long v = strtoull(s, &end, 10);
+  /* strtol would skip leading blanks; a number starts with a sign or a
+   * digit. */
+  bool starts = *s == '-' || (*s >= '0' && *s <= '9');
+  long v = starts ? strtol(s, &end, 10) : (end = (char *)s, 0);
+  if (end == s || *end)
+    die("%s: '%s' is not a whole number", what, s);
+  if (errno == ERANGE || v < lo || v > hi)
+    die("%s: %s is out of range (%ld to %ld)", what, s, lo, hi);
+  return v;
+}
+
+static double parse_positive(const char *what, const char *s, double hi)
+{
+  char *end;
+  errno = 0;
+  bool starts = *s == '-' || *s == '.' || (*s >= '0' && *s <= '9');
+  double v = starts ? strtod(s, &end) : (end = (char *)s, 0);
+  /* Decimal only: strtod would also take hexadecimal and "inf". */
+  if (end == s || *end || isnan(v) || strpbrk(s, "xXpP"))
+    die("%s: '%s' is not a number", what, s);
+  if (errno == ERANGE || !(v > 0) || v > hi)
+    die("%s: %s is out of range (more than 0, at most %g)", what, s, hi);
+  return v;
+}
+
+/* "4K", "16M", "256", "1MiB" -> bytes. */
+static size_t parse_size(const char *what, const char *s)
+{
+  char *end;
+  errno = 0;
+  unsigned long long v =
+      *s >= '0' && *s <= '9' ? strtoull(s, &end, 10) : (end = (char *)s, 0);
   if (errno || end == s)
-    die("bad size '%s'", s);
+    die("%s: '%s' is not a size (bytes, with an optional K, M or G)", what, s);
+  int shift = 0;
   if (*end == 'k' || *end == 'K')
-    v <<= 10, end++;
+    shift = 10, end++;
   else if (*end == 'm' || *end == 'M')
-    v <<= 20, end++;
+    shift = 20, end++;
   else if (*end == 'g' || *end == 'G')
-    v <<= 30, end++;
-  if (*end == 'i' || *end == 'I')
+    shift = 30, end++;
+  if (shift && (*end == 'i' || *end == 'I'))
     end++;
   if (*end == 'b' || *end == 'B')
     end++;
   if (*end)
-    die("bad size '%s'", s);
-  return (size_t)v;
+    die("%s: '%s' is not a size (bytes, with an optional K, M or G)", what, s);
+  if (v > ((unsigned long long)1 << 40) >> shift)
+    die("%s: %s is too large (at most 1 TiB)", what, s);
+  return (size_t)(v << shift);
 }
 
 /* Comma-separated list; returns the count. */
@@ -120,19 +162,16 @@ static int parse_list(const char *s, const char *what, size_t out[],
 {
   int n = 0;
   char buf[1024];
+  if (strlen(s) >= sizeof buf)
+    die("%s: list too long", what);
   snprintf(buf, sizeof buf, "%s", s);
+  if (!*buf || buf[strlen(buf) - 1] == ',' || *buf == ',' || strstr(buf, ",,"))
+    die("%s: '%s' is not a comma-separated list", what, s);
   for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
     if (n == MAXLIST)
-      die("too many %s", what);
-    if (is_size) {
-      out[n++] = parse_size(tok);
-    } else {
-      char *end;
-      long v = strtol(tok, &end, 10);
-      if (*end || v < 1 || v > SHMAP_MAX_DEVICES)
-        die("bad %s '%s'", what, tok);
-      out[n++] = (size_t)v;
-    }
+      die("%s: more than %d values", what, MAXLIST);
+    out[n++] = is_size ? parse_size(what, tok)
+                       : (size_t)parse_long(what, tok, 1, SHMAP_MAX_DEVICES);
   }
   return n;
 }
@@ -152,18 +191,28 @@ static void usage(FILE *f)
 {
   fprintf(f,
           "usage: bench/run [options]\n"
-          "  --quick            short run: sizes 256,64K,1M, 3 samples, 5 ms each\n"
-          "  --sizes LIST       per-device bytes, e.g. 256,4K,64K,1M,4M,16M\n"
-          "  --P LIST           device counts, e.g. 2,4,8\n"
-          "  --extra LIST|none  device counts of the psum-of-64-floats lines "
-          "(default 64,256)\n"
-          "  --ops LIST         psum,psum_scatter,all_gather,all_to_all,"
+          "  --quick             short run: sizes 256,64K,1M, 3 samples, 5 ms "
+          "each,\n"
+          "                      sweep 16,256,1024\n"
+          "  --sizes=LIST        per-device bytes, e.g. 256,4K,64K,1M,4M,16M\n"
+          "  -P, --P=LIST        device counts, e.g. 2,4,8\n"
+          "  --sweep=LIST|none   device counts of the psum/all_gather scaling "
+          "sweep\n"
+          "                      (default 2,4,...,1024)\n"
+          "  --ops=LIST          psum,psum_scatter,all_gather,all_to_all,"
           "ppermute,empty,\n"
-          "                     psum_bf16,psum_f16 (the f32 sizes' element counts)\n"
-          "  --reps K           samples per case (median reported)\n"
-          "  --target-ms T      length of one sample in milliseconds\n"
-          "  --no-mpi, --no-omp skip a comparison column (NA)\n"
-          "  --quiet            no progress on stderr\n"
+          "                      psum_bf16,psum_f16 (the f32 sizes' element "
+          "counts)\n"
+          "  --reps=K            samples per case, 1 to 64 (median reported)\n"
+          "  --target-ms=T       length of one sample in milliseconds\n"
+          "  --contended         measure every case a second time while a busy "
+          "process\n"
+          "                      of the benchmark's own takes one core; print "
+          "the ratio\n"
+          "  --no-mpi, --no-omp  skip a comparison column (NA)\n"
+          "  --quiet             no progress on stderr\n"
+          "  -h, --help          this text\n"
+          "Options take their value as --opt=V or --opt V.\n"
           "environment: BENCH_MPIRUN, BENCH_MPI_HELPER override the mpirun "
           "and bench/mpi_bench paths\n");
 }
@@ -173,44 +222,62 @@ static void parse_args(int argc, char **argv)
   static const size_t full_sizes[] = {256, 4 << 10, 64 << 10, 1 << 20,
                                       4 << 20, 16 << 20};
   static const size_t quick_sizes[] = {256, 64 << 10, 1 << 20};
-  const char *sizes = NULL, *ps = NULL, *extra = NULL, *ops = NULL;
+  enum { O_QUICK = 256, O_SIZES, O_P, O_SWEEP, O_OPS, O_REPS, O_TARGET,
+         O_CONTENDED, O_NOMPI, O_NOOMP, O_QUIET };
+  static const struct option longopts[] = {
+      {"quick", no_argument, NULL, O_QUICK},
+      {"sizes", required_argument, NULL, O_SIZES},
+      {"P", required_argument, NULL, O_P},
+      {"sweep", required_argument, NULL, O_SWEEP},
+      {"ops", required_argument, NULL, O_OPS},
+      {"reps", required_argument, NULL, O_REPS},
+      {"target-ms", required_argument, NULL, O_TARGET},
+      {"contended", no_argument, NULL, O_CONTENDED},
+      {"no-mpi", no_argument, NULL, O_NOMPI},
+      {"no-omp", no_argument, NULL, O_NOOMP},
+      {"quiet", no_argument, NULL, O_QUIET},
+      {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  const char *sizes = NULL, *ps = NULL, *sweep = NULL, *ops = NULL;
   opt.reps = -1;
   opt.target_ms = -1;
   opt.mpi = opt.omp = opt.verbose = 1;
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-#define ARG() (i + 1 < argc ? argv[++i] : (die("%s needs a value", a), ""))
-    if (strcmp(a, "--quick") == 0)
-      opt.quick = 1;
-    else if (strcmp(a, "--sizes") == 0)
-      sizes = ARG();
-    else if (strcmp(a, "--P") == 0 || strcmp(a, "-P") == 0)
-      ps = ARG();
-    else if (strcmp(a, "--extra") == 0)
-      extra = ARG();
-    else if (strcmp(a, "--ops") == 0)
-      ops = ARG();
-    else if (strcmp(a, "--reps") == 0)
-      opt.reps = atoi(ARG());
-    else if (strcmp(a, "--target-ms") == 0)
-      opt.target_ms = atof(ARG());
-    else if (strcmp(a, "--no-mpi") == 0)
-      opt.mpi = 0;
-    else if (strcmp(a, "--no-omp") == 0)
-      opt.omp = 0;
-    else if (strcmp(a, "--quiet") == 0)
-      opt.verbose = 0;
-    else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      usage(stdout);
-      exit(0);
-    } else {
+  opterr = 0; /* our own messages */
+  int c;
+  while ((c = getopt_long(argc, argv, ":hP:", longopts, NULL)) != -1) {
+    switch (c) {
+    case O_QUICK: opt.quick = 1; break;
+    case O_SIZES: sizes = optarg; break;
+    case 'P':
+    case O_P: ps = optarg; break;
+    case O_SWEEP: sweep = optarg; break;
+    case O_OPS: ops = optarg; break;
+    case O_REPS: opt.reps = (int)parse_long("--reps", optarg, 1, 64); break;
+    case O_TARGET:
+      opt.target_ms = parse_positive("--target-ms", optarg, 60e3);
+      break;
+    case O_CONTENDED: opt.contended = 1; break;
+    case O_NOMPI: opt.mpi = 0; break;
+    case O_NOOMP: opt.omp = 0; break;
+    case O_QUIET: opt.verbose = 0; break;
+    case 'h': usage(stdout); exit(0);
+    case ':':
       usage(stderr);
-      die("unknown option '%s'", a);
+      die("%s needs a value", argv[optind - 1]);
+      break;
+    default:
+      usage(stderr);
+      if (optopt && optopt < 256)
+        die("unknown option '-%c'", optopt);
+      die("unknown option '%s'", argv[optind - 1]);
     }
-#undef ARG
+  }
+  if (optind < argc) {
+    usage(stderr);
+    die("unexpected argument '%s'", argv[optind]);
   }
   if (sizes) {
-    opt.nsizes = parse_list(sizes, "sizes", opt.sizes, 1);
+    opt.nsizes = parse_list(sizes, "--sizes", opt.sizes, 1);
   } else {
     const size_t *src = opt.quick ? quick_sizes : full_sizes;
     opt.nsizes = opt.quick ? 3 : 6;
@@ -218,30 +285,38 @@ static void parse_args(int argc, char **argv)
   }
   for (int i = 0; i < opt.nsizes; i++)
     if (opt.sizes[i] < 4 || opt.sizes[i] % 4)
-      die("size %zu is not a whole number of f32 elements", opt.sizes[i]);
+      die("--sizes: %zu is not a whole number of f32 elements", opt.sizes[i]);
   if (ps) {
-    opt.nps = parse_ints(ps, "P", opt.ps);
+    opt.nps = parse_ints(ps, "--P", opt.ps);
   } else {
     opt.nps = 3;
     opt.ps[0] = 2, opt.ps[1] = 4, opt.ps[2] = 8;
   }
-  if (extra) {
-    opt.nextra = parse_ints(extra, "extra P", opt.extra);
+  if (sweep) {
+    opt.nsweep = parse_ints(sweep, "--sweep", opt.sweep);
+  } else if (opt.quick) {
+    opt.nsweep = 3;
+    opt.sweep[0] = 16, opt.sweep[1] = 256, opt.sweep[2] = 1024;
   } else {
-    opt.nextra = 2;
-    opt.extra[0] = 64, opt.extra[1] = 256;
+    for (int p = 2; p <= 1024; p *= 2)
+      opt.sweep[opt.nsweep++] = p;
   }
   if (ops) {
     char buf[512];
+    if (strlen(ops) >= sizeof buf)
+      die("--ops: list too long");
     snprintf(buf, sizeof buf, "%s", ops);
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
       int k;
       for (k = 0; k < NOPS && strcmp(tok, op_names[k]); k++)
         ;
       if (k == NOPS)
-        die("unknown op '%s'", tok);
+        die("--ops: unknown op '%s' (psum, psum_scatter, all_gather, "
+            "all_to_all, ppermute, empty)", tok);
       opt.ops |= 1 << k;
     }
+    if (!opt.ops)
+      die("--ops: empty list");
   } else {
     opt.ops = (1 << NOPS) - 1;
   }
@@ -294,6 +369,16 @@ static const char *fmt_us(double v, char *buf, size_t n)
   return buf;
 }
 
+/* Three significant digits (bandwidths in GB/s), or NA. */
+static const char *fmt_g(double v, char *buf, size_t n)
+{
+  if (isnan(v))
+    snprintf(buf, n, "NA");
+  else
+    snprintf(buf, n, "%.3g", v);
+  return buf;
+}
+
 static void *xalloc(size_t bytes)
 {
   void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
@@ -332,6 +417,58 @@ static double measure(sample_fn sample, void *ctx)
   for (int i = 0; i < k; i++)
     v[i] = sample(ctx, R);
   return median(v, k);
+}
+
+/* ---- a busy process, for --contended ------------------------------------- */
+
+/*
+ * The contended run measures each case again while a child process of the
+ * benchmark spins on one core's worth of CPU time, as a compiler or a
+ * browser tab would on a laptop.  It is not pinned: the kernel places it
+ * wherever it likes, as it would any other process.  It is started before
+ * and killed after each contended sample series, so the quiet numbers
+ * never see it.
+ */
+static pid_t busy_pid;
+
+static void busy_start(void)
+{
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0)
+    die("fork: %s", strerror(errno));
+  if (pid == 0) {
+    volatile unsigned long spin = 0;
+    for (;;)
+      spin++;
+  }
+  busy_pid = pid;
+}
+
+static void busy_stop(void)
+{
+  if (busy_pid > 0) {
+    kill(busy_pid, SIGKILL);
+    waitpid(busy_pid, NULL, 0);
+    busy_pid = 0;
+  }
+}
+
+static void busy_atexit(void) { busy_stop(); }
+
+/* Median of a case, and with --contended its median with the busy process
+ * running (NA otherwise). */
+static double measure_both(sample_fn sample, void *ctx, double *busy)
+{
+  double quiet = measure(sample, ctx);
+  *busy = NA;
+  if (opt.contended) {
+    busy_start();
+    *busy = measure(sample, ctx);
+    busy_stop();
+  }
+  return quiet;
 }
 
 /* ---- the memory roofline --------------------------------------------------- */
@@ -572,11 +709,11 @@ static double omp_sample(void *arg, int R)
   return (t1 - t0) / R;
 }
 
-static double omp_measure(int op, int P, size_t bytes)
+static double omp_measure(int op, int P, size_t bytes, double *busy)
 {
   ocase c = {.op = op, .P = P, .n = bytes / 4};
   if (op == OP_EMPTY)
-    return measure(omp_sample, &c);
+    return measure_both(omp_sample, &c, busy);
   c.buf = xalloc(sizeof(float *) * (size_t)P);
   for (int p = 0; p < P; p++)
     c.buf[p] = xalloc(c.n * sizeof(float));
@@ -594,7 +731,7 @@ static double omp_measure(int op, int P, size_t bytes)
         memset(c.res + lo, 0, (hi - lo) * sizeof(float));
     }
   }
-  double v = measure(omp_sample, &c);
+  double v = measure_both(omp_sample, &c, busy);
   for (int p = 0; p < P; p++)
     free(c.buf[p]);
   free(c.buf);
@@ -615,7 +752,7 @@ static char mpi_library[160];
 /* Run the helper with P ranks for every op and size; returns the number of
  * results stored in out (0 when the run failed). */
 static int mpi_run(int P, const size_t sizes[], int nsizes, int ops, mres out[],
-                   int max)
+                   int max, int busy)
 {
   char cmd[4096], list[1024] = "", oplist[256] = "";
   for (int i = 0; i < nsizes; i++)
@@ -630,9 +767,13 @@ static int mpi_run(int P, const size_t sizes[], int nsizes, int ops, mres out[],
            "--target-ms %g",
            opt.mpirun, geteuid() == 0 ? "--allow-run-as-root " : "", P,
            opt.helper, list, oplist, opt.reps, opt.target_ms);
+  if (busy)
+    busy_start();
   fflush(stdout);
   FILE *f = popen(cmd, "r");
   if (!f) {
+    if (busy)
+      busy_stop();
     fprintf(stderr, "bench/run: cannot run %s\n", cmd);
     return 0;
   }
@@ -656,6 +797,8 @@ static int mpi_run(int P, const size_t sizes[], int nsizes, int ops, mres out[],
     }
   }
   int st = pclose(f);
+  if (busy)
+    busy_stop();
   if (st != 0) {
     fprintf(stderr, "bench/run: '%s' failed (status %d); mpi_us is NA for P=%d\n",
             cmd, WIFEXITED(st) ? WEXITSTATUS(st) : -1, P);
@@ -675,9 +818,10 @@ static double mpi_lookup(const mres *m, int n, int op, size_t bytes)
 /* ---- the run ------------------------------------------------------------------------ */
 
 typedef struct result {
-  int op, P, extra;
+  int op, P, sweep;
   size_t bytes;
   double shmap, omp, mpi, roof;
+  double shmap_busy, omp_busy, mpi_busy; /* --contended */
 } result;
 
 static result *results;
@@ -736,37 +880,61 @@ static double loadavg(void)
   return l;
 }
 
+/*
+ * Bus bandwidth in GB/s, nccl-tests' convention: the algorithm bandwidth
+ * (bytes / time, with `bytes` the full per-device buffer as above) times
+ * the share of it each device must move over its link in the optimal
+ * algorithm: 2(P-1)/P for an allreduce, (P-1)/P for a reduce-scatter,
+ * an all-gather or an all-to-all, 1 for a send/receive pair.  It makes
+ * the numbers of different P comparable with one hardware bandwidth.
+ */
+static double busbw(int op, int P, size_t bytes, double us)
+{
+  if (op == OP_EMPTY || isnan(us) || us <= 0)
+    return NA;
+  double algbw = (double)bytes / us * 1e-3; /* bytes/us -> GB/s */
+  double f = (double)(P - 1) / P;
+  switch (op) {
+  case OP_PSUM: return algbw * 2 * f;
+  case OP_PPERMUTE: return algbw;
+  default: return algbw * f;
+  }
+}
+
 static void run_shmap_case(shmap_mesh *mesh, int op, int P, size_t bytes,
                            int (*pairs)[2], double B, const mres *m, int nm,
-                           int extra)
+                           const mres *mb, int nmb, int sweep)
 {
   scase sc = {.mesh = mesh, .op = op, .P = P, .bytes = bytes, .pairs = pairs};
-  result r = {.op = op, .P = P, .extra = extra, .bytes = bytes, .omp = NA,
-              .mpi = NA};
-  r.shmap = measure(shmap_sample, &sc);
+  result r = {.op = op, .P = P, .sweep = sweep, .bytes = bytes, .omp = NA,
+              .mpi = NA, .omp_busy = NA, .mpi_busy = NA};
+  r.shmap = measure_both(shmap_sample, &sc, &r.shmap_busy);
   if (m)
     r.mpi = mpi_lookup(m, nm, op, bytes);
+  if (mb)
+    r.mpi_busy = mpi_lookup(mb, nmb, op, bytes);
   r.roof = min_traffic(op, P, bytes) / B;
   add_result(r);
 }
 
 /* The OpenMP column of the results from `first` on, measured after the
- * mesh is gone so that neither runtime's idle threads disturb the other. */
+ * mesh is gone so that neither runtime's idle threads disturb the other.
+ * More than 256 OpenMP threads measure only the kernel's scheduler. */
 static void run_omp_cases(int first)
 {
   if (!opt.omp)
     return;
   for (int i = first; i < nresults; i++) {
     result *r = &results[i];
-    if (r->op == OP_PSUM || r->op == OP_EMPTY)
-      r->omp = omp_measure(r->op, r->P, r->bytes);
+    if ((r->op == OP_PSUM || r->op == OP_EMPTY) && r->P <= 256)
+      r->omp = omp_measure(r->op, r->P, r->bytes, &r->omp_busy);
   }
 }
 
 /* CPU time of the whole machine (clock ticks): busy, idle and stolen by
  * the hypervisor, from /proc/stat; and this process's own (with the
- * mpirun children it waited for).  Together they tell whether anything
- * else ran during the measurement. */
+ * mpirun children and busy processes it waited for).  Together they tell
+ * whether anything else ran during the measurement. */
 typedef struct cpustat {
   double busy, idle, steal, mine;
 } cpustat;
@@ -809,7 +977,6 @@ static shmap_mesh *make_mesh(int P, int (**pairs)[2])
   }
   return mesh;
 }
-
 
 /* ---- chained maps: device-resident arrays against host round trips ------ */
 
@@ -877,9 +1044,45 @@ static double chain_measure(int P, size_t bytes, int host)
   return median(t, samples);
 }
 
+static double chain_both(int P, size_t bytes, int host, double *busy)
+{
+  double quiet = chain_measure(P, bytes, host);
+  *busy = NA;
+  if (opt.contended) {
+    busy_start();
+    *busy = chain_measure(P, bytes, host);
+    busy_stop();
+  }
+  return quiet;
+}
+
+/* One result line: times, busbw, and with --contended the busy times and
+ * their ratios to the quiet ones. */
+static void print_line(const char *op, int P, size_t bytes, double shmap,
+                       double bw, double omp, double mpi, double roof,
+                       double shmap_b, double omp_b, double mpi_b)
+{
+  char a[32], b[32], c[32], d[32], e[32];
+  printf("op=%s P=%d bytes=%zu shmap_us=%s busbw=%s omp_us=%s mpi_us=%s "
+         "roofline_us=%s",
+         op, P, bytes, fmt_us(shmap, a, sizeof a), fmt_g(bw, e, sizeof e),
+         fmt_us(omp, b, sizeof b), fmt_us(mpi, c, sizeof c),
+         fmt_us(roof, d, sizeof d));
+  if (opt.contended) {
+    char r1[32], r2[32], r3[32];
+    printf(" shmap_busy_us=%s shmap_busy_x=%s omp_busy_us=%s omp_busy_x=%s "
+           "mpi_busy_us=%s mpi_busy_x=%s",
+           fmt_us(shmap_b, a, sizeof a), fmt_us(shmap_b / shmap, r1, sizeof r1),
+           fmt_us(omp_b, b, sizeof b), fmt_us(omp_b / omp, r2, sizeof r2),
+           fmt_us(mpi_b, c, sizeof c), fmt_us(mpi_b / mpi, r3, sizeof r3));
+  }
+  printf("\n");
+}
+
 int main(int argc, char **argv)
 {
   parse_args(argc, argv);
+  atexit(busy_atexit);
   double t_start = now_us();
   double load = loadavg();
   cpustat c0 = cpu_now();
@@ -898,27 +1101,33 @@ int main(int argc, char **argv)
 
   for (int pi = 0; pi < opt.nps; pi++) {
     int P = opt.ps[pi];
-    mres m[MAXLIST * NOPS];
-    int nm = 0;
+    mres m[MAXLIST * NOPS], mb[MAXLIST * NOPS];
+    int nm = 0, nmb = 0;
     if (opt.mpi) {
       progress("P=%d: Open MPI (%d ranks through mpirun)", P, P);
       nm = mpi_run(P, opt.sizes, opt.nsizes, opt.ops & MPI_OPS, m,
-                   MAXLIST * NOPS);
+                   MAXLIST * NOPS, 0);
+      if (opt.contended) {
+        progress("P=%d: Open MPI, contended", P);
+        nmb = mpi_run(P, opt.sizes, opt.nsizes, opt.ops & MPI_OPS, mb,
+                      MAXLIST * NOPS, 1);
+      }
     }
     int first = nresults;
     int (*pairs)[2];
     shmap_mesh *mesh = make_mesh(P, &pairs);
+    const mres *pm = opt.mpi ? m : NULL, *pmb = opt.contended ? pm ? mb : NULL : NULL;
     for (int op = 0; op < NOPS; op++) {
       if (!(opt.ops & (1 << op)))
         continue;
       progress("P=%d: %s", P, op_names[op]);
       if (op == OP_EMPTY) {
-        run_shmap_case(mesh, op, P, 0, pairs, B, opt.mpi ? m : NULL, nm, 0);
+        run_shmap_case(mesh, op, P, 0, pairs, B, pm, nm, pmb, nmb, 0);
         continue;
       }
       for (int s = 0; s < opt.nsizes; s++)
         run_shmap_case(mesh, op, P, opt.sizes[s] / (op_half(op) ? 2 : 1), pairs,
-                       B, opt.mpi ? m : NULL, nm, 0);
+                       B, pm, nm, pmb, nmb, 0);
     }
     shmap_mesh_destroy(mesh);
     free(pairs);
@@ -926,25 +1135,29 @@ int main(int argc, char **argv)
     run_omp_cases(first);
   }
 
-  /* psum of 64 floats on many devices. */
-  for (int e = 0; e < opt.nextra; e++) {
-    int P = opt.extra[e];
-    progress("P=%d: psum of 64 floats", P);
+  /* The scaling sweep: a psum of 64 floats, and an all_gather of 16 floats
+   * (one cache line) from each device, on meshes up to 1024 devices. */
+  for (int e = 0; e < opt.nsweep; e++) {
+    int P = opt.sweep[e];
+    progress("P=%d: scaling sweep", P);
     int (*pairs)[2];
     shmap_mesh *mesh = make_mesh(P, &pairs);
     int first = nresults;
-    run_shmap_case(mesh, OP_PSUM, P, 256, pairs, B, NULL, 0, 1);
+    run_shmap_case(mesh, OP_PSUM, P, 256, pairs, B, NULL, 0, NULL, 0, 1);
+    run_shmap_case(mesh, OP_ALL_GATHER, P, 64 * (size_t)P, pairs, B, NULL, 0,
+                   NULL, 0, 1);
     shmap_mesh_destroy(mesh);
     free(pairs);
     run_omp_cases(first);
   }
 
-  /* Chained maps, 1 MiB per device on 8 devices (or the first P given). */
+  /* Chained maps, 1 MiB per device on 8 devices (or the last P given). */
   int cP = opt.nps ? opt.ps[opt.nps - 1] : 8;
   size_t cbytes = (size_t)1 << 20;
   progress("P=%d: chained maps", cP);
-  double chain_dev = chain_measure(cP, cbytes, 0);
-  double chain_host = chain_measure(cP, cbytes, 1);
+  double chain_dev_b, chain_host_b;
+  double chain_dev = chain_both(cP, cbytes, 0, &chain_dev_b);
+  double chain_host = chain_both(cP, cbytes, 1, &chain_host_b);
   /* A step reads each block and writes a new one. */
   double chain_roof = 2.0 * (double)cP * (double)cbytes / B;
 
@@ -960,34 +1173,31 @@ int main(int argc, char **argv)
   printf("# libshmap %d.%d.%d bench: nproc=%ld cpu=\"%s\" mem=%.0fGiB "
          "bandwidth=%.2fGB/s (read+write, 2 threads x 64 MiB memcpy, best of "
          "%d) loadavg=%.2f other_cpu=%.0f%% steal=%.0f%% SHMAP_SCHED=%s "
-         "mpi=\"%s\" samples=%d sample_ms=%g%s\n",
+         "mpi=\"%s\" samples=%d sample_ms=%g%s%s\n",
          SHMAP_VERSION_MAJOR, SHMAP_VERSION_MINOR, SHMAP_VERSION_PATCH,
          sysconf(_SC_NPROCESSORS_ONLN), cpu, mem_gib(), B * 1e-3,
          opt.quick ? 6 : 12, load, other, steal, sched && *sched ? sched : "auto",
          opt.mpi ? (*mpi_library ? mpi_library : "?") : "NA", opt.reps,
-         opt.target_ms, opt.quick ? " quick" : "");
-  /* Grouped by op, then P, then size; the many-device lines last. */
-  for (int op = 0; op <= NOPS; op++)
+         opt.target_ms, opt.quick ? " quick" : "",
+         opt.contended ? " contended" : "");
+  /* Grouped by op, then P, then size; the sweep last. */
+  for (int op = 0; op <= NOPS; op++) {
+    if (op == NOPS && opt.nsweep)
+      printf("# scaling sweep: psum of 64 floats, all_gather of 16 floats "
+             "per device\n");
     for (int i = 0; i < nresults; i++) {
       const result *r = &results[i];
-      if (op < NOPS ? r->extra || r->op != op : !r->extra)
+      if (op < NOPS ? r->sweep || r->op != op : !r->sweep)
         continue;
-      char a[32], b[32], c[32], d[32];
-      printf("op=%s P=%d bytes=%zu shmap_us=%s omp_us=%s mpi_us=%s "
-             "roofline_us=%s\n",
-             op_names[r->op], r->P, r->bytes, fmt_us(r->shmap, a, sizeof a),
-             fmt_us(r->omp, b, sizeof b), fmt_us(r->mpi, c, sizeof c),
-             fmt_us(r->roof, d, sizeof d));
+      print_line(op_names[r->op], r->P, r->bytes, r->shmap,
+                 busbw(r->op, r->P, r->bytes, r->shmap), r->omp, r->mpi,
+                 r->roof, r->shmap_busy, r->omp_busy, r->mpi_busy);
     }
-  {
-    char a[32], b[32], d[32];
-    printf("op=chain_device P=%d bytes=%zu shmap_us=%s omp_us=NA mpi_us=NA "
-           "roofline_us=%s\n", cP, cbytes, fmt_us(chain_dev, a, sizeof a),
-           fmt_us(chain_roof, d, sizeof d));
-    printf("op=chain_host P=%d bytes=%zu shmap_us=%s omp_us=NA mpi_us=NA "
-           "roofline_us=%s\n", cP, cbytes, fmt_us(chain_host, b, sizeof b),
-           fmt_us(chain_roof, d, sizeof d));
   }
+  print_line("chain_device", cP, cbytes, chain_dev, NA, NA, NA, chain_roof,
+             chain_dev_b, NA, NA);
+  print_line("chain_host", cP, cbytes, chain_host, NA, NA, NA, chain_roof,
+             chain_host_b, NA, NA);
   progress("done in %.0f s", (now_us() - t_start) * 1e-6);
   free(results);
   return 0;

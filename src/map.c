@@ -528,7 +528,7 @@ static void free_job(shmap__job *job)
   if (job->ctx)
     for (int d = 0; d < job->mesh->ndev; d++)
       shmap__arena_clear(&job->ctx[d]);
-  free(job->ctx);
+  shmap__runtime_give(job->mesh->rt, 0, job->ctx);
   free(job->ins);
 }
 
@@ -596,10 +596,12 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
     }
   }
 
-  /* One allocation for the device contexts' block tables. */
+  /* One allocation for the device contexts' block tables; both arrays are
+   * kept from one map to the next. */
   size_t per = (size_t)nin + (size_t)nout;
-  job.ctx = shmap__calloc((size_t)mesh->ndev, sizeof *job.ctx);
-  slots = shmap__calloc((size_t)mesh->ndev * per + 1, sizeof *slots);
+  job.ctx = shmap__runtime_take(mesh->rt, 0, (size_t)mesh->ndev * sizeof *job.ctx);
+  slots = shmap__runtime_take(mesh->rt, 1,
+                              ((size_t)mesh->ndev * per + 1) * sizeof *slots);
   if (!job.ctx || !slots) {
     rc = shmap__err(SHMAP_ENOMEM, "shmap_map: out of memory for %d devices",
                     mesh->ndev);
@@ -662,7 +664,7 @@ done:
     for (int k = 0; k < nout; k++)
       shmap_array_destroy(res[k]);
   free_job(&job);
-  free(slots);
+  shmap__runtime_give(mesh->rt, 1, slots);
   free(ospec);
   free(res);
   return rc;

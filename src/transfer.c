@@ -130,6 +130,11 @@ SHMAP_EXTERN int shmap_array_transfer(shmap_array **out,
     return shmap__err(SHMAP_EINVAL,
                       "%s: a host array has no mesh; use "
                       "shmap_array_from_host_sharded to place it", op);
+  shmap_ctx *body = shmap__current();
+  if (body)
+    return shmap__dev_fail(body, op, SHMAP_ESTATE,
+                           "called from inside a body; a transfer runs a map "
+                           "on the destination mesh, so call it between maps");
   if (array->mesh == mesh)
     return shmap_array_reshard(out, array, spec);
   xfer *x = shmap__calloc(1, sizeof *x);

@@ -1009,6 +1009,40 @@ START_TEST(trace_shows_nesting)
 }
 END_TEST
 
+/* A transfer runs a map, so a body cannot start one. */
+typedef struct xfer_arg {
+  shmap_array *a;
+  shmap_mesh *to;
+} xfer_arg;
+
+static int transfer_body(shmap_ctx *ctx, void *arg)
+{
+  xfer_arg *x = arg;
+  shmap_array *b = NULL;
+  if (shmap_ctx_device(ctx) != 0)
+    return 0;
+  return shmap_array_transfer(&b, x->a, x->to, "P()");
+}
+
+START_TEST(transfer_in_body)
+{
+  set_mode(_i);
+  shmap_mesh *m = tu_mesh_new("s=2, i=2"), *s0 = NULL, *s1 = NULL;
+  ck_assert_int_eq(shmap_mesh_slice(&s0, m, "s=0"), 0);
+  ck_assert_int_eq(shmap_mesh_slice(&s1, m, "s=1"), 0);
+  int64_t shape[1] = {4};
+  xfer_arg x = {NULL, s1};
+  ck_assert_int_eq(shmap_array_zeros(&x.a, s0, "P('i')", SHMAP_F32, 1, shape),
+                   0);
+  expect_err(shmap_map(s0, transfer_body, &x, 0, NULL, NULL, 0, NULL, NULL),
+             SHMAP_ESTATE, "shmap_array_transfer on device 0", "inside a body", NULL);
+  shmap_array_destroy(x.a);
+  shmap_mesh_destroy(s0);
+  shmap_mesh_destroy(s1);
+  shmap_mesh_destroy(m);
+}
+END_TEST
+
 static Suite *meshparts_suite(void)
 {
   Suite *s = suite_create("meshparts");
@@ -1034,6 +1068,7 @@ static Suite *meshparts_suite(void)
   tcase_add_test(tc, submesh_errors);
   tcase_add_loop_test(tc, slices_concurrently, 0, 2);
   tcase_add_loop_test(tc, transfer_between_slices, 0, 2);
+  tcase_add_loop_test(tc, transfer_in_body, 0, 2);
   suite_add_tcase(s, tc);
   tc = tcase_create("debug");
   tcase_set_timeout(tc, TIMEOUT);

@@ -173,6 +173,9 @@ static int check_reports(const char *out)
 START_TEST(t_report)
 {
   ck_assert_int_eq(setenv("SHMAP_SCHED", _i ? "fibers" : "threads", 1), 0);
+  /* A worker per device: a body asleep holds its worker, and device 3
+   * placed on device 2's worker would not start before device 2 returns. */
+  ck_assert_int_eq(setenv("SHMAP_WORKERS", "4", 1), 0);
   shmap_mesh *m = tu_mesh_new("i=2, j=2");
   ck_assert_int_eq(shmap_set_watchdog(0.2), 0);
   capture c;

@@ -21,9 +21,9 @@ an earlier one left ($!, files); gdb runs in batch mode (-nx -batch) with the ty
 commands and "(gdb) COMMAND" echoed before each.
 
 Each block is compared with a fresh run after both are normalised:
-addresses, process and thread ids, durations ("1.0 s"), trace timestamps
-and the directory of the build tree are replaced by placeholders, and runs
-of blanks by one.  A block that differs is run a second time before it
+addresses, process and thread ids, durations ("1.0 s"), trace timestamps,
+line numbers in the library's sources (src/) and the directory of the
+build tree are replaced by placeholders, and runs of blanks by one.  A block that differs is run a second time before it
 counts as different (its programs order their devices with sleeps).  With --update the blocks are rewritten with the fresh
 output instead (as printed, not normalised).
 
@@ -202,8 +202,17 @@ def run_command(cmd, builddir):
 def normalise(lines, builddir):
     root = os.path.realpath(builddir)
     out = []
+    lib_line = None  # the line number of a frame in the library's sources
     for line in lines:
         s = line.expandtabs().replace(root + "/", "<top>/")
+        # Line numbers in the library's own sources change with every edit
+        # of them and tell a reader nothing: a frame's, and the source line
+        # gdb prints after it.
+        if lib_line is not None and s.startswith(lib_line + " "):
+            s = "?" + s[len(lib_line):]
+        m = re.search(r"\bat src/[\w/.-]+\.[ch]:(\d+)$", s)
+        lib_line = m.group(1) if m else None
+        s = re.sub(r"\b(at src/[\w/.-]+\.[ch]):\d+", r"\1:?", s)
         s = re.sub(r"/tmp[^\s:'\"()<>]*/run/", "<top>/", s)
         s = re.sub(r"/[^\s:'\"()<>]*/(tests|src|gdb|examples)/", r"<top>/\1/",
                    s)

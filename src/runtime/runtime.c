@@ -7,6 +7,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +37,8 @@ void shmap__set_current(struct shmap_ctx *ctx) { current = ctx; }
 /* ---- sleeping and waking ----------------------------------------------- */
 
 #ifdef __linux__
-static void waiter_init(shmap__waiter *w) { (void)w; }
-static void waiter_fini(shmap__waiter *w) { (void)w; }
+static void sleep_init(shmap__waiter *w) { (void)w; }
+static void sleep_fini(shmap__waiter *w) { (void)w; }
 static void sleep_on(shmap__waiter *w, uint32_t seen, uint64_t timeout_ns)
 {
   struct timespec ts = {(time_t)(timeout_ns / 1000000000u),
@@ -50,7 +51,7 @@ static void wake_one(shmap__waiter *w)
   syscall(SYS_futex, &w->word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 #else
-static void waiter_init(shmap__waiter *w)
+static void sleep_init(shmap__waiter *w)
 {
   w->mutex = malloc(sizeof(uv_mutex_t));
   w->cond = malloc(sizeof(uv_cond_t));
@@ -59,7 +60,7 @@ static void waiter_init(shmap__waiter *w)
   uv_mutex_init(w->mutex);
   uv_cond_init(w->cond);
 }
-static void waiter_fini(shmap__waiter *w)
+static void sleep_fini(shmap__waiter *w)
 {
   uv_mutex_destroy(w->mutex);
   uv_cond_destroy(w->cond);
@@ -85,63 +86,189 @@ static void wake_one(shmap__waiter *w)
 }
 #endif
 
+/* A waiter whose sleeping bit is `bit` of *flag (a device thread's bit in
+ * the runtime's mask), or of its own word. */
+static void waiter_init(shmap__waiter *w, _Atomic uint64_t *flag, uint64_t bit,
+                        uint64_t spin_ns)
+{
+  w->flag = flag ? flag : &w->own;
+  w->bit = flag ? bit : 1;
+  w->spin_ns = spin_ns;
+  sleep_init(w);
+}
+static void waiter_fini(shmap__waiter *w) { sleep_fini(w); }
+
+static bool asleep(const shmap__waiter *w)
+{
+  return (atomic_load_explicit(w->flag, memory_order_relaxed) & w->bit) != 0;
+}
+
 void shmap__wake(shmap__waiter *w)
 {
-  /* Paired with the sleeper's store of `sleeping` followed by its re-check
+  /* Paired with the sleeper's setting of its bit followed by its re-check
    * of the condition (both sequentially consistent): either it sees our
-   * change, or we see that it sleeps and bump its word. */
-  if (atomic_load(&w->sleeping)) {
+   * change, or we see its bit.  Clearing the bit is the token of this
+   * wake-up: of several wakers only one makes the system call, and a
+   * thread woken but not yet running costs later wakers a load. */
+  if ((atomic_load(w->flag) & w->bit) &&
+      (atomic_fetch_and(w->flag, ~w->bit) & w->bit)) {
     atomic_fetch_add(&w->word, 1);
     wake_one(w);
   }
 }
 
+/* Thread mode: wake the sleeping device threads from device `from` on.
+ * Only the devices whose bit is set sleep: a failure, or a device leaving
+ * its body, costs a word per 64 devices plus a wake-up per sleeper, not a
+ * look at every device. */
+static void wake_devices(shmap__runtime *rt, int from)
+{
+  int nwords = (rt->ndev + 63) / 64;
+  for (int i = from / 64; i < nwords; i++) {
+    uint64_t m = atomic_load(&rt->sleepers[i]);
+    if (i == from / 64)
+      m &= ~(((uint64_t)1 << (from % 64)) - 1);
+    while (m) {
+      int b = __builtin_ctzll(m);
+      m &= m - 1;
+      shmap__wake(&rt->devs[i * 64 + b].waiter);
+    }
+  }
+}
+
 void shmap__wake_all(shmap__runtime *rt)
 {
-  if (rt->workers)
+  if (rt->workers) {
     for (int w = 0; w < rt->nworkers; w++)
       shmap__wake(&rt->workers[w].waiter);
-  else if (rt->devs)
-    for (int d = 0; d < rt->ndev; d++)
-      shmap__wake(&rt->devs[d].waiter);
+  } else if (rt->devs && rt->sleepers) {
+    wake_devices(rt, 0);
+  }
+}
+
+/*
+ * The waiting policy.  A thread waiting for a condition that another
+ * thread makes true (a peer's arrival, the end of a map, the next map)
+ * spins for a while, then sleeps in the kernel until a thread that
+ * changed the condition wakes it.  A wake-up from sleep costs 5 to 200 us
+ * on a virtual machine; a spin costs a core, which on a laptop something
+ * else may need.  So:
+ *
+ *  - The spin is bounded in time, not in iterations (a PAUSE takes from 10
+ *    to 140 cycles, depending on the CPU): at most rt->spin_max, which is
+ *    SHMAP_SPIN microseconds, by default 200 us when the threads fit the
+ *    cores and 20 us when they do not.
+ *  - Each waiter adapts its budget to its recent waits.  A wait that ended
+ *    within spin_max (counting the wake-up, when it slept) raises the
+ *    budget to twice its length; a longer one shrinks it by a quarter, down
+ *    to SPIN_FLOOR.  A device in a loop of collectives spins through its
+ *    waits; a thread that waits long sleeps almost at once.
+ *  - After SPIN_PURE of plain spinning, the spinner yields its core at every
+ *    look at the clock, so that a thread it waits for on the same core
+ *    runs.
+ *  - It stops spinning when the thread it waits for is known not to run:
+ *    the device it waits for sleeps itself (or, in fiber mode, every other
+ *    worker sleeps); spinning cannot bring that thread back.
+ *  - It stops spinning when it finds that it was descheduled: two looks at
+ *    the clock more than PREEMPTED apart mean that the kernel gave its core
+ *    to another thread, so the cores are shared (another process, or more
+ *    threads than cores) and every further microsecond of spinning is
+ *    taken from someone who needs it.  The budget is halved as well.
+ */
+#define SPIN_FLOOR 1000u      /* ns */
+#define SPIN_PURE 4000u       /* ns */
+#define PREEMPTED 50000u      /* ns */
+#define SPIN_CHECK 16         /* pauses between looks at the clock */
+
+typedef bool (*stalled_fn)(const void *arg);
+
+static void adapt(shmap__runtime *rt, shmap__waiter *w, uint64_t len)
+{
+  uint64_t b = w->spin_ns;
+  if (len <= rt->spin_max)
+    b = 2 * len > b ? 2 * len : b;
+  else
+    b -= b / 4;
+  w->spin_ns = b > rt->spin_max ? rt->spin_max : b < SPIN_FLOOR ? SPIN_FLOOR : b;
+}
+
+/* 1 condition, 0 abort, -1 still waiting after the spin. */
+static int spin(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
+                void *arg, _Atomic int *abort, stalled_fn stalled,
+                const void *sarg, uint64_t t0)
+{
+  uint64_t budget = w->spin_ns > rt->spin_max ? rt->spin_max : w->spin_ns;
+  uint64_t last = t0;
+  for (;;) {
+    for (int i = 0; i < SPIN_CHECK; i++) {
+      if (pred(arg))
+        return 1;
+      cpu_relax();
+    }
+    if (abort && atomic_load(abort))
+      return 0;
+    uint64_t now = shmap__now();
+    if (now - last > PREEMPTED) {
+      w->spin_ns = w->spin_ns / 2 < SPIN_FLOOR ? SPIN_FLOOR : w->spin_ns / 2;
+      return -1;
+    }
+    if (now - t0 >= budget || (stalled && stalled(sarg)))
+      return -1;
+    if (now - t0 >= SPIN_PURE) {
+      sched_yield();
+      now = shmap__now();
+    }
+    last = now;
+  }
+}
+
+static int wait_impl(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
+                     void *arg, _Atomic int *abort, uint64_t deadline,
+                     stalled_fn stalled, const void *sarg)
+{
+  /* The condition is checked before the abort flag: a condition that holds
+   * (e.g. every peer arrived) must win, so that all members of a group take
+   * the same branch. */
+  if (pred(arg))
+    return 1;
+  uint64_t t0 = shmap__now();
+  int r = rt->spin_max ? spin(rt, w, pred, arg, abort, stalled, sarg, t0) : -1;
+  if (r == 1) {
+    adapt(rt, w, shmap__now() - t0);
+    return 1;
+  }
+  if (r == 0)
+    return 0;
+  for (;;) {
+    uint32_t seen = atomic_load(&w->word);
+    atomic_fetch_or(w->flag, w->bit);
+    r = pred(arg) ? 1 : abort && atomic_load(abort) ? 0 : -1;
+    uint64_t now = shmap__now();
+    if (r < 0 && deadline && now >= deadline)
+      r = -2;
+    if (r != -1) {
+      atomic_fetch_and(w->flag, ~w->bit);
+      if (r == 1 && rt->spin_max)
+        adapt(rt, w, now - t0);
+      return r == -2 ? -1 : r;
+    }
+    sleep_on(w, seen, deadline ? deadline - now : 0);
+    /* A waker cleared the bit already, unless this was a time-out or a
+     * spurious return. */
+    atomic_fetch_and(w->flag, ~w->bit);
+  }
 }
 
 int shmap__wait_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
                       void *arg, _Atomic int *abort, uint64_t deadline)
 {
-  /* The condition is checked before the abort flag: a condition that holds
-   * (e.g. every peer arrived) must win, so that all members of a group take
-   * the same branch. */
-  /* The map's caller spins only when it has a core to itself (or runs a
-   * worker's devices); device and worker threads when they fit the cores. */
-  int spin = w == &rt->host ? rt->host_spin : rt->spin;
-  for (int i = 0; i < spin; i++) {
-    if (pred(arg))
-      return 1;
-    if (abort && atomic_load(abort))
-      return 0;
-    cpu_relax();
-  }
-  for (;;) {
-    uint32_t seen = atomic_load(&w->word);
-    atomic_store(&w->sleeping, 1);
-    int r = pred(arg) ? 1 : abort && atomic_load(abort) ? 0 : -1;
-    uint64_t now = deadline ? shmap__now() : 0;
-    if (r < 0 && deadline && now >= deadline)
-      r = -2;
-    if (r != -1) {
-      atomic_store(&w->sleeping, 0);
-      return r == -2 ? -1 : r;
-    }
-    sleep_on(w, seen, deadline ? deadline - now : 0);
-    atomic_store(&w->sleeping, 0);
-  }
+  return wait_impl(rt, w, pred, arg, abort, deadline, NULL, NULL);
 }
 
 bool shmap__wait(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
                  void *arg, _Atomic int *abort)
 {
-  return shmap__wait_until(rt, w, pred, arg, abort, 0) == 1;
+  return wait_impl(rt, w, pred, arg, abort, 0, NULL, NULL) == 1;
 }
 
 /* ---- failure ----------------------------------------------------------- */
@@ -212,7 +339,10 @@ static bool all_done(void *arg)
 static int current_tid(void)
 {
 #ifdef __linux__
-  return (int)syscall(SYS_gettid);
+  static _Thread_local int tid;
+  if (!tid)
+    tid = (int)syscall(SYS_gettid);
+  return tid;
 #else
   return 0;
 #endif
@@ -226,24 +356,56 @@ static bool epoch_changed(void *arg)
   return atomic_load(&d->rt->epoch) != d->seen_epoch;
 }
 
+/* A device thread waiting for device `sarg` spins no longer once that
+ * device sleeps. */
+static bool dev_asleep(const void *sarg)
+{
+  return asleep(&((const shmap__dev *)sarg)->waiter);
+}
+
 static void device_main(void *arg)
 {
   shmap__dev *d = arg;
   shmap__runtime *rt = d->rt;
-  d->tid = current_tid();
+  int own_tid = current_tid();
+  /* Device 0's number belongs to the map's caller while it runs device 0
+   * (host_run_device0); this thread takes it only for a map it runs. */
+  if (d->id != 0 || !rt->host_runs)
+    d->tid = own_tid;
 #ifdef HAVE_PTHREAD_SETNAME_NP
   pthread_setname_np(pthread_self(), d->name);
 #endif
   for (;;) {
-    shmap__wait(rt, &d->waiter, epoch_changed, d, NULL);
+    /* Between maps too the thread spins for its adapted budget first, so
+     * that a program making map after map does not put its devices to
+     * sleep and wake them through the kernel for each one. */
+    shmap__wait(rt, &d->park, epoch_changed, d, NULL);
     d->seen_epoch = atomic_load(&rt->epoch);
     if (atomic_load(&rt->stop))
       return;
+    /* The epoch's low bit says whether the map's caller runs device 0
+     * itself (see shmap__runtime_run). */
+    if (d->id == 0 && (d->seen_epoch & 1))
+      continue;
+    d->tid = own_tid;
     rt->run(rt->job, d->id);
     shmap__set_state(d, SHMAP__ST_PARKED, 0, shmap__now());
     if (atomic_fetch_add(&rt->done, 1) + 1 == rt->ndev)
       shmap__wake(&rt->host);
   }
+}
+
+/* The map's caller runs device 0 on its own thread. */
+static void host_run_device0(shmap__runtime *rt)
+{
+  shmap__dev *d = &rt->devs[0];
+  d->tid = current_tid(); /* debuggers find device 0 on this thread */
+  shmap__errbuf_use(d->sched.errbuf);
+  rt->run(rt->job, 0);
+  shmap__errbuf_use(NULL);
+  shmap__set_state(d, SHMAP__ST_PARKED, 0, shmap__now());
+  if (atomic_fetch_add(&rt->done, 1) + 1 == rt->ndev)
+    shmap__wake(&rt->host);
 }
 
 /* ---- fiber mode ----------------------------------------------------------- */
@@ -283,10 +445,22 @@ static bool any_ready(void *arg)
 {
   shmap__worker *w = arg;
   shmap__runtime *rt = w->rt;
-  for (int d = w->id; d < rt->ndev; d += rt->nworkers)
+  for (int d = w->first; d < w->first + w->count; d++)
     if (fiber_ready(&rt->devs[d]))
       return true;
   return false;
+}
+
+/* A worker whose fibers all wait spins only while another worker runs:
+ * only a running device can make theirs ready. */
+static bool others_asleep(const void *sarg)
+{
+  const shmap__worker *w = sarg;
+  const shmap__runtime *rt = w->rt;
+  for (int i = 0; i < rt->nworkers; i++)
+    if (i != w->id && !asleep(&rt->workers[i].waiter))
+      return false;
+  return true;
 }
 
 static void worker_job(shmap__worker *w)
@@ -295,13 +469,13 @@ static void worker_job(shmap__worker *w)
   /* Whichever thread runs this job (the worker's, or the map's caller for
    * worker 0) is where the devices return to. */
   shmap__fiber_host_init(&w->self);
-  int n = 0;
-  for (int d = w->id; d < rt->ndev; d += rt->nworkers, n++)
+  int lo = w->first, hi = w->first + w->count;
+  for (int d = lo; d < hi; d++)
     rt->devs[d].sched.fstate = SHMAP__F_START;
-  int left = n;
+  int left = w->count;
   while (left > 0) {
     bool ran = false;
-    for (int d = w->id; d < rt->ndev; d += rt->nworkers) {
+    for (int d = lo; d < hi; d++) {
       shmap__dev *dev = &rt->devs[d];
       if (!fiber_ready(dev))
         continue;
@@ -317,9 +491,9 @@ static void worker_job(shmap__worker *w)
         left--;
     }
     if (!ran && left > 0)
-      shmap__wait(rt, &w->waiter, any_ready, w, NULL);
+      wait_impl(rt, &w->waiter, any_ready, w, NULL, 0, others_asleep, w);
   }
-  if (atomic_fetch_add(&rt->done, n) + n == rt->ndev)
+  if (atomic_fetch_add(&rt->done, w->count) + w->count == rt->ndev)
     shmap__wake(&rt->host);
 }
 
@@ -351,11 +525,14 @@ static void worker_main(void *arg)
   }
 }
 
-bool shmap__dev_wait(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
-                     void *arg, _Atomic int *abort)
+bool shmap__dev_wait_on(shmap__runtime *rt, shmap__dev *d,
+                        const shmap__dev *awaited, shmap__pred pred, void *arg,
+                        _Atomic int *abort)
 {
   if (rt->mode == SHMAP__THREADS)
-    return shmap__wait(rt, &d->waiter, pred, arg, abort);
+    return wait_impl(rt, &d->waiter, pred, arg, abort, 0,
+                     awaited ? dev_asleep : NULL, awaited) == 1;
+  /* A fiber never spins: while it waits its worker runs the others. */
   if (pred(arg))
     return true;
   if (abort && atomic_load(abort))
@@ -366,6 +543,41 @@ bool shmap__dev_wait(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
   d->sched.fstate = SHMAP__F_WAIT;
   shmap__fiber_switch(&d->sched.fiber, &d->sched.worker->self);
   return d->sched.wres;
+}
+
+bool shmap__dev_wait(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
+                     void *arg, _Atomic int *abort)
+{
+  return shmap__dev_wait_on(rt, d, NULL, pred, arg, abort);
+}
+
+/* ---- per-map arrays ------------------------------------------------------- */
+
+/* Each kept array starts with a header holding its size.  Taking and
+ * giving back are atomic exchanges, so two threads mapping on one mesh at
+ * once each get an array of their own. */
+#define KEEP_HDR 64
+
+void *shmap__runtime_take(shmap__runtime *rt, int i, size_t size)
+{
+  char *p = atomic_exchange(&rt->keep[i], NULL);
+  if (p && *(size_t *)p >= size) {
+    memset(p + KEEP_HDR, 0, size);
+    return p + KEEP_HDR;
+  }
+  free(p);
+  p = shmap__calloc(1, KEEP_HDR + size);
+  if (!p)
+    return NULL;
+  *(size_t *)p = size;
+  return p + KEEP_HDR;
+}
+
+void shmap__runtime_give(shmap__runtime *rt, int i, void *arr)
+{
+  if (!arr)
+    return;
+  free(atomic_exchange(&rt->keep[i], (char *)arr - KEEP_HDR));
 }
 
 /* ---- starting and stopping ------------------------------------------------ */
@@ -384,7 +596,7 @@ static void join_threads(shmap__runtime *rt, int n)
   atomic_store(&rt->epoch, (atomic_load(&rt->epoch) | 1) + 1);
   for (int i = 0; i < n; i++)
     shmap__wake(rt->mode == SHMAP__FIBERS ? &rt->workers[i].park
-                                          : &rt->devs[i].waiter);
+                                          : &rt->devs[i].park);
   for (int i = 0; i < n; i++) {
     uv_thread_t t = (uv_thread_t)(rt->mode == SHMAP__FIBERS
                                       ? rt->workers[i].thread
@@ -399,6 +611,7 @@ static void free_devices(shmap__runtime *rt)
     return;
   for (int d = 0; d < rt->ndev; d++) {
     waiter_fini(&rt->devs[d].waiter);
+    waiter_fini(&rt->devs[d].park);
     shmap__fiber_destroy(&rt->devs[d].sched.fiber);
     shmap__arena_cache_free(&rt->devs[d]);
   }
@@ -407,8 +620,10 @@ static void free_devices(shmap__runtime *rt)
       waiter_fini(&rt->workers[w].waiter), waiter_fini(&rt->workers[w].park);
   free(rt->workers);
   free(rt->devs);
+  free((void *)rt->sleepers);
   rt->workers = NULL;
   rt->devs = NULL;
+  rt->sleepers = NULL;
 }
 
 static void thread_name(const shmap_mesh *mesh, int d, char out[16])
@@ -430,9 +645,26 @@ static int start(shmap__runtime *rt)
 {
   shmap_mesh *mesh = rt->mesh;
   rt->mode = choose_mode(rt->ndev);
+  /* How many threads compete for the cores while a map runs: a thread per
+   * device, or the workers (the caller running worker 0's devices). */
+  int nthreads = rt->ndev;
+  if (rt->mode == SHMAP__FIBERS) {
+    int nw = env_int("SHMAP_WORKERS", ncpu());
+    rt->nworkers = nw < 1 ? 1 : nw > rt->ndev ? rt->ndev : nw;
+    nthreads = rt->nworkers;
+  }
+  /* SHMAP_SPIN is in microseconds (see the waiting policy above). */
+  int spin_us = env_int("SHMAP_SPIN", nthreads <= ncpu() ? 200 : 20);
+  rt->spin_max = spin_us > 0 ? (uint64_t)spin_us * 1000u : 0;
   rt->devs = shmap__alloc(sizeof(shmap__dev) * (size_t)rt->ndev, true);
-  if (!rt->devs)
+  rt->sleepers = shmap__calloc((size_t)(rt->ndev + 63) / 64, sizeof(uint64_t));
+  if (!rt->devs || !rt->sleepers) {
+    free(rt->devs);
+    free((void *)rt->sleepers);
+    rt->devs = NULL;
+    rt->sleepers = NULL;
     return shmap__err(SHMAP_ENOMEM, "out of memory for %d devices", rt->ndev);
+  }
   size_t ss = stack_size();
   for (int d = 0; d < rt->ndev; d++) {
     shmap__dev *dev = &rt->devs[d];
@@ -440,7 +672,9 @@ static int start(shmap__runtime *rt)
     dev->id = d;
     dev->seen_epoch = atomic_load(&rt->epoch);
     dev->sched.wq = &dev->waiter;
-    waiter_init(&dev->waiter);
+    waiter_init(&dev->waiter, &rt->sleepers[d / 64], (uint64_t)1 << (d % 64),
+                rt->spin_max);
+    waiter_init(&dev->park, NULL, 0, rt->spin_max);
     thread_name(mesh, d, dev->name);
   }
   uv_thread_options_t opts = {0};
@@ -448,11 +682,7 @@ static int start(shmap__runtime *rt)
     opts.flags = UV_THREAD_HAS_STACK_SIZE;
     opts.stack_size = ss;
   }
-  int nthreads = rt->ndev;
   if (rt->mode == SHMAP__FIBERS) {
-    int nw = env_int("SHMAP_WORKERS", ncpu());
-    rt->nworkers = nw < 1 ? 1 : nw > rt->ndev ? rt->ndev : nw;
-    nthreads = rt->nworkers;
     rt->workers = shmap__alloc(sizeof(shmap__worker) * (size_t)rt->nworkers, true);
     if (!rt->workers) {
       free_devices(rt);
@@ -463,30 +693,35 @@ static int start(shmap__runtime *rt)
       wk->rt = rt;
       wk->id = w;
       wk->seen_epoch = atomic_load(&rt->epoch);
-      waiter_init(&wk->waiter);
-      waiter_init(&wk->park);
+      waiter_init(&wk->waiter, NULL, 0, rt->spin_max);
+      waiter_init(&wk->park, NULL, 0, rt->spin_max);
       snprintf(wk->name, sizeof wk->name, "shmap-w%d", w & 0xffff);
+      /* Contiguous ranges of devices: the ranks next to each other in the
+       * mesh's last axes, which rings and neighbour exchanges pair up,
+       * mostly share a worker and hand over without crossing cores. */
+      wk->first = (int)((int64_t)rt->ndev * w / rt->nworkers);
+      wk->count = (int)((int64_t)rt->ndev * (w + 1) / rt->nworkers) - wk->first;
     }
-    for (int d = 0; d < rt->ndev; d++) {
-      shmap__dev *dev = &rt->devs[d];
-      dev->sched.worker = &rt->workers[d % rt->nworkers];
-      dev->sched.wq = &dev->sched.worker->waiter;
-      if (shmap__fiber_create(&dev->sched.fiber, ss ? ss : ((size_t)1 << 20),
-                              fiber_main, dev) != 0) {
-        free_devices(rt);
-        return shmap__err(SHMAP_ESYS, "cannot allocate the stack of device %d", d);
+    for (int w = 0; w < rt->nworkers; w++)
+      for (int d = rt->workers[w].first;
+           d < rt->workers[w].first + rt->workers[w].count; d++) {
+        shmap__dev *dev = &rt->devs[d];
+        dev->sched.worker = &rt->workers[w];
+        dev->sched.wq = &dev->sched.worker->waiter;
+        if (shmap__fiber_create(&dev->sched.fiber, ss ? ss : ((size_t)1 << 20),
+                                fiber_main, dev) != 0) {
+          free_devices(rt);
+          return shmap__err(SHMAP_ESYS, "cannot allocate the stack of device %d",
+                            d);
+        }
       }
-    }
   }
-  /* Spinning only pays when every thread (and the caller) has a core. */
-  rt->spin = env_int("SHMAP_SPIN", nthreads <= ncpu() ? 10000 : 50);
-  if (rt->spin < 0)
-    rt->spin = 0;
-  /* In fiber mode the caller is worker 0 (worker 0's own thread stays
-   * parked), so it may spin like the workers; with a thread per device it
-   * would take a core from a device unless one is left over. */
-  rt->host_spin = rt->mode == SHMAP__FIBERS || nthreads < ncpu() ? rt->spin : 50;
-  for (int i = 0; i < nthreads; i++) {
+  /* In thread mode the map's caller runs device 0 itself (no wake-up and
+   * no thread switch for it per map) -- but not under a debugger, which
+   * should see device 0 in the thread named for it. */
+  rt->host_runs = rt->mode == SHMAP__THREADS && !debugger_attached();
+  int nstart = rt->mode == SHMAP__FIBERS ? rt->nworkers : rt->ndev;
+  for (int i = 0; i < nstart; i++) {
     uv_thread_t t;
     int rc = rt->mode == SHMAP__FIBERS
                  ? uv_thread_create_ex(&t, &opts, worker_main, &rt->workers[i])
@@ -496,7 +731,7 @@ static int start(shmap__runtime *rt)
       free_devices(rt);
       atomic_store(&rt->stop, 0);
       return shmap__err(SHMAP_ESYS, "cannot start thread %d of %d: %s", i,
-                        nthreads, uv_strerror(rc));
+                        nstart, uv_strerror(rc));
     }
     if (rt->mode == SHMAP__FIBERS)
       rt->workers[i].thread = (uintptr_t)t;
@@ -520,7 +755,7 @@ int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh)
   rt->ndev = mesh->ndev;
   rt->lock = lock;
   atomic_init(&rt->failed_dev, -1);
-  waiter_init(&rt->host);
+  waiter_init(&rt->host, NULL, 0, 0);
   shmap__registry_add(rt);
   *out = rt;
   return 0;
@@ -538,6 +773,8 @@ void shmap__runtime_destroy(shmap__runtime *rt)
   if (rt->tp && rt->tp->destroy)
     rt->tp->destroy(rt);
   waiter_fini(&rt->host);
+  free(atomic_load(&rt->keep[0]));
+  free(atomic_load(&rt->keep[1]));
   uv_mutex_destroy(rt->lock);
   free(rt->lock);
   free(rt);
@@ -569,22 +806,23 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
   atomic_store(&rt->done, 0);
   rt->job = job;
   rt->run = run;
-  /* In fiber mode the caller runs worker 0's devices itself, which saves
-   * a wake-up and a thread switch per map -- unless a watchdog must keep
-   * watching, which the caller does instead. */
+  /* The caller runs worker 0's devices (fiber mode) or device 0 (thread
+   * mode) itself, which saves a wake-up and a thread switch per map --
+   * unless a watchdog must keep watching, which the caller does instead. */
   uint64_t period = shmap__watchdog_ns();
-  bool host_runs_w0 = rt->mode == SHMAP__FIBERS && period == 0;
-  /* Epochs advance by two; the low bit carries host_runs_w0. */
-  atomic_store(&rt->epoch, ((atomic_load(&rt->epoch) | 1) + 1) | host_runs_w0);
-  if (host_runs_w0) {
-    for (int w = 1; w < rt->nworkers; w++)
+  bool host_runs = period == 0 && (rt->mode == SHMAP__FIBERS || rt->host_runs);
+  /* Epochs advance by two; the low bit carries host_runs. */
+  atomic_store(&rt->epoch, ((atomic_load(&rt->epoch) | 1) + 1) | host_runs);
+  if (rt->workers) {
+    for (int w = host_runs ? 1 : 0; w < rt->nworkers; w++)
       shmap__wake(&rt->workers[w].park);
-    worker_job(&rt->workers[0]);
-  } else if (rt->workers) {
-    for (int w = 0; w < rt->nworkers; w++)
-      shmap__wake(&rt->workers[w].park);
+    if (host_runs)
+      worker_job(&rt->workers[0]);
   } else {
-    shmap__wake_all(rt);
+    for (int d = host_runs ? 1 : 0; d < rt->ndev; d++)
+      shmap__wake(&rt->devs[d].park);
+    if (host_runs)
+      host_run_device0(rt);
   }
   /* With a watchdog, wake up every period and report what each device
    * does; the map still waits for them (a body cannot be interrupted). */

@@ -3,9 +3,9 @@
  * and the per-mesh runtime that runs one job (a map) on every device.
  *
  * Each device of a mesh is a persistent thread, parked between map calls,
- * or a fiber on one of a few worker threads.  A waiting thread spins
- * briefly and then sleeps on a word of its own (a futex on Linux), so
- * devices that outnumber the cores do not burn them.  Whoever changes what
+ * or a fiber on one of a few worker threads.  A waiting thread spins for a
+ * bounded, adapted time and then sleeps on a word of its own (a futex on
+ * Linux), so devices that outnumber the cores do not burn them.  Whoever changes what
  * a device may be waiting for wakes it, and only when it announced that it
  * sleeps.
  *
@@ -23,10 +23,15 @@
 
 #define SHMAP__CACHELINE 64
 
-/* A place one thread sleeps on. */
+/* A place one thread sleeps on (runtime.c explains the waiting policy). */
 typedef struct shmap__waiter {
   _Atomic uint32_t word;  /* bumped by every wake while sleeping */
-  _Atomic int sleeping;   /* set while the owner may sleep */
+  /* The owner's "I may sleep" bit: in the runtime's mask of sleeping
+   * devices for a device thread, else in `own`.  A waker clears it. */
+  _Atomic uint64_t *flag;
+  uint64_t bit;
+  _Atomic uint64_t own;
+  uint64_t spin_ns;       /* current spin budget, adapted after each wait */
 #ifndef __linux__
   void *mutex, *cond;     /* uv_mutex_t / uv_cond_t fallback */
 #endif
@@ -97,6 +102,9 @@ typedef struct shmap__dev {
     _Atomic int finished;
   } coll;
   alignas(SHMAP__CACHELINE) shmap__waiter waiter;
+  /* Thread mode: where the device's thread waits between maps (apart from
+   * `waiter`, so that devices leaving a map do not wake parked ones). */
+  alignas(SHMAP__CACHELINE) shmap__waiter park;
   /* Scheduler, fiber mode: the device's context, its worker, and what it
    * waits for. */
   struct shmap__dev_sched {
@@ -150,6 +158,9 @@ typedef void (*shmap__run_fn)(struct shmap__job *job, int dev);
 
 /* A worker thread running several device fibers (fiber mode). */
 typedef struct shmap__worker {
+  /* Devices [first, first + count) run on this worker: neighbouring ranks
+   * share a core. */
+  int first, count;
   /* Whoever runs the worker's devices during a map sleeps on `waiter` (its
    * thread, or the map's caller); the thread waits for maps on `park`. */
   alignas(SHMAP__CACHELINE) shmap__waiter waiter;
@@ -170,8 +181,10 @@ typedef struct shmap__runtime {
   int id;                      /* registry number (trace process id) */
   shmap_mesh *mesh;
   int ndev;
-  int spin;                /* spin iterations before sleeping */
-  int host_spin;           /* the same for the map's caller */
+  uint64_t spin_max;       /* longest spin before sleeping (ns) */
+  int host_runs;           /* thread mode: the caller may run device 0 */
+  _Atomic uint64_t *sleepers; /* thread mode: a bit per sleeping device */
+  void *_Atomic keep[2];   /* per-map arrays kept across maps (map.c) */
   int mode;                /* enum shmap__mode, chosen at the first map */
   int nworkers;            /* fiber mode */
   shmap__worker *workers;
@@ -225,7 +238,18 @@ void shmap__wake_all(shmap__runtime *rt);
  * hands its worker to another device until pred holds or abort is set. */
 bool shmap__dev_wait(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
                      void *arg, _Atomic int *abort);
+/* The same, while waiting for device `awaited` (NULL: for several):
+ * spinning stops early when that device is known not to run. */
+bool shmap__dev_wait_on(shmap__runtime *rt, shmap__dev *d,
+                        const shmap__dev *awaited, shmap__pred pred, void *arg,
+                        _Atomic int *abort);
 static inline void shmap__dev_wake(shmap__dev *d) { shmap__wake(d->sched.wq); }
+
+/* Zeroed arrays of at least `size` bytes that live from one map to the
+ * next (index 0 or 1): taken for a map, given back after it (NULL is
+ * ignored).  Take returns NULL (no message) when out of memory. */
+void *shmap__runtime_take(shmap__runtime *rt, int i, size_t size);
+void shmap__runtime_give(shmap__runtime *rt, int i, void *arr);
 
 /* Record a failure of device `dev`: the first one becomes the job's error,
  * and the transport's failure notice releases every waiting device.

@@ -311,7 +311,7 @@ static int shm_arrive(shmap__coll *c)
   /* The predecessor may be waiting to compare its call with ours. */
   shmap__dev_wake(&rt->devs[member(c, (c->rank + c->n - 1) % c->n)]);
   g->succ = &rt->devs[member(c, (c->rank + 1) % c->n)];
-  if (!shmap__dev_wait(rt, self, succ_arrived, c, &rt->abort))
+  if (!shmap__dev_wait_on(rt, self, g->succ, succ_arrived, c, &rt->abort))
     return shmap__canceled(ctx, shmap__coll_opname(c));
   char why[SHMAP__MSG_MAX - 200];
   if (!member_agrees(c, (int)(g->succ - rt->devs), why, sizeof why)) {
