@@ -895,7 +895,9 @@ static double busbw(int op, int P, size_t bytes, double us)
   double algbw = (double)bytes / us * 1e-3; /* bytes/us -> GB/s */
   double f = (double)(P - 1) / P;
   switch (op) {
-  case OP_PSUM: return algbw * 2 * f;
+  case OP_PSUM:
+  case OP_PSUM_BF16:
+  case OP_PSUM_F16: return algbw * 2 * f;
   case OP_PPERMUTE: return algbw;
   default: return algbw * f;
   }
