@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kernels.c - the reduction kernels alone, on one thread: the fused P-way
  * kernel of each instruction set against the two-operand passes it

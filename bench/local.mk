@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # bench fragment, included by the top Makefile.am
 #
 # bench/run measures the collectives against a memory roofline, a
@@ -26,11 +27,17 @@ bench/mpi_bench: $(srcdir)/bench/mpi_bench.c
 	$(AM_V_CCLD)$(MPICC) -std=c11 -D_GNU_SOURCE $(WARN_CFLAGS) $(CFLAGS) \
 	  -o $@ $(srcdir)/bench/mpi_bench.c
 
-EXTRA_DIST += bench/mpi_bench.c BENCHMARKS.md
+EXTRA_DIST += bench/mpi_bench.c BENCHMARKS.md bench/transport.sh
 
 # bench/kernels times the reduction kernels alone (one thread, no devices):
 # each instruction set's fused kernel against the two-operand passes.
 noinst_PROGRAMS += bench/kernels
 bench_kernels_SOURCES = bench/kernels.c
 bench_kernels_CFLAGS = $(AM_CFLAGS)
-bench_kernels_LDADD = src/libshmap_core.la $(UV_LIBS)
+bench_kernels_LDADD = src/libshmap_core.la $(UV_LIBS) $(MPI_LIBS)
+
+# bench/transport: libshmap with the devices spread over MPI processes,
+# printed beside raw MPI by bench/transport.sh (see BENCHMARKS.md).
+noinst_PROGRAMS += bench/transport
+bench_transport_SOURCES = bench/transport.c
+bench_transport_LDADD = src/libshmap.la

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * mpi_bench.c - the Open MPI column of bench/run.  bench/run starts it as
  *   mpirun --oversubscribe -np P bench/mpi_bench --sizes LIST --ops LIST

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * run.c - libshmap's benchmark: the collectives against a memory roofline,
  * a hand-written OpenMP psum and Open MPI, in one run.  BENCHMARKS.md says

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * 01_hello.c - libshmap tutorial, step 1: a mesh, a spec, a body.
  *

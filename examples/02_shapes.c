@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * 02_shapes.c - libshmap tutorial, step 2: how out specs shape the result.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * 03_matmul_basic.c - libshmap tutorial, step 3: a sharded matmul with psum.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * 04_matmul_reduce_scatter.c - libshmap tutorial, step 4: psum_scatter.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * 05_ring_allreduce.c - libshmap tutorial, step 5: an allreduce built by hand
  * from ppermute, and why the order of floating-point additions matters.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * 06_transpose.c - libshmap tutorial, step 6: a distributed transpose with
  * all_to_all.

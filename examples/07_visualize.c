@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * 07_visualize.c - libshmap tutorial, step 7: sharded arrays and how to
  * see where their blocks live.

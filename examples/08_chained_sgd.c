@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * 08_chained_sgd.c - libshmap tutorial, step 8: data-parallel gradient
  * descent, with arrays that stay on the devices between maps.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * 09_mlp_2d.c - libshmap tutorial, step 9: a two-layer MLP, forward and
  * backward, data parallel x model parallel, written as a map over the

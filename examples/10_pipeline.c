@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * 10_pipeline.c - libshmap tutorial, step 10: pipeline parallelism on two
  * sub-meshes, with a 1F1B schedule, microbatches moving between the stages

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * 11_dtypes.c - reductions on the 16-bit floats and on masks.
  *

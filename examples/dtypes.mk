@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # examples fragment for the dtypes, included by the top Makefile.am: built
 # by `make`, run (self-checking) by `make check`.
 noinst_PROGRAMS += examples/11_dtypes

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # examples fragment, included by the top Makefile.am
 #
 # The tutorial programs.  `make` builds them, `make check` runs them; each

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Examples of parts of a mesh, included by the top Makefile.am.  `make`
 # builds them, `make check` runs them; each checks its results bit for bit
 # against a serial computation and exits non-zero on a mismatch.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # sharded-array examples, included by the top Makefile.am.
 # `make` builds them, `make check` runs them; each checks its own results
 # and exits non-zero on a mismatch.

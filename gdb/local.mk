@@ -1,8 +1,10 @@
+# SPDX-License-Identifier: MIT
 # gdb extension
 #
 # gdb/shmap-gdb.py is installed as $(pkgdatadir)/gdb/shmap-gdb.py (with the
-# default prefix /usr/local/share/libshmap/gdb/shmap-gdb.py); gdb loads it
-# with "source <that path>" (see man/shmap-debugging.7).
+# default prefix /usr/local/share/libshmap/gdb/shmap-gdb.py), which gdb
+# loads with "source <that path>" (see man/shmap-debugging.7), and in gdb's
+# auto-load directory (below).
 #
 # tests/test_gdb.sh debugs tests/gdb_target in gdb's batch mode with the
 # extension loaded, started under gdb and attached to (gdb -p), with a
@@ -13,6 +15,19 @@
 shmapgdbdir = $(pkgdatadir)/gdb
 shmapgdb_DATA = gdb/shmap-gdb.py
 EXTRA_DIST += gdb/shmap-gdb.py
+
+# The same file where gdb loads it by itself for every program linked
+# against the installed library: gdb looks for <real path of the
+# library>-gdb.py under its auto-load directories (the library is
+# $(libdir)/libshmap.so.$(SHMAP_SO_VERSION) once installed).  shmap.pc
+# gives the path as gdb_autoload_script.  With the default prefix
+# /usr/local, gdb needs to be told of the directory (see
+# shmap-debugging(7)); with prefix /usr it is gdb's own.
+gdbautoloaddir = $(datadir)/gdb/auto-load$(libdir)
+gdbautoload_DATA = gdb/libshmap.so.$(SHMAP_SO_VERSION)-gdb.py
+gdb/libshmap.so.$(SHMAP_SO_VERSION)-gdb.py: gdb/shmap-gdb.py
+	$(AM_V_GEN)$(MKDIR_P) gdb && cp $(srcdir)/gdb/shmap-gdb.py $@
+CLEANFILES += gdb/libshmap.so.$(SHMAP_SO_VERSION)-gdb.py
 
 # man/shmap-debugging.7 is registered in man/local.mk (tests/check-man.sh
 # wants every page there); listing it here too would install it twice, which

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # shmap-gdb.py - gdb support for libshmap.
 #
 # Load it in gdb (or in ~/.gdbinit) with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * shmap.h - per-device (SPMD) programming over a named device mesh, in the
  * style of JAX's shard_map, with simulated devices that share memory.
@@ -30,9 +31,8 @@ extern "C" {
 #define SHMAP_PRINTF(a, b)
 #endif
 
-#define SHMAP_VERSION_MAJOR 0
-#define SHMAP_VERSION_MINOR 1
-#define SHMAP_VERSION_PATCH 0
+/* SHMAP_VERSION_MAJOR, _MINOR, _PATCH, _HEX and _STRING (generated). */
+#include "shmap_version.h"
 
 /* Largest array rank and largest number of mesh axes. */
 #define SHMAP_MAX_RANK 8
@@ -62,6 +62,11 @@ enum {
 SHMAP_EXTERN const char *shmap_strerror(int code);
 /* Detailed message for the last error of the calling thread, or "". */
 SHMAP_EXTERN const char *shmap_errmsg(void);
+
+/* The version of the library the program runs with: SHMAP_VERSION_HEX
+ * and SHMAP_VERSION_STRING as the library was built ("0.1.0"). */
+SHMAP_EXTERN unsigned shmap_version(void);
+SHMAP_EXTERN const char *shmap_version_string(void);
 
 /* ---- dtypes ------------------------------------------------------------ */
 
@@ -120,8 +125,10 @@ SHMAP_EXTERN int shmap_mesh_create(shmap_mesh **mesh, const char *text);
 SHMAP_EXTERN int shmap_mesh_create_axes(shmap_mesh **mesh, int naxes,
                                         const char *const names[],
                                         const int sizes[]);
-/* Stop the mesh's device threads and free it.  NULL is ignored. */
-SHMAP_EXTERN void shmap_mesh_destroy(shmap_mesh *mesh);
+/* Give up the handle: the threads stop and the mesh is freed once its
+ * arrays are gone.  NULL is ignored.  SHMAP_ESTATE inside a body of a map
+ * on this mesh (nothing is freed then). */
+SHMAP_EXTERN int shmap_mesh_destroy(shmap_mesh *mesh);
 
 SHMAP_EXTERN int shmap_mesh_naxes(const shmap_mesh *mesh);
 SHMAP_EXTERN int shmap_mesh_ndevices(const shmap_mesh *mesh);
@@ -251,6 +258,7 @@ typedef struct shmap_stats {
   uint64_t bytes_local;     /* bytes a device copied from its own blocks */
   uint64_t bytes_moved;     /* bytes a device copied from another's blocks */
   uint64_t bytes_transferred; /* bytes copied in from another mesh's blocks */
+  uint64_t bytes_remote;    /* bytes this process received from others (MPI) */
 } shmap_stats;
 SHMAP_EXTERN int shmap_mesh_stats(const shmap_mesh *mesh, shmap_stats *stats);
 SHMAP_EXTERN void shmap_mesh_stats_reset(shmap_mesh *mesh);
@@ -365,6 +373,32 @@ SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,
 SHMAP_EXTERN int shmap_ppermute_new(shmap_ctx *ctx, const shmap_block *x,
                                     const char *axes, int npairs,
                                     const int pairs[][2], shmap_block **out);
+
+/* ---- processes (MPI) ----------------------------------------------------- */
+
+/*
+ * Started by mpirun (with a library built with MPI), a program is one of R
+ * processes that each make the same library calls in the same order; each
+ * mesh's devices are spread over them, R dividing the device count.
+ * Without mpirun there is one process running every device.  See
+ * shmap-mpi(7).
+ */
+/* This process's number in the job (0 without MPI), and the job's number of
+ * processes (1 without MPI). */
+SHMAP_EXTERN int shmap_process_rank(void);
+SHMAP_EXTERN int shmap_process_count(void);
+/* Choose the mesh axes whose coordinates decide the process of a device
+ * ("i" or "('i','j')"; by default all axes, so each process gets a
+ * contiguous range of device numbers).  Right after creating the mesh. */
+SHMAP_EXTERN int shmap_mesh_set_process_axes(shmap_mesh *mesh,
+                                             const char *axes);
+/* The process that runs `device`. */
+SHMAP_EXTERN int shmap_mesh_device_process(const shmap_mesh *mesh,
+                                           int device);
+/* Copy the blocks of this process's devices into `data` (row-major, the
+ * whole array's shape); other elements are left as they are. */
+SHMAP_EXTERN int shmap_array_to_host_local(const shmap_array *array,
+                                           void *data);
 
 /* ---- debugging ---------------------------------------------------------- */
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* alloc.c - every allocation of the library goes through here, so tests
  * can make the k-th one fail and check that each failure path is clean. */
 #include "internal.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* arena.c - the blocks a device allocates during a map, and the few large
  * freed blocks each device keeps for its next allocations (arena.h). */
 #include "arena.h"
@@ -64,7 +65,8 @@ void shmap__blocks_release(shmap_mesh *mesh, void **mem)
    * running on another thread, or this may be a body of this mesh). */
   if (rt->devs && shmap__runtime_trylock(rt)) {
     for (int d = 0; d < mesh->ndev; d++)
-      cache_put(&rt->devs[d], mem[d]);
+      if (mem[d]) /* NULL: the block of another process's device */
+        cache_put(&rt->devs[d], mem[d]);
     shmap__runtime_unlock(rt);
     return;
   }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * arena.h - the blocks a device allocates during a map (arena.c).
  *

@@ -1,5 +1,7 @@
+/* SPDX-License-Identifier: MIT */
 /* array.c - global arrays in host memory: import, export, queries. */
 #include "internal.h"
+#include "proc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,16 +26,8 @@ int shmap__check_shape(const char *what, shmap_dtype dtype, int rank,
                       rank, SHMAP_MAX_RANK);
   if (rank > 0 && !shape)
     return shmap__err(SHMAP_EINVAL, "%s: shape is NULL", what);
-  int64_t bytes = (int64_t)shmap_dtype_size(dtype);
-  for (int d = 0; d < rank; d++) {
-    if (shape[d] < 0)
-      return shmap__err(SHMAP_ESHAPE, "%s: dimension %d has negative size %lld",
-                        what, d, (long long)shape[d]);
-    if (shape[d] > 0 && bytes > (INT64_MAX / 2) / shape[d])
-      return shmap__err(SHMAP_ESHAPE, "%s: shape is too large", what);
-    bytes *= shape[d] ? shape[d] : 1;
-  }
-  return 0;
+  return shmap__shape_size(what, rank, shape, shmap_dtype_size(dtype), NULL,
+                           NULL);
 }
 
 int shmap__array_new(shmap_array **out, shmap_dtype dtype, int rank,
@@ -69,7 +63,9 @@ void shmap__bulk_copy(void *dst, const void *src, size_t bytes)
     return;
 #if defined(_OPENMP) && !defined(__SANITIZE_THREAD__)
   const size_t piece = (size_t)1 << 20;
-  if (bytes >= 4 * piece) {
+  /* Not in a child of fork(): OpenMP's threads stayed in the parent. */
+  shmap__fork_init();
+  if (bytes >= 4 * piece && shmap__fork_generation() == 0) {
     long n = (long)((bytes + piece - 1) / piece);
 #pragma omp parallel for schedule(static)
     for (long i = 0; i < n; i++) {
@@ -112,7 +108,11 @@ SHMAP_EXTERN int shmap_array_to_host(const shmap_array *array, void *data)
   if (array->data)
     shmap__bulk_copy(data, array->data,
                      (size_t)array->numel * shmap_dtype_size(array->dtype));
-  else
+  else if (array->mesh->place && array->mesh->place->nproc > 1) {
+    /* Blocks are spread over processes: ours, then everyone else's. */
+    shmap__array_assemble_local(array, data);
+    return shmap__array_exchange(array, data);
+  } else
     shmap__array_assemble(array, data);
   return 0;
 }
@@ -224,7 +224,9 @@ void shmap__array_assemble(const shmap_array *a, void *dst)
   int64_t gstr[SHMAP_MAX_RANK], bstr[SHMAP_MAX_RANK];
   shmap__strides(a->rank, a->shape, gstr);
   shmap__strides(a->rank, a->bshape, bstr);
-  bool big = (size_t)a->numel * es >= ((size_t)4 << 20);
+  shmap__fork_init();
+  bool big = (size_t)a->numel * es >= ((size_t)4 << 20) &&
+             shmap__fork_generation() == 0;
   (void)big;
 #if defined(_OPENMP) && !defined(__SANITIZE_THREAD__)
 #pragma omp parallel for schedule(dynamic) if (big)
@@ -323,11 +325,26 @@ SHMAP_EXTERN int64_t shmap_block_numel(const shmap_block *block)
 {
   if (!block || block->rank < 0 || block->rank > SHMAP_MAX_RANK)
     return shmap__err(SHMAP_EINVAL, "shmap_block_numel: invalid block");
-  return shmap__numel(block->rank, block->shape);
+  int64_t n;
+  int rc = shmap__shape_size("shmap_block_numel", block->rank, block->shape,
+                             1, &n, NULL);
+  return rc ? rc : n;
 }
 
 SHMAP_EXTERN size_t shmap_block_nbytes(const shmap_block *block)
 {
-  int64_t n = shmap_block_numel(block);
-  return n < 0 ? 0 : (size_t)n * shmap_dtype_size(block->dtype);
+  if (!block || block->rank < 0 || block->rank > SHMAP_MAX_RANK) {
+    shmap__err(SHMAP_EINVAL, "shmap_block_nbytes: invalid block");
+    return 0;
+  }
+  if (shmap_dtype_size(block->dtype) == 0) {
+    shmap__err(SHMAP_EDTYPE, "shmap_block_nbytes: invalid dtype %d",
+               (int)block->dtype);
+    return 0;
+  }
+  int64_t bytes;
+  if (shmap__shape_size("shmap_block_nbytes", block->rank, block->shape,
+                        shmap_dtype_size(block->dtype), NULL, &bytes))
+    return 0;
+  return (size_t)bytes;
 }

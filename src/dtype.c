@@ -1,6 +1,8 @@
+/* SPDX-License-Identifier: MIT */
 /* dtype.c - the dtype table, element formatting, 16-bit float conversions
  * and the choice of kernel instruction set. */
 #include "internal.h"
+#include "settings.h"
 
 #include "dtype.h"
 
@@ -278,11 +280,11 @@ int shmap__isa(void)
       isa = i;
       break;
     }
-  const char *env = getenv("SHMAP_SIMD");
-  if (env && *env)
-    for (int i = 0; i < isa; i++)
-      if (strcmp(env, isa_names[i]) == 0)
-        isa = i;
+  /* SHMAP_SIMD may only lower the choice: a set the processor lacks
+   * would fault. */
+  int asked = shmap__setting_simd(isa_names, SHMAP__NISA);
+  if (asked >= 0 && asked < isa)
+    isa = asked;
   atomic_store_explicit(&chosen_isa, isa, memory_order_relaxed);
   return isa;
 }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * dtype.h - the table of element types.  Everything that depends on a dtype
  * (its size, its name in messages and traces, how an element is printed,

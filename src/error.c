@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* error.c - error codes, their strings, and the per-thread detailed message. */
 #include "internal.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * internal.h - declarations shared between the library's own files (and its
  * unit tests).  Nothing here is part of the public API; every name carries
@@ -57,8 +58,10 @@ struct shmap_mesh {
   struct shmap__runtime *rt;
   /* The user's reference plus one per sharded array on the mesh. */
   _Atomic int refs;
-  /* Data movement counters (updated under the runtime lock). */
+  /* Data movement counters (under the statistics lock of mesh.c). */
   shmap_stats stats;
+  /* Which process runs each device (proc.h); NULL without MPI. */
+  struct shmap__place *place;
   /* A sub-mesh (submesh.c): its parent, which it keeps alive, and per
    * device the parent's device number and the root mesh's (the mesh at
    * the top of the chain), which is the physical device.  NULL for a mesh
@@ -71,6 +74,8 @@ struct shmap_mesh {
 
 void shmap__mesh_retain(shmap_mesh *mesh);
 void shmap__mesh_release(shmap_mesh *mesh);
+/* Add a map's data movement to the mesh's counters. */
+void shmap__mesh_stats_add(shmap_mesh *mesh, const shmap_stats *delta);
 
 /* Coordinates of `dev` (no checks). */
 void shmap__mesh_coords(const shmap_mesh *mesh, int dev, int coords[]);
@@ -153,6 +158,19 @@ void shmap__axes_format(const shmap_mesh *mesh, const int axes[], int naxes,
 
 /* ---- layout.c: pure index math ------------------------------------------ */
 
+/* The largest element count or byte size of anything: half of INT64_MAX,
+ * which leaves room for offsets, strides and rounded-up allocations. */
+#define SHMAP__SIZE_MAX (INT64_MAX / 2)
+/* a * b when both are >= 0 and the product is at most SHMAP__SIZE_MAX. */
+bool shmap__mul_size(int64_t a, int64_t b, int64_t *out);
+/* The one check of a shape's size: every dimension >= 0, and the bytes
+ * of its elements (esize each; zero dimensions left out, since strides
+ * still multiply the others) at most SHMAP__SIZE_MAX.  Returns 0 and sets
+ * *numel and *bytes (either may be NULL), or SHMAP_ESHAPE with a message
+ * "<what>: ..." naming the dimension. */
+int shmap__shape_size(const char *what, int rank, const int64_t shape[],
+                      size_t esize, int64_t *numel, int64_t *bytes);
+/* Number of elements of a shape already checked by shmap__shape_size. */
 int64_t shmap__numel(int rank, const int64_t shape[]);
 /* Row-major strides in elements. */
 void shmap__strides(int rank, const int64_t shape[], int64_t strides[]);
@@ -165,8 +183,11 @@ int64_t shmap__entry_index(const shmap_mesh *mesh, const shmap__spec *spec,
                            int d, const int coords[]);
 void shmap__block_shape(const shmap_mesh *mesh, const shmap__spec *spec,
                         int rank, const int64_t gshape[], int64_t bshape[]);
-void shmap__global_shape(const shmap_mesh *mesh, const shmap__spec *spec,
-                         int rank, const int64_t bshape[], int64_t gshape[]);
+/* Tiles a block shape: 0, or SHMAP_ESHAPE (message naming `what`) when a
+ * dimension would exceed SHMAP__SIZE_MAX. */
+int shmap__global_shape(const char *what, const shmap_mesh *mesh,
+                        const shmap__spec *spec, int rank,
+                        const int64_t bshape[], int64_t gshape[]);
 /* Element offset of the block of the device at `coords`, per dimension. */
 void shmap__block_offset(const shmap_mesh *mesh, const shmap__spec *spec,
                          int rank, const int64_t bshape[], const int coords[],
@@ -242,6 +263,13 @@ void shmap__shape_format(shmap_dtype dtype, int rank, const int64_t shape[],
 
 /* Bulk memcpy, split over OpenMP threads when large. */
 void shmap__bulk_copy(void *dst, const void *src, size_t bytes);
+
+/* ---- fork.c ------------------------------------------------------------ */
+
+/* Register the fork handlers (once; cheap after). */
+void shmap__fork_init(void);
+/* 0 in the process that first used the library, +1 per fork() since. */
+unsigned shmap__fork_generation(void);
 
 /* ---- alloc.c: every allocation of the library ---------------------------- */
 

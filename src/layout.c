@@ -1,9 +1,42 @@
+/* SPDX-License-Identifier: MIT */
 /* layout.c - the pure index math of splitting, tiling and assembling:
  * block shapes and offsets, axis groups and ranks, strided box copies.
  * No threads and no allocation here. */
 #include "internal.h"
 
 #include <string.h>
+
+bool shmap__mul_size(int64_t a, int64_t b, int64_t *out)
+{
+  if (a < 0 || b < 0 || (a != 0 && b > SHMAP__SIZE_MAX / a))
+    return false;
+  *out = a * b;
+  return true;
+}
+
+int shmap__shape_size(const char *what, int rank, const int64_t shape[],
+                      size_t esize, int64_t *numel, int64_t *bytes)
+{
+  int64_t prod = (int64_t)(esize ? esize : 1);
+  bool zero = false;
+  for (int d = 0; d < rank; d++) {
+    if (shape[d] < 0)
+      return shmap__err(SHMAP_ESHAPE, "%s: dimension %d has negative size %lld",
+                        what, d, (long long)shape[d]);
+    if (shape[d] == 0)
+      zero = true;
+    else if (!shmap__mul_size(prod, shape[d], &prod))
+      return shmap__err(SHMAP_ESHAPE,
+                        "%s: the shape is too large: at dimension %d (size "
+                        "%lld) its elements would take more than 2^62 bytes",
+                        what, d, (long long)shape[d]);
+  }
+  if (numel)
+    *numel = zero ? 0 : prod / (int64_t)(esize ? esize : 1);
+  if (bytes)
+    *bytes = zero ? 0 : esize ? prod : 0;
+  return 0;
+}
 
 int64_t shmap__numel(int rank, const int64_t shape[])
 {
@@ -51,11 +84,19 @@ void shmap__block_shape(const shmap_mesh *mesh, const shmap__spec *spec,
     bshape[d] = gshape[d] / shmap__entry_count(mesh, spec, d);
 }
 
-void shmap__global_shape(const shmap_mesh *mesh, const shmap__spec *spec,
-                         int rank, const int64_t bshape[], int64_t gshape[])
+int shmap__global_shape(const char *what, const shmap_mesh *mesh,
+                        const shmap__spec *spec, int rank,
+                        const int64_t bshape[], int64_t gshape[])
 {
-  for (int d = 0; d < rank; d++)
-    gshape[d] = bshape[d] * shmap__entry_count(mesh, spec, d);
+  for (int d = 0; d < rank; d++) {
+    int64_t count = shmap__entry_count(mesh, spec, d);
+    if (!shmap__mul_size(bshape[d], count, &gshape[d]))
+      return shmap__err(SHMAP_ESHAPE,
+                        "%s: dimension %d of the global shape would be %lld "
+                        "x %lld, more than 2^62",
+                        what, d, (long long)bshape[d], (long long)count);
+  }
+  return 0;
 }
 
 void shmap__block_offset(const shmap_mesh *mesh, const shmap__spec *spec,

@@ -1,8 +1,12 @@
+# SPDX-License-Identifier: MIT
 # The library.  libshmap_core.la holds every object (tests link it to reach
 # internal functions); libshmap.la is the installed library built from it.
 noinst_LTLIBRARIES += src/libshmap_core.la
 src_libshmap_core_la_SOURCES = \
 	src/error.c \
+	src/settings.c \
+	src/fork.c \
+	src/version.c \
 	src/alloc.c \
 	src/mesh.c \
 	src/submesh.c \
@@ -14,9 +18,12 @@ src_libshmap_core_la_SOURCES = \
 	src/visualize.c \
 	src/arena.c \
 	src/map.c \
+	src/proc.c \
+	src/spmd.c \
 	src/runtime/runtime.c \
 	src/runtime/debug.c \
 	src/runtime/fiber.c \
+	src/runtime/guard.c \
 	src/transport/comm.c \
 	src/transport/shm.c \
 	src/coll/desc.c \
@@ -24,17 +31,19 @@ src_libshmap_core_la_SOURCES = \
 	src/coll/algo.c \
 	src/coll/coll.c \
 	src/coll/ops.c \
+	src/transport/mpi.c \
 	src/dtype.c
-noinst_HEADERS += src/internal.h src/arena.h src/map.h \
+noinst_HEADERS += src/settings.h src/internal.h src/arena.h src/map.h \
 	src/runtime/runtime.h src/runtime/sched.h src/runtime/debug.h \
 	src/transport/comm.h src/coll/coll.h src/coll/desc.h src/coll/plan.h \
-	src/dtype.h src/coll/kern.h
-src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(UV_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
-src_libshmap_core_la_LIBADD = $(UV_LIBS)
+	src/proc.h src/transport/mpi.h src/dtype.h src/coll/kern.h
+src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(UV_CFLAGS) $(MPI_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
+src_libshmap_core_la_LIBADD = $(UV_LIBS) $(MPI_LIBS)
 
 lib_LTLIBRARIES += src/libshmap.la
 src_libshmap_la_SOURCES =
 # Forces the C linker for a library made only of a convenience library.
 nodist_EXTRA_src_libshmap_la_SOURCES = dummy.c
-src_libshmap_la_LIBADD = src/libshmap_core.la $(UV_LIBS)
-src_libshmap_la_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS) -version-info 0:0:0
+src_libshmap_la_LIBADD = src/libshmap_core.la $(UV_LIBS) $(MPI_LIBS)
+# The interface version and the rules for changing it are in configure.ac.
+src_libshmap_la_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS) -version-info $(SHMAP_LT_VERSION)

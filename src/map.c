@@ -1,9 +1,12 @@
+/* SPDX-License-Identifier: MIT */
 /* map.c - one map call: validate the specs, hand each device its input
  * blocks, run the bodies, then check and assemble the outputs. */
 #include "map.h"
 
 #include "dtype.h"
+#include "proc.h"
 #include "runtime/debug.h"
+#include "transport/mpi.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -149,11 +152,11 @@ int shmap__block_check(shmap_ctx *ctx, const char *op, const char *name,
     return shmap__dev_fail(ctx, op, SHMAP_ESHAPE,
                            "%s block has rank %d, outside [0, %d]", name,
                            b->rank, SHMAP_MAX_RANK);
-  for (int d = 0; d < b->rank; d++)
-    if (b->shape[d] < 0)
-      return shmap__dev_fail(ctx, op, SHMAP_ESHAPE,
-                             "%s block has negative size %lld in dimension %d",
-                             name, (long long)b->shape[d], d);
+  char what[64];
+  snprintf(what, sizeof what, "%s block", name);
+  if (shmap__shape_size(what, b->rank, b->shape, shmap_dtype_size(b->dtype),
+                        NULL, NULL))
+    return shmap__dev_fail(ctx, op, SHMAP_ESHAPE, "%s", shmap__errbuf());
   if (!b->data && shmap__numel(b->rank, b->shape) > 0)
     return shmap__dev_fail(ctx, op, SHMAP_EINVAL, "%s block has no data", name);
   return 0;
@@ -164,10 +167,18 @@ bool shmap__block_valid(const shmap_block *b)
   if (!b || shmap_dtype_size(b->dtype) == 0 || b->rank < 0 ||
       b->rank > SHMAP_MAX_RANK)
     return false;
-  for (int d = 0; d < b->rank; d++)
+  /* The size check without its message (cheap: no formatting). */
+  int64_t prod = (int64_t)shmap_dtype_size(b->dtype);
+  bool zero = false;
+  for (int d = 0; d < b->rank; d++) {
     if (b->shape[d] < 0)
       return false;
-  return b->data || shmap__numel(b->rank, b->shape) == 0;
+    if (b->shape[d] == 0)
+      zero = true;
+    else if (!shmap__mul_size(prod, b->shape[d], &prod))
+      return false;
+  }
+  return b->data || zero;
 }
 
 
@@ -280,6 +291,9 @@ static void run_device(shmap__job *job, int dev)
   shmap_ctx *ctx = &job->ctx[dev];
   shmap__runtime *rt = ctx->rt;
   shmap__dev *self = &rt->devs[dev];
+  /* Under MPI another process runs this device: nothing to do here. */
+  if (!shmap__dev_local(rt->mesh, dev))
+    return;
   self->ctx = ctx;
   atomic_store_explicit(&self->dbg.nest, (uint64_t)1 << 56 | job->manual,
                         memory_order_relaxed);
@@ -311,7 +325,7 @@ static void run_device(shmap__job *job, int dev)
     int rc = job->body(ctx, job->arg);
     uint64_t t1 = shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
     if (shmap__tracing())
-      shmap__trace_event(self, t0, t1, 0, 0, ctx->seq);
+      shmap__trace_body(self, t0, t1, ctx->seq, ctx->job_name);
     if (rc != 0 && !ctx->err) {
       char me[96], msg[SHMAP__MSG_MAX];
       shmap__mesh_devname(job->mesh, dev, me, sizeof me);
@@ -327,7 +341,7 @@ static void run_device(shmap__job *job, int dev)
   self->ctx = NULL;
   atomic_store_explicit(&self->dbg.nest, 0, memory_order_relaxed);
   /* Peers waiting for this device in a collective must learn that it
-   * left. */
+   * left, in this process or another. */
   shmap__comm_finish(ctx->comm, dev);
 }
 
@@ -355,7 +369,7 @@ static int check_outputs(shmap__job *job, const char *const out_specs[],
   for (int k = 0; k < job->nout; k++) {
     int first = -1;
     for (int d = 0; d < mesh->ndev && first < 0; d++)
-      if (job->ctx[d].out[k])
+      if (job->ctx[d].out[k] && shmap__dev_local(mesh, d))
         first = d;
     if (first < 0)
       return shmap__err(SHMAP_EINVAL,
@@ -367,6 +381,8 @@ static int check_outputs(shmap__job *job, const char *const out_specs[],
     shmap__mesh_devname(mesh, first, n0, sizeof n0);
     shmap__shape_format(b0->dtype, b0->rank, b0->shape, s0, sizeof s0);
     for (int d = 0; d < mesh->ndev; d++) {
+      if (!shmap__dev_local(mesh, d))
+        continue;
       const shmap_block *b = job->ctx[d].out[k];
       char nd[96];
       shmap__mesh_devname(mesh, d, nd, sizeof nd);
@@ -405,7 +421,8 @@ static int check_replicated(shmap__job *job, int k, const char *spec_text,
                   (shmap__mesh_all(mesh) & ~job->manual);
   for (int d = 0; d < mesh->ndev; d++) {
     int rep = shmap__representative(mesh, mask, d);
-    if (rep == d)
+    /* Copies held by other processes are not compared (shmap-mpi(7)). */
+    if (rep == d || !shmap__dev_local(mesh, d) || !shmap__dev_local(mesh, rep))
       continue;
     const shmap_block *a = job->ctx[rep].out[k], *b = job->ctx[d].out[k];
     size_t es = shmap_dtype_size(a->dtype);
@@ -443,12 +460,14 @@ static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
                         unsigned flags, shmap_array **res)
 {
   shmap_mesh *mesh = job->mesh;
-  const shmap_block *b0 = job->ctx[0].out[k];
+  int first = mesh->place ? mesh->place->local[0] : 0;
+  const shmap_block *b0 = job->ctx[first].out[k];
   int64_t gshape[SHMAP_MAX_RANK];
-  shmap__global_shape(mesh, spec, b0->rank, b0->shape, gshape);
   char what[32];
   snprintf(what, sizeof what, "output %d", k);
-  int rc = shmap__check_shape(what, b0->dtype, b0->rank, gshape);
+  int rc = shmap__global_shape(what, mesh, spec, b0->rank, b0->shape, gshape);
+  if (rc == 0)
+    rc = shmap__check_shape(what, b0->dtype, b0->rank, gshape);
   if (rc)
     return rc;
   shmap_array *a = shmap__calloc(1, sizeof *a);
@@ -474,6 +493,12 @@ static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
   shmap__mesh_retain(mesh);
   for (int d = 0; d < mesh->ndev; d++) {
     shmap_ctx *ctx = &job->ctx[d];
+    if (!shmap__dev_local(mesh, d)) {
+      /* Another process keeps this block: only its description here. */
+      a->blocks[d] = *b0;
+      a->blocks[d].data = NULL;
+      continue;
+    }
     shmap__chunk *c = shmap__arena_find(ctx, ctx->out[k]);
     shmap__arena_unlink(ctx, c);
     a->mem[d] = c;
@@ -486,7 +511,7 @@ static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
     size_t bytes = shmap_block_nbytes(&a->blocks[0]);
     for (int d = 0; d < mesh->ndev; d++) {
       int rep = shmap__representative(mesh, mask, d);
-      if (rep != d)
+      if (rep != d && a->blocks[d].data && a->blocks[rep].data)
         memcpy(a->blocks[d].data, a->blocks[rep].data, bytes);
     }
   }
@@ -519,6 +544,8 @@ static int prepare_inputs(shmap__job *job, const char *const in_specs[])
       return rc;
     shmap__block_shape(job->mesh, &ii->spec, a->rank, a->shape, ii->bshape);
     ii->borrow = a->mesh && shmap__spec_same(&a->spec, &ii->spec, a->rank);
+    if (a->mesh && !ii->borrow && (rc = shmap__proc_reshard_check(a, what)))
+      return rc;
   }
   return 0;
 }
@@ -548,6 +575,11 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
   if (nout > 0 && (!out || !out_specs))
     return shmap__err(SHMAP_EINVAL, "shmap_map: nout=%d but %s is NULL", nout,
                       out ? "out_specs" : "out");
+  unsigned gen = atomic_load(&mesh->rt->forkgen);
+  if (gen && gen != shmap__fork_generation() + 1)
+    return shmap__err(SHMAP_ESTATE,
+                      "shmap_map: the mesh's device threads belong to the "
+                      "process that forked this one; create a new mesh here");
   shmap_ctx *outer = shmap__current();
   if (outer)
     return shmap__dev_fail(outer, "shmap_map", SHMAP_ESTATE,
@@ -571,6 +603,8 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
         job.manual |= 1u << axes[i];
     }
   }
+  shmap__runtime *rt = mesh->rt;
+  bool locked = false;
   shmap__spec *ospec = NULL;
   shmap_block **slots = NULL;
   shmap_array **res = NULL;
@@ -619,42 +653,48 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
     ctx->manual = job.manual;
   }
 
-  shmap__runtime *rt = mesh->rt;
+  /* One map at a time per mesh, from the devices' start to the clean-up
+   * (outputs and freed blocks go back to the devices' caches): a map from
+   * a second application thread waits here for the first.  The map holds
+   * a reference to the mesh, so that a destroy from another thread takes
+   * effect when the map returns. */
+  shmap__mesh_retain(mesh);
   shmap__runtime_lock(rt);
+  locked = true;
   rc = shmap__comm_open(&job.comm, rt);
   if (rc == 0) {
     rc = shmap__runtime_run(rt, &job, run_device);
     shmap__comm_close(&job.comm, rc != 0 || atomic_load(&rt->failed_dev) >= 0);
   }
   if (rc == 0) {
-    shmap_stats *st = &mesh->stats;
-    st->maps++;
+    shmap_stats st = {.maps = 1};
     for (int d = 0; d < mesh->ndev; d++) {
       const shmap_ctx *ctx = &job.ctx[d];
-      st->blocks_shared += ctx->shared;
-      st->blocks_built += ctx->built;
-      st->bytes_host += ctx->moved.host;
-      st->bytes_local += ctx->moved.local;
-      st->bytes_moved += ctx->moved.moved;
+      st.blocks_shared += ctx->shared;
+      st.blocks_built += ctx->built;
+      st.bytes_host += ctx->moved.host;
+      st.bytes_local += ctx->moved.local;
+      st.bytes_moved += ctx->moved.moved;
+      st.bytes_remote += ctx->remote;
     }
+    shmap__mesh_stats_add(mesh, &st);
   }
   if (rc == 0 && atomic_load(&rt->failed_dev) >= 0) {
     rc = rt->fail_code;
     shmap__err_set(rt->fail_msg);
   }
-  shmap__runtime_unlock(rt);
-  if (rc)
+  /* The lock stays held until the clean-up (see above). */
+  if (rc == 0)
+    rc = check_outputs(&job, out_specs, ospec);
+  for (int k = 0; k < nout && rc == 0; k++)
+    if (!(flags & (SHMAP_NO_CHECK_REP | SHMAP__TRUSTED_REP)))
+      rc = check_replicated(&job, k, out_specs[k], &ospec[k]);
+  /* Every process of the job returns the same result (proc.c). */
+  if ((rc = shmap__mpi_map_end(mesh, rc, NULL)))
     goto done;
-
-  if ((rc = check_outputs(&job, out_specs, ospec)))
-    goto done;
-  for (int k = 0; k < nout; k++) {
-    if (!(flags & (SHMAP_NO_CHECK_REP | SHMAP__TRUSTED_REP)) &&
-        (rc = check_replicated(&job, k, out_specs[k], &ospec[k])))
-      goto done;
+  for (int k = 0; k < nout; k++)
     if ((rc = adopt_output(&job, k, &ospec[k], flags, &res[k])))
       goto done;
-  }
   for (int k = 0; k < nout; k++) {
     out[k] = res[k];
     res[k] = NULL;
@@ -665,6 +705,10 @@ done:
       shmap_array_destroy(res[k]);
   free_job(&job);
   shmap__runtime_give(mesh->rt, 1, slots);
+  if (locked) {
+    shmap__runtime_unlock(rt);
+    shmap__mesh_release(mesh);
+  }
   free(ospec);
   free(res);
   return rc;
@@ -917,7 +961,9 @@ static int nested_output(shmap_ctx *ictx, shmap_ctx *octx, int k,
     }
   }
   int64_t gshape[SHMAP_MAX_RANK];
-  shmap__global_shape(mesh, spec, b->rank, b->shape, gshape);
+  if ((rc = shmap__global_shape("nested output", mesh, spec, b->rank, b->shape,
+                                gshape)))
+    return shmap__dev_fail(ictx, op, rc, "%s", shmap__errbuf());
   shmap__chunk *c = shmap__arena_alloc(octx, b->dtype, b->rank, gshape,
                                        SHMAP__CHUNK_SCRATCH, false);
   if (!c)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * map.h - one map call: the job the runtime runs on every device, and each
  * device's context (map.c), with the errors a device reports during it.
@@ -42,9 +43,11 @@ struct shmap_ctx {
   struct shmap__chunk *arena; /* every block this device allocated */
   uint32_t seq;               /* collective calls entered */
   int err;                    /* first error this device reported */
+  const char *job_name;       /* a library job's name for the trace, or NULL */
   /* Input blocks shared and built, and the bytes copied to build them. */
   uint64_t shared, built;
   shmap__moved moved;
+  uint64_t remote; /* bytes received from other processes (MPI) */
   /* The map's manual axes (bits of mesh axes); a nested map's context
    * points to the context of the body that started it and shares its
    * communicator (its groups are groups of the same mesh). */

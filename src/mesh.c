@@ -1,10 +1,15 @@
+/* SPDX-License-Identifier: MIT */
 /* mesh.c - named device meshes: creation from text or arrays, queries. */
 #include "internal.h"
-#include "runtime/sched.h"
+#include "map.h"
+#include "proc.h"
+#include "runtime/runtime.h"
+#include "transport/mpi.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,8 +79,16 @@ int shmap__mesh_build(shmap_mesh **out, int naxes, const char *const names[],
     stride *= m->sizes[a];
   }
   atomic_init(&m->refs, 1);
-  int rc = shmap__runtime_create(&m->rt, m);
+  int rc = shmap__place_default(m);
+  if (rc == 0 && (rc = shmap__mpi_mesh_init(m)))
+    shmap__place_free(m->place);
   if (rc) {
+    free(m);
+    return rc;
+  }
+  if ((rc = shmap__runtime_create(&m->rt, m))) {
+    shmap__mpi_mesh_free(m);
+    shmap__place_free(m->place);
     free(m);
     return rc;
   }
@@ -179,6 +192,8 @@ void shmap__mesh_release(shmap_mesh *mesh)
 {
   if (atomic_fetch_sub(&mesh->refs, 1) == 1) {
     shmap__runtime_destroy(mesh->rt);
+    shmap__mpi_mesh_free(mesh);
+    shmap__place_free(mesh->place);
     shmap_mesh *parent = mesh->parent;
     free(mesh->pdev);
     free(mesh->rootdev);
@@ -190,19 +205,51 @@ void shmap__mesh_release(shmap_mesh *mesh)
 
 /* Sharded arrays hold references: the threads stop when the last of them
  * and the user's handle are gone. */
-SHMAP_EXTERN void shmap_mesh_destroy(shmap_mesh *mesh)
+SHMAP_EXTERN int shmap_mesh_destroy(shmap_mesh *mesh)
 {
-  if (mesh)
-    shmap__mesh_release(mesh);
+  if (!mesh)
+    return 0;
+  /* A body would stop the threads its own map runs on: refuse, and fail
+   * the map, as a nested map does.  (The map holds a reference of its own,
+   * so a destroy from another thread only takes effect when it returns.) */
+  shmap_ctx *ctx = shmap__current();
+  bool own = false;
+  for (shmap_ctx *c = ctx; c; c = c->outer)
+    own = own || c->rt->mesh == mesh;
+  if (own)
+    return shmap__dev_fail(ctx, "shmap_mesh_destroy", SHMAP_ESTATE,
+                           "called from inside a body of a map on this mesh; "
+                           "destroy the mesh after the map returns");
+  shmap__mesh_release(mesh);
+  return 0;
+}
+
+/* The counters have a lock of their own, the last in the lock order (see
+ * runtime/debug.c), held for a few additions: they can be read and reset from
+ * any thread, a body of the mesh included, while maps run. */
+static pthread_mutex_t stats_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void shmap__mesh_stats_add(shmap_mesh *mesh, const shmap_stats *d)
+{
+  pthread_mutex_lock(&stats_lock);
+  shmap_stats *s = &mesh->stats;
+  s->maps += d->maps;
+  s->blocks_shared += d->blocks_shared;
+  s->blocks_built += d->blocks_built;
+  s->bytes_host += d->bytes_host;
+  s->bytes_local += d->bytes_local;
+  s->bytes_moved += d->bytes_moved;
+  s->bytes_remote += d->bytes_remote;
+  pthread_mutex_unlock(&stats_lock);
 }
 
 SHMAP_EXTERN int shmap_mesh_stats(const shmap_mesh *mesh, shmap_stats *stats)
 {
   if (!mesh || !stats)
     return shmap__err(SHMAP_EINVAL, "shmap_mesh_stats: NULL argument");
-  shmap__runtime_lock(mesh->rt);
+  pthread_mutex_lock(&stats_lock);
   *stats = mesh->stats;
-  shmap__runtime_unlock(mesh->rt);
+  pthread_mutex_unlock(&stats_lock);
   return 0;
 }
 
@@ -210,9 +257,9 @@ SHMAP_EXTERN void shmap_mesh_stats_reset(shmap_mesh *mesh)
 {
   if (!mesh)
     return;
-  shmap__runtime_lock(mesh->rt);
+  pthread_mutex_lock(&stats_lock);
   memset(&mesh->stats, 0, sizeof mesh->stats);
-  shmap__runtime_unlock(mesh->rt);
+  pthread_mutex_unlock(&stats_lock);
 }
 
 SHMAP_EXTERN int shmap_mesh_naxes(const shmap_mesh *mesh)
@@ -294,5 +341,7 @@ void shmap__mesh_devname(const shmap_mesh *mesh, int dev, char *buf, size_t n)
   snprintf(buf, n, "device %d (", dev);
   for (int a = 0; a < mesh->naxes; a++)
     shmap__cat(buf, n, "%s%s=%d", a ? ", " : "", mesh->names[a], c[a]);
-  shmap__cat(buf, n, ")");
+  char where[128];
+  shmap__proc_suffix(mesh, dev, where, sizeof where);
+  shmap__cat(buf, n, ")%s", where);
 }

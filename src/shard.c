@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* shard.c - sharded arrays made on the devices: import into a sharding,
  * zeros, fill, per-device initialisers, and resharding.  Each runs as a
  * map, so every device builds its own block on its own thread. */
@@ -29,7 +30,7 @@ static int target(const char *op, shmap_mesh *mesh, const char *spec,
  * over, a block shared with the source array is copied. */
 static int adopt_body(shmap_ctx *ctx, void *arg)
 {
-  (void)arg;
+  ctx->job_name = arg; /* the public function's name, for the trace */
   shmap_block *in = ctx->in[0];
   shmap__chunk *c = shmap__arena_find(ctx, in);
   if (c) {
@@ -43,7 +44,7 @@ static int adopt_body(shmap_ctx *ctx, void *arg)
 static int relayout(const char *op, shmap_array **out, shmap_mesh *mesh,
                     shmap_array *src, const char *spec)
 {
-  int rc = shmap__map(mesh, adopt_body, NULL, 1, &src, &spec, 1, out, &spec,
+  int rc = shmap__map(mesh, adopt_body, (void *)op, 1, &src, &spec, 1, out, &spec,
                       SHMAP__TRUSTED_REP);
   return rc ? shmap__err_prefix(rc, "%s", op) : 0;
 }
@@ -110,6 +111,7 @@ typedef struct make_arg {
   shmap_init_fn init;  /* init */
   void *init_arg;
   shmap__spec spec;
+  const char *op; /* the public function's name, for the trace */
 } make_arg;
 
 static void fill_value(shmap_block *b, const void *value)
@@ -124,6 +126,7 @@ static void fill_value(shmap_block *b, const void *value)
 static int make_body(shmap_ctx *ctx, void *arg)
 {
   const make_arg *m = arg;
+  ctx->job_name = m->op;
   shmap_block *b = shmap_out(ctx, 0, m->dtype, m->rank, m->bshape);
   if (!b)
     return ctx->err;
@@ -155,6 +158,7 @@ static int make(const char *op, shmap_array **array, shmap_mesh *mesh,
   m->dtype = dtype;
   m->rank = rank;
   m->bshape = bshape;
+  m->op = op;
   rc = shmap__map(mesh, make_body, m, 0, NULL, NULL, 1, array, &spec, flags);
   return rc ? shmap__err_prefix(rc, "%s", op) : 0;
 }

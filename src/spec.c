@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* spec.c - partition specs: parsing the text forms, resolving names against
  * a mesh, and checking them against an array. */
 #include "internal.h"
@@ -271,6 +272,11 @@ int shmap__spec_fit(const shmap_mesh *mesh, const char *what, const char *text,
                       what, text, spec->ndims, rank);
   if (!shape)
     return 0;
+  char where[256];
+  snprintf(where, sizeof where, "%s \"%.200s\"", what, text);
+  int rc = shmap__shape_size(where, rank, shape, 1, NULL, NULL);
+  if (rc)
+    return rc;
   for (int d = 0; d < spec->ndims; d++) {
     int64_t count = shmap__entry_count(mesh, spec, d);
     if (shape[d] % count != 0) {

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* submesh.c - meshes over some devices of another mesh: slices by axis
  * coordinates and new meshes over a list of devices.
  *

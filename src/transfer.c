@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* transfer.c - moving a sharded array to a spec on another mesh.
  *
  * The destination mesh runs a map in which every device builds its own

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* visualize.c - a text picture of which device holds which block. */
 #include "internal.h"
 

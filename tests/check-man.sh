@@ -1,12 +1,17 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # check-man.sh - checks the manual pages in man/:
-#  1. every public function of include/shmap.h has a page man/<name>.3
-#     (a page of its own, or a ".so man3/<page>.3" link to a shared page
-#     whose NAME section lists the function);
-#  2. every page in man/ is listed in dist_man_MANS in man/local.mk (so that
-#     "make dist" ships it and "make install" installs it), and every page
-#     listed there exists;
-#  3. every page formats without a warning (groff -man -ww, and mandoc -T lint
+#  1. every public function of include/shmap.h has a page man/<name>.3 of
+#     its own or is listed in the NAME section of a shared page (the build
+#     installs ".so" links for the other names of a shared page; man/ holds
+#     no link pages, so that "man -l" reads every page from the source
+#     tree);
+#  2. every page in man/ is listed in SHMAP_MAN_PAGES in man/local.mk (so
+#     that "make dist" ships it and "make install" installs it), and every
+#     page listed there exists;
+#  3. every page's .TH line names the source as "libshmap", without a
+#     version: the build fills in the version from configure.ac;
+#  4. every page formats without a warning (groff -man -ww, and mandoc -T lint
 #     when mandoc is installed).  Skipped with a message without groff.
 # The automake test harness exports top_srcdir; by hand, run it from the top
 # of the source tree or set top_srcdir.
@@ -71,46 +76,53 @@ if test ! -s "$tmp/functions"; then
   exit 99
 fi
 
-# Resolve a page to the file holding its text (follow one ".so" link).
-resolve () {
-  first=$(sed -n '1{p;q;}' "$1")
-  case $first in
-    .so\ *)
-      target=${first#.so }
-      echo "$mandir/${target##*/}" ;;
-    *) echo "$1" ;;
-  esac
-}
+# The names each page's NAME section lists (before "\-"): "page name".
+for page in "$mandir"/*.3; do
+  test -f "$page" || continue
+  sed -n '/^\.SH  *"*NAME/,/^\.SH/p' "$page" | sed '1d;$d' | tr '\n' ' ' |
+    sed 's/\\-.*//; s/,/ /g' | tr ' ' '\n' | grep -v '^$' |
+    sed "s|^|${page##*/} |"
+done > "$tmp/names"
 
 missing=
 for f in $(cat "$tmp/functions"); do
   page=$mandir/$f.3
-  if test ! -f "$page"; then
+  if test -f "$page"; then
+    if ! grep "^$f.3 $f\$" "$tmp/names" >/dev/null; then
+      fail "the NAME section of man/$f.3 does not list $f"
+    fi
+  elif ! awk -v f="$f" '$2 == f { found = 1 } END { exit !found }' "$tmp/names"; then
     missing="$missing $f"
-    continue
-  fi
-  text=$(resolve "$page")
-  if test ! -f "$text"; then
-    fail "man/$f.3 links to a page that does not exist: $(sed -n 1p "$page")"
-    continue
-  fi
-  # The NAME section (from .SH NAME to the next .SH) must list the function.
-  if ! sed -n '/^\.SH  *"*NAME/,/^\.SH/p' "$text" |
-       grep -E "(^|[^a-z0-9_])$f([^a-z0-9_]|\$)" >/dev/null; then
-    fail "the NAME section of man/${text##*/} does not list $f"
   fi
 done
 if test -n "$missing"; then
-  fail "public functions without a man/<name>.3 page:"
+  fail "public functions with no man/<name>.3 page of their own and listed in no page's NAME section:"
   for f in $missing; do echo "  $f" >&2; done
 fi
+
+# No ".so" link pages in man/: the build makes them from NAME sections.
+for page in "$mandir"/*.[37]; do
+  test -f "$page" || continue
+  case $(sed -n '1{p;q;}' "$page") in
+    .so\ *)
+      n=${page##*/}
+      fail "man/$n is a \".so\" link page: delete it and list ${n%.*} in the NAME section of the page it links to ($(sed -n '1s/^\.so *//p' "$page")); the build installs the link" ;;
+  esac
+done
 nfunc=$(wc -l < "$tmp/functions" | tr -d ' ')
 
 # ---- 2. pages listed in man/local.mk ------------------------------------
 
-# Words of every dist_man_MANS assignment, continuation lines included.
+# The pages must not go through automake's man_MANS variables: those would
+# install them as they are, without the version.
+if grep -E '^[[:space:]]*(dist_|nodist_|notrans_)*man[0-9]*_MANS[[:space:]]*\+?=' "$mk" >/dev/null; then
+  fail "man/local.mk lists pages in an automake *_MANS variable; list them in SHMAP_MAN_PAGES (the build installs them with the version filled in):"
+  grep -n -E '^[[:space:]]*(dist_|nodist_|notrans_)*man[0-9]*_MANS' "$mk" | sed 's/^/  /' >&2
+fi
+
+# Words of every SHMAP_MAN_PAGES assignment, continuation lines included.
 awk '
-  /^[ \t]*dist_man_MANS[ \t]*\+?=/ { on = 1; sub(/^[^=]*=/, "") }
+  /^[ \t]*SHMAP_MAN_PAGES[ \t]*\+?=/ { on = 1; sub(/^[^=]*=/, "") }
   on {
     cont = ($0 ~ /\\[ \t]*$/)
     sub(/#.*/, "")
@@ -123,7 +135,7 @@ awk '
 (cd "$mandir" && ls) | grep '\.[37]$' | sed 's|^|man/|' | sort > "$tmp/pages"
 unlisted=$(comm -23 "$tmp/pages" "$tmp/listed")
 if test -n "$unlisted"; then
-  fail "pages not listed in dist_man_MANS in man/local.mk:"
+  fail "pages not listed in SHMAP_MAN_PAGES in man/local.mk:"
   for p in $unlisted; do echo "  $p" >&2; done
 fi
 absent=$(comm -13 "$tmp/pages" "$tmp/listed")
@@ -133,11 +145,17 @@ if test -n "$absent"; then
 fi
 npages=$(wc -l < "$tmp/pages" | tr -d ' ')
 
-# Every page of its own has the sections a reader looks for.
+# Every page has the sections a reader looks for, and a .TH line whose
+# source field the build can fill in.
 for p in $(cat "$tmp/pages"); do
   file=$top_srcdir/$p
   case $(sed -n '1{p;q;}' "$file") in
     .so\ *) continue ;;
+  esac
+  th=$(grep '^\.TH ' "$file" | sed -n 1p)
+  case $th in
+    *'"libshmap" "libshmap Manual"'*) ;;
+    *) fail "$p: its .TH line must end with \"libshmap\" \"libshmap Manual\" (no version: the build fills it in): $th" ;;
   esac
   case $p in
     *.3) want="NAME SYNOPSIS DESCRIPTION RETURN_VALUE SEE_ALSO" ;;

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # tests fragment for the collectives, included by the top Makefile.am.
 # Each suite links the library and tests/refcoll.c, a serial reference
 # model of the collectives written from SEMANTICS.md section 6.

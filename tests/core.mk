@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # tests fragment, included by the top Makefile.am
 # Core tests: mesh, specs, layout math, the map, and property tests of the
 # map against a serial reference model (tests/refmodel.c).  Each links the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # tests fragment for the dtype table and the reduction kernels, included by
 # the top Makefile.am.  test_dtype reaches internal functions (the kernels
 # of each instruction set) through libshmap_core.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gdb_nested_target.c - the program tests/test_gdb_nested.sh debugs: on the
  * mesh i=2, j=2, a map over 'i' whose body starts a map over 'j'; the

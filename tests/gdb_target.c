@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * gdb_target.c - the program tests/test_gdb.sh debugs, and a small program
  * to try the gdb extension (gdb/shmap-gdb.py), the watchdog and the trace on.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # Parts of a mesh, included by the top Makefile.am: maps over some axes,
 # maps nested in a body, sub-meshes and transfers between meshes
 # (test_meshparts), and property tests of them against the serial

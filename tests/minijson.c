@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* minijson.c - see minijson.h. */
 #include "minijson.h"
 

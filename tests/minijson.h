@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * minijson.h - a small strict JSON parser (RFC 8259) for the tests that read
  * files the library writes (the Chrome trace).  It builds a tree; nothing is

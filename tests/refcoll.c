@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * refcoll.c - serial reference model of the collectives (see refcoll.h).
  *

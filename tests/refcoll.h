@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * refcoll.h - a serial reference model of libshmap's collectives, written
  * from SEMANTICS.md section 6 independently of the library, plus the few

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * refmodel.c - serial reference model of splitting inputs (SEMANTICS.md §3)
  * and assembling outputs (§5).  Per-element index math only; independent of

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * refmodel.h - a serial reference model of SEMANTICS.md sections 3 and 5
  * for the core tests, plus a few small helpers those tests share.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # reliability tests, included by the top Makefile.am.
 #
 # test_alloc_fail  makes the k-th library allocation fail (k = 1, 2, ...)
@@ -14,6 +15,20 @@
 #                  SHMAP_WATCHDOG.
 # test_trace       the Chrome trace file, read back with tests/minijson.c,
 #                  start/stop states, an unwritable path, SHMAP_TRACE.
+# test_reliability two application threads mapping on one mesh, a body
+#                  destroying its mesh, statistics and traces inside bodies,
+#                  meshes made in bodies while traces start and stop, size
+#                  overflow (SHMAP_REL_MAPS: maps per thread, default 300).
+# test_reliability_settings  SHMAP_* parsers; a bad value is reported once
+#                  on stderr with the accepted values, and the default used.
+# test_reliability_stack  a 700 KiB stack buffer survives collectives; a
+#                  stack overflow names the device before SIGSEGV.
+# test_reliability_mismatch  random collective sequences in which one device
+#                  deviates (kind, axes, order, early return), and random
+#                  pairs of sequences against a serial model of the rule:
+#                  SHMAP_EMISMATCH naming both calls, never a hang.
+#                  SHMAP_MISMATCH_CASES (default 2000 per mode and kind of
+#                  case) and SHMAP_MISMATCH_SEED set the run.
 #
 # tests/valgrind-examples.sh runs every example under valgrind; it is slow
 # and not part of TESTS: run `tests/valgrind-examples.sh BUILDDIR` (from the
@@ -23,7 +38,11 @@ RELIABILITY_TESTS = \
 	tests/test_alloc_fail \
 	tests/test_errors_model \
 	tests/test_watchdog \
-	tests/test_trace
+	tests/test_trace \
+	tests/test_reliability_mismatch \
+	tests/test_reliability \
+	tests/test_reliability_settings \
+	tests/test_reliability_stack
 check_PROGRAMS += $(RELIABILITY_TESTS)
 TESTS += $(RELIABILITY_TESTS)
 EXTRA_DIST += tests/valgrind-examples.sh
@@ -47,3 +66,29 @@ tests_test_trace_SOURCES = tests/test_trace.c tests/minijson.c tests/minijson.h 
 	tests/testutil.c tests/testutil.h
 tests_test_trace_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_trace_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+tests_test_reliability_mismatch_SOURCES = tests/test_reliability_mismatch.c \
+	tests/testutil.c tests/testutil.h
+tests_test_reliability_mismatch_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_reliability_mismatch_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+tests_test_reliability_SOURCES = tests/test_reliability.c \
+	tests/testutil.c tests/testutil.h
+tests_test_reliability_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_reliability_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+tests_test_reliability_settings_SOURCES = tests/test_reliability_settings.c \
+	tests/testutil.c tests/testutil.h
+tests_test_reliability_settings_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_reliability_settings_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+tests_test_reliability_stack_SOURCES = tests/test_reliability_stack.c \
+	tests/testutil.c tests/testutil.h
+tests_test_reliability_stack_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_reliability_stack_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+# test_trace_format.sh reads the trace files with Python's json module and
+# checks the Trace Event Format's rules (tests/check-trace.py); skipped
+# without python3.
+TESTS += tests/test_trace_format.sh
+EXTRA_DIST += tests/test_trace_format.sh tests/check-trace.py

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # runtime tests, included by the top Makefile.am.
 #
 # test_fail_scale  one failing device on a mesh of 4096 devices, in thread

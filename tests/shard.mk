@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # sharded-array tests, included by the top Makefile.am.
 # test_shard checks every function of the "sharded arrays on a mesh" part
 # of shmap.h (creation, block access, chaining without copies, resharding

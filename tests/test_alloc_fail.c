@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_alloc_fail.c - every allocation the library makes can fail, and each
  * failure must be clean.

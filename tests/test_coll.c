@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_coll.c - the collectives of SEMANTICS.md section 6, case by case:
  * the reference values of the text, the section 5 shapes that use psum,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_coll_errors.c - every way a collective call can be wrong:
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_coll_jax.c - cases whose facts come from JAX's shard_map tests
  * (tests/shard_map_test.py), rewritten for libshmap: the same meshes,

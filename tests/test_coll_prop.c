@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_coll_prop.c - property tests of the collectives against the serial
  * model of tests/refcoll.c.

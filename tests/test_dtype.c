@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_dtype.c - the dtype table, the 16-bit float conversions, and the
  * fused reduction kernels of every instruction set this CPU runs, against

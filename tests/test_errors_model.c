@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_errors_model.c - stress of the error model: every failure on any
  * device ends the map.  Peers waiting in a collective are released with

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_fail_scale.c - a failure on a mesh of 4096 devices ends the map in
  * time proportional to the work, not to waking thousands of threads one

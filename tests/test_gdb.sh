@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_gdb.sh - debugs tests/gdb_target in gdb's batch mode with the gdb
 # extension (gdb/shmap-gdb.py) loaded, in four sessions: started under gdb
 # and attached to a running process (gdb -p), each with a thread per device

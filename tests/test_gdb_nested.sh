@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_gdb_nested.sh - debugs tests/gdb_nested_target in gdb's batch mode
 # with the gdb extension loaded, stopped in the inner body of a nested map
 # on device 3, and checks that "shmap devices" shows the maps devices 2 and

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_layout.c - the index math of src/layout.c against hand-computed
  * values (SEMANTICS.md §3, §5, and the groups of §6), then against the
@@ -103,7 +104,7 @@ START_TEST(shapes_offsets) {
   shmap__block_shape(m, &s, 2, g, b);
   ck_assert_int_eq(b[0], 3);
   ck_assert_int_eq(b[1], 6);
-  shmap__global_shape(m, &s, 2, b, gg);
+  shmap__global_shape("test", m, &s, 2, b, gg);
   ck_assert_int_eq(gg[0], 12);
   ck_assert_int_eq(gg[1], 12);
   c[0] = 2;
@@ -119,7 +120,7 @@ START_TEST(shapes_offsets) {
   ck_assert_int_eq(b[0], 3);
   ck_assert_int_eq(b[1], 12);
   s = mkspec(2, E("0", "1"));
-  shmap__global_shape(m, &s, 2, b, gg);
+  shmap__global_shape("test", m, &s, 2, b, gg);
   ck_assert_int_eq(gg[0], 12);
   ck_assert_int_eq(gg[1], 24);
 
@@ -145,7 +146,7 @@ START_TEST(shapes_offsets) {
     ck_assert_int_eq(b3[0], 2);
     ck_assert_int_eq(b3[1], 5);
     ck_assert_int_eq(b3[2], 6);
-    shmap__global_shape(m, &s, 3, b3, gg3);
+    shmap__global_shape("test", m, &s, 3, b3, gg3);
     ck_assert_int_eq(gg3[0], 4);
     ck_assert_int_eq(gg3[1], 5);
     ck_assert_int_eq(gg3[2], 6);
@@ -169,7 +170,7 @@ START_TEST(rank0) {
   ck_assert_int_eq(shmap__entry_index(m, &s, 0, c), 0);
   shmap__block_shape(m, &s, 0, g, b);
   ck_assert_int_eq(b[0], -7); /* nothing written */
-  shmap__global_shape(m, &s, 0, b, g);
+  shmap__global_shape("test", m, &s, 0, b, g);
   ck_assert_int_eq(g[0], -7);
   shmap__block_offset(m, &s, 0, b, c, off);
   ck_assert_int_eq(off[0], -7);
@@ -394,7 +395,7 @@ START_TEST(random_vs_model) {
       for (int d = 0; d < rank; d++)
         bshape[d] = t_rng_range(&rng, 1, 3);
       ref_global_shape(&rm, &rs, rank, bshape, gshape);
-      shmap__global_shape(m, &s, rank, bshape, got);
+      shmap__global_shape("test", m, &s, rank, bshape, got);
       for (int d = 0; d < rank; d++)
         ck_assert_int_eq(got[d], gshape[d]);
       shmap__block_shape(m, &s, rank, gshape, got);

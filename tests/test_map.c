@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_map.c - the eager map (SEMANTICS.md §3-§5) without collectives:
  * the seed examples, dtypes, host import/export, private inputs, and every

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_map_prop.c - property tests of the map against the serial reference
  * model (tests/refmodel.c): random meshes, dtypes, ranks, shapes, in and out

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_mesh.c - meshes (SEMANTICS.md §1): creation from text and from
  * arrays, queries, row-major device numbering, and every creation error.

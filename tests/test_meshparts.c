@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_meshparts.c - parts of a mesh (SEMANTICS.md §7, §8): maps over some
  * axes (partial-manual), maps nested in a body, sub-meshes, and transfers

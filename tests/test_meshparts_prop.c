@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_meshparts_prop.c - random maps over some axes, with and without a
  * nested map, compared with the serial reference model (tests/refmodel.c).

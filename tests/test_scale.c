@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_scale.c - meshes of 64, 256 and 1024 devices on a 2-core machine:
  * an empty map, a psum of 64 floats and an all_gather, with exact values,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_shard.c - sharded arrays on a mesh (SEMANTICS.md §3, §5, §8; the
  * "sharded arrays on a mesh" part of shmap.h): creation on the devices,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_shard_prop.c - property test of resharding (SEMANTICS.md §3, §8).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_spec.c - partition specs (SEMANTICS.md §2): the text forms (JAX's
  * P(...) as pasted from Python, and the short form), resolution against a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_trace.c - the Chrome trace: shmap_trace_start(path) ...
  * shmap_trace_stop() writes every device's bodies and collectives as JSON.
@@ -8,7 +9,8 @@
  * strict parser (tests/minijson.c) and checked: it parses; traceEvents is an
  * array; every event has name, ph, pid and tid; "X" events have ts >= 0 and
  * dur >= 0; per mesh (pid) the thread_name metadata gives exactly one track
- * per device, tids 0..ndev-1, named "device 3 (i=1, j=1)"; each device has
+ * per device, tids 1..ndev (device d is tid d + 1: trace tools set tid 0
+ * aside), named "device 3 (i=1, j=1)"; every event has a cat; each device has
  * exactly one body event per map and one event per collective call, named
  * psum / all_gather / ppermute with args.axes naming the axes and
  * args.bytes equal to the byte size of the block passed; each collective
@@ -17,7 +19,11 @@
  * SHMAP_ESTATE; a path that cannot be written is SHMAP_ESYS at start, and
  * one that becomes unwritable during the recording is SHMAP_ESYS at stop
  * (after which the next trace works).  SHMAP_TRACE=path: the test binary runs itself in a child
- * with that environment and the file written at exit is checked.
+ * with that environment and the file written at exit is checked; with a
+ * path that cannot be written, the child says so on stderr and runs on.
+ * The library's own placement jobs are named for their function.
+ * tests/test_trace_format.sh checks the same files with Python's json module
+ * against the Trace Event Format's rules (tests/check-trace.py).
  * Consistency beyond the happy path: a map that fails while traced, and a
  * trace started while a map runs, still nest every collective in a body.
  */
@@ -212,6 +218,9 @@ static void check_common(const mj_value *ev)
     const char *name = mj_get_str(e, "name"), *ph = mj_get_str(e, "ph");
     ck_assert_msg(name && *name, "event %zu has no name", i);
     ck_assert_msg(ph && strlen(ph) == 1, "event %zu (%s) has no ph", i, name);
+    const char *cat = mj_get_str(e, "cat");
+    ck_assert_msg(cat && *cat, "event %zu (%s, ph %s) has no cat", i, name,
+                  ph);
     double pid = num(e, "pid", i);
     ck_assert_msg(pid >= 0 && pid == (double)(long)pid,
                   "event %zu: pid %g is not an integer", i, pid);
@@ -219,8 +228,8 @@ static void check_common(const mj_value *ev)
       double ts = num(e, "ts", i), dur = num(e, "dur", i), tid = num(e, "tid", i);
       ck_assert_msg(ts >= 0, "event %zu (%s): ts %g < 0", i, name, ts);
       ck_assert_msg(dur >= 0, "event %zu (%s): dur %g < 0", i, name, dur);
-      ck_assert_msg(tid >= 0 && tid == (double)(long)tid,
-                    "event %zu: tid %g is not an integer", i, tid);
+      ck_assert_msg(tid >= 1 && tid == (double)(long)tid,
+                    "event %zu: tid %g is not an integer >= 1", i, tid);
     } else {
       ck_assert_msg(strcmp(ph, "M") == 0, "event %zu (%s): unexpected ph %s",
                     i, name, ph);
@@ -265,10 +274,10 @@ static void check_mesh(const mj_value *ev, const mesh_spec *ms, int nmaps)
       if (strcmp(name, "thread_name") != 0)
         continue;
       double tid = num(e, "tid", i);
-      ck_assert_msg(tid >= 0 && tid < ms->ndev,
-                    "mesh %s: a thread_name track has tid %g outside [0, %d)",
-                    ms->text, tid, ms->ndev);
-      int t = (int)tid;
+      ck_assert_msg(tid >= 1 && tid <= ms->ndev,
+                    "mesh %s: a thread_name track has tid %g outside [1, %d] "
+                    "(device d is tid d + 1)", ms->text, tid, ms->ndev);
+      int t = (int)tid - 1;
       tracks[t]++;
       char want[96];
       dev_name(ms, t, want, sizeof want);
@@ -279,11 +288,13 @@ static void check_mesh(const mj_value *ev, const mesh_spec *ms, int nmaps)
       continue;
     }
     double tid = num(e, "tid", i);
-    ck_assert_msg(tid >= 0 && tid < ms->ndev,
-                  "mesh %s: event %zu (%s) has tid %g outside [0, %d)",
+    ck_assert_msg(tid >= 1 && tid <= ms->ndev,
+                  "mesh %s: event %zu (%s) has tid %g outside [1, %d]",
                   ms->text, i, name, tid, ms->ndev);
-    int t = (int)tid;
+    int t = (int)tid - 1;
     const mj_value *args = mj_get(e, "args");
+    if (strcmp(mj_get_str(e, "cat"), "placement") == 0)
+      continue; /* the library's own jobs: see t_placement_named */
     if (strcmp(name, "body") == 0) {
       bodies[t]++;
       double nc = -1;
@@ -688,6 +699,13 @@ static int trace_child(void)
       return 4;
   }
   shmap_mesh_destroy(b);
+  /* The library's own jobs too (tests/check-trace.py sees them). */
+  shmap_array *z = NULL, *r = NULL;
+  if (shmap_array_zeros(&z, a, "P('i')", SHMAP_F32, 1, (int64_t[]){8}) ||
+      shmap_array_reshard(&r, z, "P('j')"))
+    return 5;
+  shmap_array_destroy(r);
+  shmap_array_destroy(z);
   /* a stays alive: written from the live-mesh path at exit */
   return 0;
 }
@@ -717,6 +735,117 @@ START_TEST(t_env)
   check_mesh(ev, &mesh1d, 3);
   mj_free(root);
   unlink(path);
+}
+END_TEST
+
+/* The library's own jobs (placing, making and resharding arrays run as maps
+ * on the devices) show under the public function's name in category
+ * "placement", never as a user's "body": one event per device and call. */
+static int init_iota(shmap_block *b, int device, const int coords[],
+                     const int64_t offset[], void *arg)
+{
+  (void)device, (void)coords, (void)arg;
+  float *f = b->data;
+  for (int64_t k = 0; k < shmap_block_numel(b); k++)
+    f[k] = (float)(offset[0] + k);
+  return 0;
+}
+
+START_TEST(t_placement_named)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", _i ? "fibers" : "threads", 1), 0);
+  char path[256];
+  tmp_path(path, sizeof path, "placement");
+  shmap_mesh *m = tu_mesh_new(mesh2d.text);
+  ck_assert_int_eq(shmap_trace_start(path), 0);
+  static const float host[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  const float one = 1;
+  shmap_array *a, *b, *c, *d, *e;
+  ck_assert_int_eq(shmap_array_from_host_sharded(&a, m, "P('i')", SHMAP_F32,
+                                                 1, (int64_t[]){8}, host), 0);
+  ck_assert_int_eq(shmap_array_reshard(&b, a, "P('j')"), 0);
+  ck_assert_int_eq(shmap_array_zeros(&c, m, "P('i')", SHMAP_F32, 1,
+                                     (int64_t[]){8}), 0);
+  ck_assert_int_eq(shmap_array_fill(&d, m, "P('j')", SHMAP_F32, 1,
+                                    (int64_t[]){8}, &one), 0);
+  ck_assert_int_eq(shmap_array_init(&e, m, "P(('i','j'))", SHMAP_F32, 1,
+                                    (int64_t[]){8}, init_iota, NULL), 0);
+  run_maps(m, body_2d, 1);
+  ck_assert_int_eq(shmap_trace_stop(), 0);
+  shmap_array *all[] = {a, b, c, d, e};
+  for (int k = 0; k < 5; k++)
+    shmap_array_destroy(all[k]);
+  shmap_mesh_destroy(m);
+
+  mj_value *root = load(path);
+  const mj_value *ev = events_of(root);
+  check_common(ev);
+  check_mesh(ev, &mesh2d, 1);
+  static const char *jobs[] = {"shmap_array_from_host_sharded",
+                               "shmap_array_reshard", "shmap_array_zeros",
+                               "shmap_array_fill", "shmap_array_init"};
+  for (int k = 0; k < 5; k++) {
+    int n = 0;
+    for (size_t i = 0; i < ev->n; i++) {
+      const mj_value *x = ev->items[i];
+      if (strcmp(mj_get_str(x, "name"), jobs[k]) != 0)
+        continue;
+      n++;
+      ck_assert_msg(strcmp(mj_get_str(x, "cat"), "placement") == 0 &&
+                        strcmp(mj_get_str(x, "ph"), "X") == 0,
+                    "%s event %zu: cat \"%s\", ph \"%s\"; want an X event "
+                    "of category placement", jobs[k], i,
+                    mj_get_str(x, "cat"), mj_get_str(x, "ph"));
+    }
+    ck_assert_msg(n == 4, "%d %s events, want 4 (one per device)", n,
+                  jobs[k]);
+  }
+  ck_assert_msg(count_named(ev, "body") == 4,
+                "%d body events, want 4: the library's jobs are not bodies",
+                count_named(ev, "body"));
+  mj_free(root);
+  unlink(path);
+}
+END_TEST
+
+/* SHMAP_TRACE naming a file that cannot be written: the program runs as
+ * usual, and says once on stderr that no trace will be written and why. */
+START_TEST(t_env_unwritable)
+{
+  const char *bad = "/nonexistent-shmap-dir/t.json";
+  int fds[2];
+  ck_assert_int_eq(pipe(fds), 0);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    dup2(fds[1], 2);
+    close(fds[0]);
+    close(fds[1]);
+    setenv("SHMAP_TRACE", bad, 1);
+    execl("/proc/self/exe", self_argv0, CHILD_ARG, (char *)NULL);
+    _exit(127);
+  }
+  close(fds[1]);
+  char err[4096];
+  size_t len = 0;
+  ssize_t n;
+  while (len < sizeof err - 1 &&
+         (n = read(fds[0], err + len, sizeof err - 1 - len)) > 0)
+    len += (size_t)n;
+  err[len] = 0;
+  close(fds[0]);
+  int status;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                "the child (SHMAP_TRACE=%s) failed: status 0x%x; stderr:\n%s",
+                bad, status, err);
+  char want[256];
+  snprintf(want, sizeof want,
+           "shmap: SHMAP_TRACE=%s: no trace will be written: "
+           "shmap_trace_start: cannot write %s: No such file or directory\n",
+           bad, bad);
+  ck_assert_msg(strcmp(err, want) == 0, "stderr is\n%s\nwant\n%s", err,
+                want);
 }
 END_TEST
 
@@ -767,6 +896,8 @@ static Suite *suite(void)
   tcase_add_test(tc, t_dropped_events_reported);
   tcase_add_test(tc, t_start_during_map);
   tcase_add_test(tc, t_env);
+  tcase_add_test(tc, t_env_unwritable);
+  tcase_add_loop_test(tc, t_placement_named, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # test_transcripts.sh - the transcripts of README.md and the manual pages
 # (blocks marked "transcript", see tests/transcripts.py) against fresh runs:
 # the gdb sessions, the watchdog report, the trace and the error messages.

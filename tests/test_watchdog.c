@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * test_watchdog.c - the watchdog: every period a map runs, a report of each
  * device's state on stderr.

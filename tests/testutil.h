@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * testutil.h - helpers shared by the Check test programs: creating meshes
  * and arrays with the call's success asserted, reading arrays back, running

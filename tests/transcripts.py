@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
 """transcripts.py - keep the transcripts in README.md and the man pages true.
 
 A transcript is a block of a document that shows what a command prints.  It

@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: MIT
 # valgrind-examples.sh - run every example program (examples/0*_*) under
 # valgrind's memcheck and fail if any of them reports a memory error, leaks
 # memory ("definitely lost") or fails by itself.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * algo.c - the collectives' algorithms, written against the transport
  * interface (transport/comm.h) alone: which piece of which member's buffer
@@ -48,12 +49,17 @@ int shmap__algo_allreduce(shmap__plan *p, shmap_block *x)
   size_t lo = CHUNK_LO(c->rank), hi = CHUNK_HI(c->rank);
   if (lo < hi)
     shmap__comm_allreduce(c, lo, hi - lo, &p->fold);
-  if (two)
+  if (two) {
+    /* The results come back in the result's elements, which may be wider
+     * than the terms (a bool sum is i32): receive them as such. */
+    c->esize = p->fold.out_esize;
     for (int r = 0; r < c->n; r++)
       if (r != c->rank && CHUNK_LO(r) < CHUNK_HI(r)) {
         RUN(piece, CHUNK_LO(r), CHUNK_HI(r) - CHUNK_LO(r));
         shmap__comm_recv(c, r, &piece);
       }
+    c->esize = es;
+  }
 #undef CHUNK_LO
 #undef CHUNK_HI
   return shmap__comm_depart(c, shmap_block_nbytes(x));

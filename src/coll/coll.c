@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * coll.c - the collectives' public entry points.  Each is a plan (plan.c:
  * checks, shapes, the call's descriptor) followed by an algorithm (algo.c,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* coll.h - what the collectives share with their kernels. */
 #ifndef SHMAP_COLL_H
 #define SHMAP_COLL_H

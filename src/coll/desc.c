@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* desc.c - collective call descriptors: comparing, naming, describing. */
 #include "coll/desc.h"
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * desc.h - collective call descriptors (desc.c): what a device announces
  * about one collective call, so that the members of its group can check

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * kern.h - the fused reduction kernels, written once and compiled once per
  * instruction set by src/coll/ops.c, which defines before including it:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /* ops.c - the reduction kernels, built for several instruction sets from
  * the one template in kern.h; src/dtype.c picks the set the CPU runs best.
  *

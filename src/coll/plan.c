@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan.c - the plan of a collective: everything a device can decide on its
  * own before it meets its group.  The arguments are checked here (an error
@@ -266,9 +267,15 @@ int shmap__plan_all_gather(shmap_ctx *ctx, const shmap_block *x,
   for (int i = 0, j = 0; i < p->orank; i++) {
     if (!tiled && i == a)
       p->oshape[i] = n;
-    else
-      p->oshape[i] = x->shape[j++] * (tiled && i == a ? n : 1);
+    else if (!shmap__mul_size(x->shape[j++], tiled && i == a ? n : 1,
+                              &p->oshape[i]))
+      return shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ESHAPE,
+                             "the result's dimension %d would exceed 2^62", i);
   }
+  if (shmap__shape_size("the result", p->orank, p->oshape,
+                        shmap_dtype_size(x->dtype), NULL, NULL))
+    return shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ESHAPE, "%s",
+                           shmap__errbuf());
   return 0;
 }
 
@@ -303,7 +310,10 @@ int shmap__plan_all_to_all(shmap_ctx *ctx, const shmap_block *x,
   p->orank = rank;
   if (tiled) {
     memcpy(p->oshape, cshape, sizeof(int64_t) * (size_t)rank);
-    p->oshape[ca] *= n;
+    /* Dimensions only move between axes: the bytes stay those of x. */
+    if (!shmap__mul_size(p->oshape[ca], n, &p->oshape[ca]))
+      return shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ESHAPE,
+                             "the result's dimension %d would exceed 2^62", ca);
   } else {
     for (int i = 0, j = 0; i < rank; i++)
       p->oshape[i] = i == ca ? n : cshape[j++];

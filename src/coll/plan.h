@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * plan.h - the plan of a collective call (plan.c): argument checks, the
  * group, the result's shape and the call's descriptor, before any member

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * debug.c - what helps people see what their devices do: a registry of live
  * meshes (walked by the gdb extension), the watchdog's report, and the
@@ -7,6 +8,7 @@
 
 #include "coll/desc.h"
 #include "map.h"
+#include "settings.h"
 
 #include <errno.h>
 #include <math.h>
@@ -20,16 +22,36 @@ uint64_t shmap__now(void) { return uv_hrtime(); }
 
 /* ---- registry ----------------------------------------------------------- */
 
+/*
+ * Lock order.  A thread that holds several of the library's locks took
+ * them in this order, and none is held while waiting for an earlier one:
+ *   1. a runtime's lock (runtime.c): held by the thread that runs a map,
+ *      for the whole map, so a body counts as holding its map's;
+ *   2. registry_lock (here), held for list updates only;
+ *   3. trace_lock (here), never held while waiting for a map;
+ *   4. leaves, held for a few instructions: the statistics lock (mesh.c),
+ *      the settings lock (settings.c).
+ * So a body may create and destroy other meshes and start traces (2, 3),
+ * and shmap_trace_stop, which must wait for running maps (1), takes no
+ * other lock while it waits: it pins each runtime in the registry and
+ * collects them one at a time.  A runtime destroyed meanwhile hands over
+ * its events itself, or waits for the collection of its own under way.
+ */
+
 /* Head of the list of live runtimes.  Not static: the gdb extension finds
  * it by name. */
 shmap__runtime *shmap__registry;
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t registry_cond = PTHREAD_COND_INITIALIZER;
 static int registry_next_id;
+/* trace_pin values: collect its events, or being collected now. */
+enum { PIN_NONE, PIN_WANTED, PIN_BUSY };
 
 static void trace_env_start(void);
 
 void shmap__registry_add(shmap__runtime *rt)
 {
+  shmap__fork_init();
   trace_env_start();
   pthread_mutex_lock(&registry_lock);
   rt->id = ++registry_next_id;
@@ -38,14 +60,21 @@ void shmap__registry_add(shmap__runtime *rt)
   pthread_mutex_unlock(&registry_lock);
 }
 
+static void trace_runtime_take(shmap__runtime *rt, bool pinned);
+
+/* Also hands the runtime's trace events over (no map runs on it). */
 void shmap__registry_remove(shmap__runtime *rt)
 {
   pthread_mutex_lock(&registry_lock);
+  while (rt->trace_pin == PIN_BUSY)
+    pthread_cond_wait(&registry_cond, &registry_lock);
   for (shmap__runtime **p = &shmap__registry; *p; p = &(*p)->next)
     if (*p == rt) {
       *p = rt->next;
       break;
     }
+  trace_runtime_take(rt, rt->trace_pin == PIN_WANTED);
+  rt->trace_pin = PIN_NONE;
   pthread_mutex_unlock(&registry_lock);
 }
 
@@ -90,12 +119,9 @@ static pthread_once_t watchdog_once = PTHREAD_ONCE_INIT;
 
 static void watchdog_env(void)
 {
-  const char *env = getenv("SHMAP_WATCHDOG");
-  if (env && *env) {
-    double s = atof(env);
-    if (s > 0)
-      atomic_store(&watchdog_ns, (uint64_t)(s * 1e9));
-  }
+  double s = shmap__setting_watchdog();
+  if (s > 0)
+    atomic_store(&watchdog_ns, (uint64_t)(s * 1e9));
 }
 
 uint64_t shmap__watchdog_ns(void)
@@ -113,6 +139,52 @@ SHMAP_EXTERN int shmap_set_watchdog(double seconds)
                       "to turn the watchdog off)", seconds);
   atomic_store(&watchdog_ns, (uint64_t)(seconds * 1e9));
   return 0;
+}
+
+/* Fiber mode: a device keeps its worker until it calls a collective (or
+ * returns), so a body that waits for another device by other means (a
+ * flag, a barrier) never ends when that device shares its worker.  Name
+ * the likely cause: the device longest in its body, and a device of the
+ * same worker still to run. */
+static void stuck_fiber_hint(const shmap__runtime *rt, uint64_t now, FILE *out)
+{
+  if (rt->mode != SHMAP__FIBERS || !rt->workers)
+    return;
+  int longest = -1;
+  uint64_t longest_since = 0;
+  for (int d = 0; d < rt->ndev; d++) {
+    const shmap__dev *dev = &rt->devs[d];
+    uint64_t since = atomic_load_explicit(&dev->dbg.since, memory_order_relaxed);
+    if (atomic_load(&dev->dbg.state) == SHMAP__ST_BODY && since &&
+        (longest < 0 || since < longest_since)) {
+      longest = d;
+      longest_since = since;
+    }
+  }
+  if (longest < 0 || now < longest_since + 1000000000u)
+    return;
+  const shmap__worker *w = rt->devs[longest].sched.worker;
+  for (int d = w->first; d < w->first + w->count; d++) {
+    const shmap__dev *dev = &rt->devs[d];
+    int state = atomic_load(&dev->dbg.state);
+    if (d == longest || state == SHMAP__ST_DONE ||
+        (state == SHMAP__ST_PARKED && atomic_load(&dev->coll.finished)))
+      continue;
+    char a[96], b[96];
+    shmap__mesh_devname(rt->mesh, longest, a, sizeof a);
+    shmap__mesh_devname(rt->mesh, d, b, sizeof b);
+    fprintf(out,
+            "  likely cause: %s has run its body for %.1f s without calling a "
+            "collective while %s, which shares its worker thread, %s; in "
+            "fiber mode a device runs until it calls a collective or returns, "
+            "so devices may synchronise only through collectives (a spin on "
+            "a flag or a barrier between devices never ends; "
+            "SHMAP_SCHED=threads gives each device a thread)\n",
+            a, (double)(now - longest_since) / 1e9, b,
+            state == SHMAP__ST_COLL ? "waits in a collective"
+                                    : "cannot start or resume");
+    return;
+  }
 }
 
 void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
@@ -165,6 +237,7 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
     fprintf(out, "  %s: %s %s%.1f s%s\n", name, what, past ? "" : "for ", secs,
             past ? " ago" : "");
   }
+  stuck_fiber_hint(rt, now, out);
   funlockfile(out);
   fflush(out);
 }
@@ -210,7 +283,21 @@ static void sb_printf(strbuf *b, const char *fmt, ...)
 }
 
 static pthread_mutex_t trace_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void shmap__debug_fork(int phase)
+{
+  if (phase == 0) {
+    pthread_mutex_lock(&registry_lock);
+    pthread_mutex_lock(&trace_lock);
+  } else {
+    pthread_mutex_unlock(&trace_lock);
+    pthread_mutex_unlock(&registry_lock);
+  }
+}
+/* Recording (events are taken); trace_state also tells a trace being
+ * stopped (2) from none (0). */
 static _Atomic int tracing;
+static int trace_state;
 static uint64_t trace_t0;
 static char *trace_path;
 static strbuf trace_done; /* events of meshes destroyed while tracing */
@@ -219,8 +306,7 @@ static uint64_t trace_dropped; /* events lost for lack of memory */
 
 bool shmap__tracing(void) { return atomic_load_explicit(&tracing, memory_order_relaxed); }
 
-void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
-                        uint64_t bytes, uint32_t seq)
+static void trace_push(shmap__dev *d, const shmap__tev *ev)
 {
   if (d->dbg.ntev == d->dbg.captev) {
     size_t cap = d->dbg.captev ? d->dbg.captev * 2 : 256;
@@ -232,7 +318,19 @@ void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
     d->dbg.tev = t;
     d->dbg.captev = cap;
   }
-  d->dbg.tev[d->dbg.ntev++] = (shmap__tev){t0, t1, op, bytes, seq};
+  d->dbg.tev[d->dbg.ntev++] = *ev;
+}
+
+void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
+                        uint64_t bytes, uint32_t seq)
+{
+  trace_push(d, &(shmap__tev){t0, t1, op, bytes, seq, NULL});
+}
+
+void shmap__trace_body(shmap__dev *d, uint64_t t0, uint64_t t1, uint32_t seq,
+                       const char *job)
+{
+  trace_push(d, &(shmap__tev){t0, t1, 0, 0, seq, job});
 }
 
 static void sep(strbuf *b)
@@ -253,19 +351,31 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
     shmap__cat(axes, sizeof axes, "%s%s=%d", a ? ", " : "", mesh->names[a],
                mesh->sizes[a]);
   sep(b);
-  sb_printf(b, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%d,"
-               "\"tid\":0,\"args\":{\"name\":\"mesh %s (#%d)\"}}",
+  /* Metadata as Chrome writes it: category "__metadata", ts 0, and the
+   * process-wide names on tid 0, which no device uses (device d is tid
+   * d + 1: trace tools take tid 0 for a process's idle or main thread and
+   * drop or merge its track). */
+  sb_printf(b, "{\"name\":\"process_name\",\"cat\":\"__metadata\","
+               "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":0,"
+               "\"args\":{\"name\":\"mesh %s (#%d)\"}}",
             rt->id, axes, rt->id);
+  sep(b);
+  sb_printf(b, "{\"name\":\"process_sort_index\",\"cat\":\"__metadata\","
+               "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":0,"
+               "\"args\":{\"sort_index\":%d}}", rt->id, rt->id);
   for (int d = 0; d < rt->ndev; d++) {
     shmap__dev *dev = &rt->devs[d];
     char coords[96];
     shmap__mesh_devname(mesh, d, coords, sizeof coords);
+    int tid = d + 1;
     sep(b);
-    sb_printf(b, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%d,\"tid\":%d,"
-                 "\"args\":{\"name\":\"%s\"}}", rt->id, d, coords);
+    sb_printf(b, "{\"name\":\"thread_name\",\"cat\":\"__metadata\","
+                 "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
+                 "\"args\":{\"name\":\"%s\"}}", rt->id, tid, coords);
     sep(b);
-    sb_printf(b, "{\"name\":\"thread_sort_index\",\"ph\":\"M\",\"pid\":%d,"
-                 "\"tid\":%d,\"args\":{\"sort_index\":%d}}", rt->id, d, d);
+    sb_printf(b, "{\"name\":\"thread_sort_index\",\"cat\":\"__metadata\","
+                 "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
+                 "\"args\":{\"sort_index\":%d}}", rt->id, tid, d);
     for (size_t i = 0; i < dev->dbg.ntev; i++) {
       const shmap__tev *e = &dev->dbg.tev[i];
       if (e->t1 < trace_t0)
@@ -273,24 +383,33 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
       /* A body that began before the trace did is cut at its start, so
        * the collectives inside it still nest in it. */
       uint64_t t0 = e->t0 < trace_t0 ? trace_t0 : e->t0;
-      double ts = (double)(t0 - trace_t0) / 1e3;
-      double dur = (double)(e->t1 - t0) / 1e3;
+      /* Whole nanoseconds printed as exact decimal microseconds, so that
+       * an event inside another is inside it in the file too (rounding ts
+       * and dur separately could make a nested slice overlap its parent's
+       * end, and trace viewers drop slices that do not nest). */
+      uint64_t ts = t0 - trace_t0, dur = e->t1 - t0;
+      char when[96];
+      snprintf(when, sizeof when, "\"ts\":%llu.%03u,\"dur\":%llu.%03u",
+               (unsigned long long)(ts / 1000), (unsigned)(ts % 1000),
+               (unsigned long long)(dur / 1000), (unsigned)(dur % 1000));
       sep(b);
       if (e->op == 0) {
-        sb_printf(b, "{\"name\":\"body\",\"cat\":\"body\",\"ph\":\"X\","
-                     "\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+        /* A user's body, or a job the library runs on the devices to
+         * place an array (its public function's name). */
+        sb_printf(b, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\","
+                     "\"pid\":%d,\"tid\":%d,%s,"
                      "\"args\":{\"collectives\":%u}}",
-                  rt->id, d, ts, dur, e->seq);
+                  e->job ? e->job : "body", e->job ? "placement" : "body",
+                  rt->id, tid, when, e->seq);
       } else if ((e->op & 0xff) == SHMAP__NESTED_BODY) {
         /* A nested map's body, inside the outer body on the same track. */
         char o[360];
         op_format(mesh, e->op, o, sizeof o);
         const char *over = strstr(o, " over ");
         sb_printf(b, "{\"name\":\"nested body\",\"cat\":\"body\","
-                     "\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
-                     "\"dur\":%.3f,\"args\":{\"axes\":\"%s\","
-                     "\"collectives\":%u}}",
-                  rt->id, d, ts, dur, over ? over + 6 : "", e->seq);
+                     "\"ph\":\"X\",\"pid\":%d,\"tid\":%d,%s,"
+                     "\"args\":{\"axes\":\"%s\",\"collectives\":%u}}",
+                  rt->id, tid, when, over ? over + 6 : "", e->seq);
       } else {
         char o[360], ax[360];
         op_format(mesh, e->op, o, sizeof o);
@@ -299,10 +418,10 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
         /* Collectives put their dtype + 1 in the op's top byte. */
         int dt = (int)(e->op >> 56) - 1;
         sb_printf(b, "{\"name\":\"%s\",\"cat\":\"collective\",\"ph\":\"X\","
-                     "\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,"
+                     "\"pid\":%d,\"tid\":%d,%s,"
                      "\"args\":{\"axes\":\"%s\",\"dtype\":\"%s\","
                      "\"bytes\":%llu,\"call\":%u}}",
-                  shmap__kind_name((int)(e->op & 0xff)), rt->id, d, ts, dur, ax,
+                  shmap__kind_name((int)(e->op & 0xff)), rt->id, tid, when, ax,
                   shmap_dtype_name((shmap_dtype)dt),
                   (unsigned long long)e->bytes, e->seq);
       }
@@ -313,12 +432,18 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
   }
 }
 
-void shmap__trace_runtime_gone(shmap__runtime *rt)
+/* A runtime leaves the registry (registry_lock held): keep its events
+ * while a trace records, or while a stopping trace still wants them. */
+static void trace_runtime_take(shmap__runtime *rt, bool pinned)
 {
   pthread_mutex_lock(&trace_lock);
-  if (atomic_load(&tracing))
+  if (trace_state == 1 || (trace_state == 2 && pinned))
     trace_runtime(&trace_done, rt);
   pthread_mutex_unlock(&trace_lock);
+}
+
+void shmap__trace_runtime_gone(shmap__runtime *rt)
+{
   if (rt->devs)
     for (int d = 0; d < rt->ndev; d++)
       free(rt->devs[d].dbg.tev);
@@ -329,11 +454,12 @@ SHMAP_EXTERN int shmap_trace_start(const char *path)
   if (!path || !*path)
     return shmap__err(SHMAP_EINVAL, "shmap_trace_start: path is empty");
   pthread_mutex_lock(&trace_lock);
-  if (atomic_load(&tracing)) {
+  if (trace_state != 0) {
+    int busy = trace_state;
     pthread_mutex_unlock(&trace_lock);
     return shmap__err(SHMAP_ESTATE,
-                      "shmap_trace_start: a trace is already being recorded "
-                      "to %s", trace_path);
+                      "shmap_trace_start: a trace is already being %s %s",
+                      busy == 1 ? "recorded to" : "written to", trace_path);
   }
   /* Fail now, not at the end of a long run, when the file cannot be
    * written. */
@@ -357,6 +483,7 @@ SHMAP_EXTERN int shmap_trace_start(const char *path)
   trace_first = 1;
   trace_dropped = 0;
   trace_t0 = shmap__now();
+  trace_state = 1;
   atomic_store(&tracing, 1);
   pthread_mutex_unlock(&trace_lock);
   return 0;
@@ -364,22 +491,49 @@ SHMAP_EXTERN int shmap_trace_start(const char *path)
 
 SHMAP_EXTERN int shmap_trace_stop(void)
 {
+  /* It waits for every running map to end: inside a body, its own. */
+  if (shmap__current())
+    return shmap__err(SHMAP_ESTATE,
+                      "shmap_trace_stop: called from inside a body; stop the "
+                      "trace after the map returns (it waits for running "
+                      "maps, this one included)");
   pthread_mutex_lock(&trace_lock);
-  if (!atomic_load(&tracing)) {
+  if (trace_state != 1) {
+    int busy = trace_state;
     pthread_mutex_unlock(&trace_lock);
-    return shmap__err(SHMAP_ESTATE, "shmap_trace_stop: no trace is being recorded");
+    return shmap__err(SHMAP_ESTATE, "shmap_trace_stop: %s",
+                      busy ? "another thread is stopping the trace"
+                           : "no trace is being recorded");
   }
+  trace_state = 2;
   atomic_store(&tracing, 0);
-  strbuf b = trace_done;
-  trace_done = (strbuf){0};
-  /* Live meshes: wait for any running map, then take their events. */
+  pthread_mutex_unlock(&trace_lock);
+  /* Live meshes: pin them all, then take each one's events once no map
+   * runs on it, holding no other lock while waiting for its map. */
   pthread_mutex_lock(&registry_lock);
-  for (shmap__runtime *rt = shmap__registry; rt; rt = rt->next) {
+  for (shmap__runtime *rt = shmap__registry; rt; rt = rt->next)
+    rt->trace_pin = PIN_WANTED;
+  for (;;) {
+    shmap__runtime *rt = shmap__registry;
+    while (rt && rt->trace_pin != PIN_WANTED)
+      rt = rt->next;
+    if (!rt)
+      break;
+    rt->trace_pin = PIN_BUSY;
+    pthread_mutex_unlock(&registry_lock);
     shmap__runtime_lock(rt);
-    trace_runtime(&b, rt);
+    pthread_mutex_lock(&trace_lock);
+    trace_runtime(&trace_done, rt);
+    pthread_mutex_unlock(&trace_lock);
     shmap__runtime_unlock(rt);
+    pthread_mutex_lock(&registry_lock);
+    rt->trace_pin = PIN_NONE;
+    pthread_cond_broadcast(&registry_cond);
   }
   pthread_mutex_unlock(&registry_lock);
+  pthread_mutex_lock(&trace_lock);
+  strbuf b = trace_done;
+  trace_done = (strbuf){0};
   int rc = 0;
   FILE *f = fopen(trace_path, "w");
   if (!f) {
@@ -400,6 +554,7 @@ SHMAP_EXTERN int shmap_trace_stop(void)
                       trace_path, (unsigned long long)trace_dropped);
   }
   free(b.s);
+  trace_state = 0;
   pthread_mutex_unlock(&trace_lock);
   return rc;
 }
@@ -414,9 +569,17 @@ static pthread_once_t trace_once = PTHREAD_ONCE_INIT;
 
 static void trace_env(void)
 {
-  const char *env = getenv("SHMAP_TRACE");
-  if (env && *env && shmap_trace_start(env) == 0)
+  const char *env = shmap__setting_trace();
+  if (!env || !*env)
+    return;
+  /* Said once, here: nobody checks a return code for an environment
+   * variable, and a run that ends without its trace is worse than a
+   * message. */
+  if (shmap_trace_start(env) == 0)
     atexit(trace_atexit);
+  else
+    fprintf(stderr, "shmap: SHMAP_TRACE=%s: no trace will be written: %s\n",
+            env, shmap_errmsg());
 }
 
 static void trace_env_start(void) { pthread_once(&trace_once, trace_env); }

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * debug.h - what helps people see what their devices do (debug.c): the
  * registry of live runtimes (walked by the gdb extension), the watchdog's
@@ -10,6 +11,9 @@
 
 /* Every live runtime, for the gdb extension and the trace writer. */
 void shmap__registry_add(shmap__runtime *rt);
+/* Around fork(): 0 before (take the registry and trace locks), 1 in the
+ * parent after, 2 in the child after (release them). */
+void shmap__debug_fork(int phase);
 void shmap__registry_remove(shmap__runtime *rt);
 /* Watchdog period in nanoseconds (0: off). */
 uint64_t shmap__watchdog_ns(void);
@@ -22,6 +26,10 @@ bool shmap__tracing(void);
 /* Record an event of device `d` (when tracing). */
 void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
                         uint64_t bytes, uint32_t seq);
+/* Record a body of device `d`; `job` names a job of the library's own (it
+ * shows under that name in the trace), NULL for a user's body. */
+void shmap__trace_body(shmap__dev *d, uint64_t t0, uint64_t t1, uint32_t seq,
+                       const char *job);
 uint64_t shmap__now(void);
 /* " [map over 'data' > nested over 'model']" for a device in a nested map
  * or a map over some axes, "" otherwise. */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fiber.c - user-level context switches, so that many simulated devices can
  * share a few worker threads: handing over from one device to another costs
@@ -122,15 +123,22 @@ int shmap__fiber_create(shmap__fiber *f, size_t stack_size,
 {
   long page = sysconf(_SC_PAGESIZE);
   size_t size = (stack_size + (size_t)page - 1) & ~((size_t)page - 1);
-  /* One guard page below the stack turns an overflow into a fault. */
-  char *base = mmap(NULL, size + (size_t)page, PROT_READ | PROT_WRITE,
+  /* A guard region below the stack turns an overflow into a fault that
+   * guard.c reports; 64 KiB rather than a page, because a frame larger
+   * than the guard would jump over it into the next fiber's stack. */
+  size_t guard = ((size_t)64 << 10) > (size_t)page ? (size_t)64 << 10
+                                                   : (size_t)page;
+  char *base = mmap(NULL, size + guard, PROT_READ | PROT_WRITE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (base == MAP_FAILED)
     return -1;
-  mprotect(base, (size_t)page, PROT_NONE);
+  if (mprotect(base, guard, PROT_NONE) != 0) {
+    munmap(base, size + guard);
+    return -1;
+  }
   f->map = base;
-  f->map_size = size + (size_t)page;
-  f->stack = base + page;
+  f->map_size = size + guard;
+  f->stack = base + guard;
   f->stack_size = size;
   f->sp = initial_sp(f->stack, size, fn, arg);
 #ifdef SHMAP_TSAN

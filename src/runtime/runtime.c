@@ -1,9 +1,12 @@
+/* SPDX-License-Identifier: MIT */
 /* runtime.c - persistent device threads, parking, waiting and waking. */
 #include "runtime/sched.h"
 
 #include "arena.h"
 #include "runtime/debug.h"
+#include "settings.h"
 #include "transport/comm.h"
+#include "transport/mpi.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -279,11 +282,26 @@ int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg)
   if (atomic_compare_exchange_strong(&rt->failed_dev, &expected, dev)) {
     rt->fail_code = code;
     snprintf(rt->fail_msg, sizeof rt->fail_msg, "%s", msg);
+    /* Other processes first: a device released here may tell them it
+     * returned, which must not reach them before the failure does. */
+    shmap__mpi_on_fail(rt, dev, code, msg);
     atomic_store(&rt->abort, 1); /* publishes fail_code and fail_msg */
     if (rt->tp)
       rt->tp->failed(rt);
     else
       shmap__wake_all(rt);
+  } else {
+    /* Another failure came first and is being recorded.  Wait until it is
+     * published: otherwise this device could return from its body before
+     * the map is seen to have failed, and a peer waiting for it in a
+     * collective would take its leaving for a mismatch.  The winner only
+     * formats a message before publishing (no waits, no fiber switch). */
+    for (int i = 0; !atomic_load(&rt->abort); i++) {
+      if (i < 1000)
+        cpu_relax();
+      else
+        sched_yield();
+    }
   }
   return code;
 }
@@ -314,20 +332,14 @@ static bool debugger_attached(void)
  * device as a thread), and fibers on one worker per core otherwise. */
 static int choose_mode(int ndev)
 {
-  const char *env = getenv("SHMAP_SCHED");
-  if (env && strcmp(env, "threads") == 0)
+  int sched = shmap__setting_sched();
+  if (sched == SHMAP__SCHED_THREADS)
     return SHMAP__THREADS;
-  if (env && strcmp(env, "fibers") == 0)
+  if (sched == SHMAP__SCHED_FIBERS)
     return SHMAP__FIBERS;
   if (ndev <= ncpu() || debugger_attached())
     return SHMAP__THREADS;
   return SHMAP__FIBERS;
-}
-
-static int env_int(const char *name, int dflt)
-{
-  const char *env = getenv(name);
-  return env && *env ? atoi(env) : dflt;
 }
 
 static bool all_done(void *arg)
@@ -368,6 +380,7 @@ static void device_main(void *arg)
   shmap__dev *d = arg;
   shmap__runtime *rt = d->rt;
   int own_tid = current_tid();
+  shmap__guard_thread();
   /* Device 0's number belongs to the map's caller while it runs device 0
    * (host_run_device0); this thread takes it only for a map it runs. */
   if (d->id != 0 || !rt->host_runs)
@@ -469,6 +482,7 @@ static void worker_job(shmap__worker *w)
   /* Whichever thread runs this job (the worker's, or the map's caller for
    * worker 0) is where the devices return to. */
   shmap__fiber_host_init(&w->self);
+  shmap__guard_thread();
   int lo = w->first, hi = w->first + w->count;
   for (int d = lo; d < hi; d++)
     rt->devs[d].sched.fstate = SHMAP__F_START;
@@ -491,7 +505,10 @@ static void worker_job(shmap__worker *w)
         left--;
     }
     if (!ran && left > 0)
-      wait_impl(rt, &w->waiter, any_ready, w, NULL, 0, others_asleep, w);
+      /* Nobody wakes a device waiting for MPI: test again soon. */
+      wait_impl(rt, &w->waiter, any_ready, w, NULL,
+                atomic_load(&rt->mpi_waiters) ? shmap__now() + 50000 : 0,
+                others_asleep, w);
   }
   if (atomic_fetch_add(&rt->done, w->count) + w->count == rt->ndev)
     shmap__wake(&rt->host);
@@ -582,12 +599,7 @@ void shmap__runtime_give(shmap__runtime *rt, int i, void *arr)
 
 /* ---- starting and stopping ------------------------------------------------ */
 
-static size_t stack_size(void)
-{
-  const char *env = getenv("SHMAP_STACK_SIZE");
-  long long v = env ? atoll(env) : 0;
-  return v > 0 ? (size_t)v : 0;
-}
+static size_t stack_size(void) { return shmap__setting_stack_size(); }
 
 /* Stop and join the first n threads (devices or workers). */
 static void join_threads(shmap__runtime *rt, int n)
@@ -649,12 +661,13 @@ static int start(shmap__runtime *rt)
    * device, or the workers (the caller running worker 0's devices). */
   int nthreads = rt->ndev;
   if (rt->mode == SHMAP__FIBERS) {
-    int nw = env_int("SHMAP_WORKERS", ncpu());
+    int nw = shmap__setting_workers() ? shmap__setting_workers() : ncpu();
     rt->nworkers = nw < 1 ? 1 : nw > rt->ndev ? rt->ndev : nw;
     nthreads = rt->nworkers;
   }
   /* SHMAP_SPIN is in microseconds (see the waiting policy above). */
-  int spin_us = env_int("SHMAP_SPIN", nthreads <= ncpu() ? 200 : 20);
+  long spin = shmap__setting_spin();
+  int spin_us = spin >= 0 ? (int)spin : nthreads <= ncpu() ? 200 : 20;
   rt->spin_max = spin_us > 0 ? (uint64_t)spin_us * 1000u : 0;
   rt->devs = shmap__alloc(sizeof(shmap__dev) * (size_t)rt->ndev, true);
   rt->sleepers = shmap__calloc((size_t)(rt->ndev + 63) / 64, sizeof(uint64_t));
@@ -708,7 +721,8 @@ static int start(shmap__runtime *rt)
         shmap__dev *dev = &rt->devs[d];
         dev->sched.worker = &rt->workers[w];
         dev->sched.wq = &dev->sched.worker->waiter;
-        if (shmap__fiber_create(&dev->sched.fiber, ss ? ss : ((size_t)1 << 20),
+        if (shmap__fiber_create(&dev->sched.fiber,
+                                ss ? ss : SHMAP__FIBER_STACK_DEFAULT,
                                 fiber_main, dev) != 0) {
           free_devices(rt);
           return shmap__err(SHMAP_ESYS, "cannot allocate the stack of device %d",
@@ -739,6 +753,7 @@ static int start(shmap__runtime *rt)
       rt->devs[i].thread = (uintptr_t)t;
   }
   rt->started = 1;
+  atomic_store(&rt->forkgen, shmap__fork_generation() + 1);
   return 0;
 }
 
@@ -765,9 +780,10 @@ void shmap__runtime_destroy(shmap__runtime *rt)
 {
   if (!rt)
     return;
-  shmap__registry_remove(rt);
+  shmap__registry_remove(rt); /* takes its trace events */
   shmap__trace_runtime_gone(rt);
-  if (rt->started)
+  /* In a child of fork() the threads stayed in the parent (fork.c). */
+  if (rt->started && atomic_load(&rt->forkgen) == shmap__fork_generation() + 1)
     join_threads(rt, rt->mode == SHMAP__FIBERS ? rt->nworkers : rt->ndev);
   free_devices(rt);
   if (rt->tp && rt->tp->destroy)

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * runtime.h - everything a file that runs code on devices may need, in one
  * include: the scheduler (sched.h), the debugging aids (debug.h), the arena

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * sched.h - the scheduler: device threads or fibers, waiting and waking,
  * and the per-mesh runtime that runs one job (a map) on every device.
@@ -52,6 +53,8 @@ typedef struct shmap__tev {
   uint64_t op;     /* 0 for the body, else a packed collective (see pack) */
   uint64_t bytes;
   uint32_t seq;
+  const char *job; /* body events: NULL for a user's body, else the name of
+                      the library's own job (a static string) */
 } shmap__tev;
 
 /* A user-level execution context with a stack of its own (fiber.c).  A
@@ -74,6 +77,10 @@ void shmap__fiber_host_init(shmap__fiber *host);
 void shmap__fiber_switch(shmap__fiber *from, shmap__fiber *to);
 /* First thing a new fiber does (tells the sanitizers where it came from). */
 void shmap__fiber_entered(shmap__fiber *self, shmap__fiber *from);
+/* guard.c: a thread that runs devices (once per thread): the SIGSEGV
+ * handler that names a device overflowing its stack, and an alternate
+ * signal stack for it. */
+void shmap__guard_thread(void);
 
 /* How devices are run. */
 enum shmap__mode {
@@ -179,6 +186,10 @@ struct shmap__transport;
 typedef struct shmap__runtime {
   struct shmap__runtime *next; /* in the registry of live runtimes */
   int id;                      /* registry number (trace process id) */
+  int trace_pin;               /* debug.c: a stopping trace's claim on it */
+  /* The fork generation (fork.c) whose process started the threads, + 1;
+   * 0 while none run. */
+  _Atomic unsigned forkgen;
   shmap_mesh *mesh;
   int ndev;
   uint64_t spin_max;       /* longest spin before sleeping (ns) */
@@ -190,6 +201,11 @@ typedef struct shmap__runtime {
   shmap__worker *workers;
   void *lock;              /* uv_mutex_t: one map at a time per mesh */
   shmap__dev *devs;        /* NULL until the first map */
+  /* The devices this process runs (all of them without MPI; proc.h),
+   * numbered 0..nrun-1 for threads and workers. */
+  int nrun;
+  int *run_ids;
+  _Atomic int mpi_waiters; /* device fibers waiting for MPI transfers */
   int started;             /* threads running */
   /* Bumped by two to start a job (or to stop); the low bit tells worker 0
    * that the map's caller runs its devices. */

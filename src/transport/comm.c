@@ -1,14 +1,23 @@
+/* SPDX-License-Identifier: MIT */
 /* comm.c - the transport-independent part of the seam (comm.h): choosing
  * a transport, a group's members, and the device's state and trace around
  * each call. */
 #include "transport/comm.h"
 
 #include "map.h"
+#include "proc.h"
+#include "transport/mpi.h"
 #include "runtime/debug.h"
 
 const shmap__transport *shmap__transport_for(shmap__runtime *rt)
 {
+#ifdef SHMAP_HAVE_MPI
+  /* Devices in several processes: MPI (transport/mpi.c). */
+  if (rt->mesh->place && rt->mesh->place->nproc > 1)
+    return &shmap__mpi_transport;
+#else
   (void)rt;
+#endif
   return &shmap__shm_transport;
 }
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * comm.h - the transport seam: how the devices of one map find their group,
  * agree on a collective call, move its data and learn of failures.

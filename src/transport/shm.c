@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * shm.c - the shared-memory transport: the devices of a group share an
  * address space, so each reads (and, for allreduce, writes) its peers'
@@ -41,6 +42,9 @@ typedef struct shm_dev {
   bslot slot[SLOTS];
   int *members; /* scratch: a group's devices in rank order (ndev) */
   const void **srcs; /* scratch: the members' pieces of one fold (ndev) */
+  /* Who waits for this device's next arrival, written by peers (see
+   * "Waking" below). */
+  alignas(SHMAP__CACHELINE) _Atomic uint32_t watch;
 } shm_dev;
 
 /* What shm keeps per mesh (rt->tstate). */
@@ -58,8 +62,10 @@ typedef struct shm_call {
   shmap__dev *devs;
   shm_dev *sdevs;
   bslot *slot;        /* the leader's slot for this call */
-  uint64_t gkey;      /* the group's axes, as the leader's slot records them */
+  uint64_t gkey;      /* kind, axes and claimer, as the leader's slot has it */
   shmap__dev *succ;
+  shm_dev *ssucc;     /* the successor's shm state (its watch word) */
+  uint32_t me;        /* this device's number + 1, for watch words */
 } shm_call;
 
 _Static_assert(sizeof(shm_call) <= SHMAP__COLL_PRIV,
@@ -196,16 +202,83 @@ static void wake_members(shmap__runtime *rt, const shmap__coll *c)
  * member sees the arrivals complete or every member sees the call
  * cancelled: never a mix, which would leave someone waiting for a
  * departure that never comes.
+ *
+ * Waking.  A device that waits for its successor writes its number into
+ * the successor's watch word first, and every device, on arriving, wakes
+ * whoever its watch word names (or everyone, when two devices asked at
+ * once).  Waking the predecessor in one's own group would not do: when
+ * two devices disagree on the call's axes, the device waiting for us is in
+ * another group.  Likewise a call waiting for a slot an earlier call still
+ * holds marks the slot, so that its last departure wakes everyone: the
+ * earlier call may be another group's.  And a member waiting for the last
+ * departures must not take a slot claimed again for the same call number
+ * (by a group that disagrees on the axes) for its own call still running.
+ *
+ * Why a mismatch never hangs, whatever the call sequences.  Let k be the
+ * first call number at which some device's call differs from one of its
+ * group's (or which a member never makes).  Every call before k is the
+ * same on all members of its group, so each completes: its members all
+ * arrive (their own earlier calls completed), and a departure waits only
+ * for members that arrived.  So every device publishes call k or ends its
+ * body, and every device waiting at k for its successor is woken (watch
+ * word) and compares.  If every comparison succeeded, every member of
+ * every group would make its successor's call, hence, around the ring,
+ * every other member's: no call k would differ.  So some device reports
+ * SHMAP_EMISMATCH naming its call and its successor's; that sets the
+ * map's abort flag, which ends every other wait (for a successor, a slot
+ * or arrivals).  The cost per call stays O(1): one load of the watch word
+ * on arrival, and one store into the successor's before waiting.
  */
 #define TAG(w) ((uint32_t)((w) >> 32))
 #define CANCELED ((uint64_t)1 << 31)
-#define LEFT(w) ((uint32_t)((w) & (CANCELED - 1)))
+#define WAITED ((uint64_t)1 << 30) /* a later call waits for this slot */
+#define LEFT(w) ((uint32_t)((w) & (WAITED - 1)))
 #define CLAIMING ((uint64_t)1) /* tag 0 (no call has number 0), left 1 */
+/* Watch word: the number + 1 of the device waiting for the owner's next
+ * arrival, and a bit for "more than one: wake everyone". */
+#define WATCH_MANY ((uint32_t)1 << 31)
+/* The part of a slot's group key that names the call (kind and axes); the
+ * bits above hold the device that claimed the slot. */
+#define KEY_CALL (((uint64_t)1 << 48) - 1)
+
+/* Ask the successor to wake this device at its next arrival. */
+static void watch_succ(const shm_call *g)
+{
+  _Atomic uint32_t *w = &g->ssucc->watch;
+  uint32_t cur = atomic_load(w);
+  if (cur == g->me || (cur & WATCH_MANY))
+    return;
+  if (cur == 0 && atomic_compare_exchange_strong(w, &cur, g->me))
+    return;
+  if (cur != g->me)
+    atomic_fetch_or(w, WATCH_MANY);
+}
+
+/* This device has arrived: wake whoever waits for it.  Cleared each time,
+ * a registration lasts one wake; a waiter whose condition still fails
+ * registers again before it sleeps (see succ_arrived). */
+static void wake_watchers(shmap__runtime *rt, shm_dev *self)
+{
+  if (!atomic_load(&self->watch))
+    return;
+  uint32_t w = atomic_exchange(&self->watch, 0);
+  if (w & WATCH_MANY)
+    shmap__wake_all(rt);
+  else if (w)
+    shmap__dev_wake(&rt->devs[w - 1]);
+}
 
 static bool succ_arrived(void *arg)
 {
   const shmap__coll *c = arg;
   const shmap__dev *succ = CS(c)->succ;
+  if (atomic_load(&succ->coll.arrive) >= c->k ||
+      atomic_load(&succ->coll.finished))
+    return true;
+  /* The wait loops call this after announcing that they may sleep:
+   * register, then look again (the successor stores its arrival, then
+   * reads the watch word; one of the two sees the other). */
+  watch_succ(CS(c));
   return atomic_load(&succ->coll.arrive) >= c->k ||
          atomic_load(&succ->coll.finished);
 }
@@ -227,7 +300,13 @@ static bool arrivals_done(void *arg)
 static bool departures_done(void *arg)
 {
   const shmap__coll *c = arg;
-  return TAG(atomic_load(&CS(c)->slot->word)) != c->k;
+  if (TAG(atomic_load(&CS(c)->slot->word)) != c->k)
+    return true;
+  /* The slot may have been freed and claimed again for the same call
+   * number by another group with this leader (devices that disagree on
+   * the axes): then our call is over too.  The claimer writes its key
+   * before the tag, and no other group makes our call over our axes. */
+  return ((atomic_load(&CS(c)->slot->gkey) ^ CS(c)->gkey) & KEY_CALL) != 0;
 }
 
 /* Whether device m made the same call k as this device: if not, the
@@ -246,6 +325,29 @@ static bool member_agrees(const shmap__coll *c, int m, char *why, size_t n)
   return false;
 }
 
+/* Two groups with the same leader make call k: the slot's key says what
+ * the device that claimed it calls (kind and axes). */
+static int key_mismatch(shmap__coll *c, uint64_t key)
+{
+  shmap_ctx *ctx = c->ctx;
+  const shmap_mesh *mesh = c->comm->mesh;
+  int other = (int)(key >> 48);
+  int axes[SHMAP_MAX_AXES] = {0}, naxes = (int)(key >> 8 & 0xf);
+  for (int k = 0; k < naxes && k < SHMAP_MAX_AXES; k++)
+    axes[k] = (int)(key >> (12 + 4 * k) & 0xf);
+  char me[96], them[96], cm[256], ax[320];
+  shmap__mesh_devname(mesh, ctx->dev, me, sizeof me);
+  shmap__mesh_devname(mesh, other, them, sizeof them);
+  shmap__call_format(mesh, &c->call, cm, sizeof cm);
+  shmap__axes_format(mesh, axes, naxes, ax, sizeof ax);
+  return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH,
+                         "collective call #%u differs between devices: %s "
+                         "called %s but %s called %s over %s",
+                         c->k, me, cm, them,
+                         shmap__kind_name((int)(key & 0xff)),
+                         naxes ? ax : "()");
+}
+
 /* Join the leader's slot for call k.  0, or an error code. */
 static int join(shmap__coll *c)
 {
@@ -260,12 +362,9 @@ static int join(shmap__coll *c)
     if (TAG(w) == c->k) {
       if (w & CANCELED)
         return shmap__canceled(ctx, shmap__coll_opname(c));
-      if (atomic_load(&slot->gkey) != g->gkey)
-        return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH,
-                               "collective call #%u differs between devices: "
-                               "another group led by device %d makes the same "
-                               "call over different axes",
-                               c->k, g->base);
+      uint64_t key = atomic_load(&slot->gkey);
+      if ((key ^ g->gkey) & KEY_CALL)
+        return key_mismatch(c, key);
       if (atomic_compare_exchange_weak(&slot->word, &w, w - 1)) {
         if (LEFT(w) - 1 == n)
           wake_members(rt, c); /* the last arrival */
@@ -280,7 +379,12 @@ static int join(shmap__coll *c)
         return 0;
       }
     } else if (w != CLAIMING) {
-      /* An earlier call still holds the slot: wait for it to leave. */
+      /* An earlier call still holds the slot: wait for it to leave.  Its
+       * members may be another group's, which would not wake us: mark the
+       * slot so that its last departure wakes everyone. */
+      if (!(w & WAITED) &&
+          !atomic_compare_exchange_weak(&slot->word, &w, w | WAITED))
+        continue;
       if (!shmap__dev_wait(rt, self, slot_changed, c, &rt->abort))
         return shmap__canceled(ctx, shmap__coll_opname(c));
     }
@@ -306,11 +410,15 @@ static int shm_arrive(shmap__coll *c)
   }
   st->devs[ctx->dev].calls[c->k % HIST] = c->call;
   atomic_store(&self->coll.arrive, c->k);
+  /* Whoever waits to compare its call with ours (even for a group of one:
+   * a device of another group may count us in its own). */
+  wake_watchers(rt, &st->devs[ctx->dev]);
   if (c->n == 1)
     return 0;
-  /* The predecessor may be waiting to compare its call with ours. */
-  shmap__dev_wake(&rt->devs[member(c, (c->rank + c->n - 1) % c->n)]);
-  g->succ = &rt->devs[member(c, (c->rank + 1) % c->n)];
+  int succ = member(c, (c->rank + 1) % c->n);
+  g->succ = &rt->devs[succ];
+  g->ssucc = &st->devs[succ];
+  g->me = (uint32_t)ctx->dev + 1;
   if (!shmap__dev_wait_on(rt, self, g->succ, succ_arrived, c, &rt->abort))
     return shmap__canceled(ctx, shmap__coll_opname(c));
   char why[SHMAP__MSG_MAX - 200];
@@ -323,7 +431,9 @@ static int shm_arrive(shmap__coll *c)
                            why);
   }
   g->slot = &st->devs[g->base].slot[c->k % SLOTS];
-  g->gkey = c->packed >> 8 & (((uint64_t)1 << 36) - 1); /* axes, count */
+  /* Kind and axes name the call; the dtype (top byte of packed) is left
+   * out, and the claimer goes above them. */
+  g->gkey = (c->packed & KEY_CALL) | (uint64_t)ctx->dev << 48;
   int rc = join(c);
   if (rc)
     return rc;
@@ -357,7 +467,10 @@ static int shm_depart(shmap__coll *c)
     uint64_t w = atomic_fetch_sub(&slot->word, 1);
     if (LEFT(w) == 1) {
       atomic_store(&slot->word, 0); /* free the slot for a later call */
-      wake_members(rt, c);
+      if (w & WAITED)
+        shmap__wake_all(rt);
+      else
+        wake_members(rt, c);
     } else {
       shmap__dev_wait(rt, &rt->devs[c->ctx->dev], departures_done, c, NULL);
     }

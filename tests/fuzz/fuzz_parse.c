@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: MIT */
 /*
  * fuzz_parse.c - fuzz target for the text parsers: meshes ("i=4, j=2"),
  * partition specs (P('i', ('j','k'), None) and the short form i, (j,k),
@@ -437,6 +438,17 @@ static void check_fit(const shmap_mesh *mesh, const char *text, int resolved,
     want = SHMAP_ESHAPE;
   else {
     want = 0;
+    /* Negative dimensions, or more than 2^62 elements (zero dimensions
+     * left out), are refused before divisibility is looked at. */
+    int64_t prod = 1;
+    for (int d = 0; shape && d < rank && !want; d++) {
+      if (shape[d] < 0)
+        want = SHMAP_ESHAPE;
+      else if (shape[d] > 0 && prod > (INT64_MAX / 2) / shape[d])
+        want = SHMAP_ESHAPE;
+      else if (shape[d] > 0)
+        prod *= shape[d];
+    }
     for (int d = 0; shape && d < s->ndims; d++)
       if (shape[d] % entry_count(mesh, s, d) != 0)
         want = SHMAP_ESHAPE;

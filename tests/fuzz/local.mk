@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: MIT
 # parser fuzzing
 # tests/fuzz/fuzz_parse.c is a libFuzzer target for the mesh, spec and axes
 # parsers (tests/fuzz/run.sh SECONDS fuzzes with clang).  Built here without

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # run.sh SECONDS - fuzz the mesh, spec and axes parsers with libFuzzer.
 #
 # Builds tests/fuzz/fuzz_parse.c and the library sources with clang

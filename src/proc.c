@@ -1,0 +1,366 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * proc.c - the processes of a job: detecting mpirun, initialising and
+ * finalising MPI, and placing each mesh's devices on the processes.
+ *
+ * A program that was not started by mpirun and did not initialise MPI
+ * itself never calls into MPI: it is one process running every device, as
+ * when the library is built without MPI.
+ *
+ * Thread level: the library needs MPI_THREAD_MULTIPLE.  Devices are
+ * threads, or fibers on a few worker threads, and each waits for its own
+ * transfers; with MULTIPLE every device posts and tests its own
+ * non-blocking operations, where FUNNELED or SERIALIZED would route every
+ * transfer through one thread and add a cross-thread hand-off (a wake-up
+ * that costs 100-200 us when cores are shared) to every message.
+ */
+#include "proc.h"
+#include "runtime/runtime.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <sched.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <uv.h>
+
+#ifdef SHMAP_HAVE_MPI
+#include <mpi.h>
+#endif
+
+static shmap__proc self = {.rank = 0, .size = 1};
+static int init_rc;
+static char init_msg[SHMAP__MSG_MAX];
+static uv_once_t init_once = UV_ONCE_INIT;
+/* Every process's host name (size entries of 64 bytes) under MPI. */
+static char (*hosts)[64];
+
+#ifdef SHMAP_HAVE_MPI
+static MPI_Comm comm = MPI_COMM_NULL;
+
+void *shmap__proc_comm(void) { return &comm; }
+
+/* Started by a launcher: Open MPI's, MPICH's Hydra, or any PMIx one. */
+static bool launched(void)
+{
+  static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
+                                     "PMI_RANK", "PMIX_RANK"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+    if (getenv(vars[i]))
+      return true;
+  return false;
+}
+
+static const char *level_name(int level)
+{
+  switch (level) {
+  case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+  case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+  case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+  default: return "MPI_THREAD_MULTIPLE";
+  }
+}
+
+/* MPI_Finalize deletes MPI_COMM_SELF's attributes first: the moment to
+ * free what the library holds, whoever finalises. */
+static int self_delete(MPI_Comm c, int key, void *val, void *extra)
+{
+  (void)c; (void)key; (void)val; (void)extra;
+  if (comm != MPI_COMM_NULL)
+    MPI_Comm_free(&comm);
+  return MPI_SUCCESS;
+}
+
+static void finalize_at_exit(void)
+{
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (!fin)
+    MPI_Finalize();
+}
+
+static int mpi_fail(int code, const char *what, int err)
+{
+  char s[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(err, s, &len) != MPI_SUCCESS)
+    snprintf(s, sizeof s, "error %d", err);
+  return shmap__err(code, "%s failed: %s", what, s);
+}
+
+static int init_mpi(void)
+{
+  int inited = 0, fin = 0, provided = 0, rc;
+  MPI_Initialized(&inited);
+  MPI_Finalized(&fin);
+  if (fin) {
+    if (!launched())
+      return 0;
+    return shmap__err(SHMAP_ESTATE,
+                      "MPI was already finalised: create meshes before "
+                      "MPI_Finalize");
+  }
+  if (!inited && !launched())
+    return 0; /* a plain run: no MPI at all */
+  if (!inited) {
+    rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS)
+      return mpi_fail(SHMAP_ESYS, "MPI_Init_thread", rc);
+    self.own_init = true;
+    atexit(finalize_at_exit);
+  } else {
+    MPI_Query_thread(&provided);
+  }
+  if (provided < MPI_THREAD_MULTIPLE)
+    return shmap__err(SHMAP_ESTATE,
+                      "MPI provides the thread level %s but libshmap needs "
+                      "MPI_THREAD_MULTIPLE (its devices call MPI from several "
+                      "threads): %s",
+                      level_name(provided),
+                      self.own_init ? "this MPI library cannot provide it"
+                                    : "initialise MPI with MPI_Init_thread("
+                                      "..., MPI_THREAD_MULTIPLE, ...) or let "
+                                      "libshmap initialise it");
+  if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm)) != MPI_SUCCESS)
+    return mpi_fail(SHMAP_ESYS, "MPI_Comm_dup", rc);
+  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  int key;
+  MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, self_delete, &key, NULL);
+  MPI_Comm_set_attr(MPI_COMM_SELF, key, NULL);
+  MPI_Comm_rank(comm, &self.rank);
+  MPI_Comm_size(comm, &self.size);
+  self.mpi = true;
+  hosts = shmap__calloc((size_t)self.size, sizeof *hosts);
+  if (!hosts)
+    return shmap__err(SHMAP_ENOMEM, "out of memory for %d process names",
+                      self.size);
+  memcpy(hosts[self.rank], self.host, sizeof self.host);
+  /* Every process initialises here in the same order of library calls,
+   * before any map, so nothing can be failing yet. */
+  rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, hosts, 64, MPI_CHAR,
+                     comm);
+  if (rc != MPI_SUCCESS)
+    return mpi_fail(SHMAP_ESYS, "MPI_Allgather of the host names", rc);
+  return 0;
+}
+#else
+void *shmap__proc_comm(void) { return NULL; }
+#endif
+
+static void init(void)
+{
+  if (gethostname(self.host, sizeof self.host - 1) != 0)
+    strcpy(self.host, "?");
+#ifdef SHMAP_HAVE_MPI
+  init_rc = init_mpi();
+  if (init_rc)
+    snprintf(init_msg, sizeof init_msg, "%s", shmap__errbuf());
+#endif
+}
+
+int shmap__proc_init(void)
+{
+  uv_once(&init_once, init);
+  if (init_rc)
+    shmap__err_set(init_msg);
+  return init_rc;
+}
+
+const shmap__proc *shmap__proc_self(void) { return &self; }
+
+static const char *host_of(int rank)
+{
+  return hosts && rank >= 0 && rank < self.size ? hosts[rank] : self.host;
+}
+
+void shmap__proc_suffix(const shmap_mesh *mesh, int dev, char *buf, size_t n)
+{
+  buf[0] = '\0';
+  if (mesh->place && mesh->place->nproc > 1) {
+    int r = mesh->place->owner[dev];
+    snprintf(buf, n, " on process %d (host %s)", r, host_of(r));
+  }
+}
+
+/* ---- placement ---------------------------------------------------------- */
+
+void shmap__place_free(shmap__place *p)
+{
+  if (p) {
+    free(p->owner);
+    free(p->local);
+    free(p);
+  }
+}
+
+static void mesh_text(const shmap_mesh *mesh, char *buf, size_t n)
+{
+  buf[0] = '\0';
+  for (int a = 0; a < mesh->naxes; a++)
+    shmap__cat(buf, n, "%s%s=%d", a ? ", " : "", mesh->names[a], mesh->sizes[a]);
+}
+
+int shmap__place_new(const shmap_mesh *mesh, const int axes[], int naxes,
+                     shmap__place **out)
+{
+  int R = self.size;
+  long long P = 1;
+  for (int i = 0; i < naxes; i++)
+    P *= mesh->sizes[axes[i]];
+  if (P % R != 0) {
+    char mt[320], at[320];
+    mesh_text(mesh, mt, sizeof mt);
+    if (naxes == mesh->naxes)
+      return shmap__err(SHMAP_EINVAL,
+                        "mesh \"%s\" has %d devices, which the %d processes of "
+                        "this MPI job cannot share equally: the number of "
+                        "processes must divide the number of devices",
+                        mt, mesh->ndev, R);
+    shmap__axes_format(mesh, axes, naxes, at, sizeof at);
+    return shmap__err(SHMAP_EINVAL,
+                      "process axes %s of mesh \"%s\" have %lld coordinate%s, "
+                      "which the %d processes of this MPI job cannot share "
+                      "equally: the number of processes must divide the "
+                      "product of the process axes' sizes",
+                      at, mt, P, P == 1 ? "" : "s", R);
+  }
+  shmap__place *p = shmap__calloc(1, sizeof *p);
+  if (p) {
+    p->owner = shmap__calloc((size_t)mesh->ndev, sizeof *p->owner);
+    p->local = shmap__calloc((size_t)mesh->ndev, sizeof *p->local);
+  }
+  if (!p || !p->owner || !p->local) {
+    shmap__place_free(p);
+    return shmap__err(SHMAP_ENOMEM, "out of memory placing %d devices",
+                      mesh->ndev);
+  }
+  p->nproc = R;
+  p->self = self.rank;
+  p->naxes = naxes;
+  memcpy(p->axes, axes, sizeof(int) * (size_t)naxes);
+  long long per = P / R;
+  int c[SHMAP_MAX_AXES];
+  for (int d = 0; d < mesh->ndev; d++) {
+    shmap__mesh_coords(mesh, d, c);
+    long long idx = 0;
+    for (int i = 0; i < naxes; i++)
+      idx = idx * mesh->sizes[axes[i]] + c[axes[i]];
+    p->owner[d] = (int)(idx / per);
+    if (p->owner[d] == p->self)
+      p->local[p->nlocal++] = d;
+  }
+  *out = p;
+  return 0;
+}
+
+/* A new mesh: place it when MPI is in use.  Called by mesh.c. */
+int shmap__place_default(shmap_mesh *mesh)
+{
+  int rc = shmap__proc_init();
+  if (rc)
+    return rc;
+  if (!self.mpi)
+    return 0;
+  int axes[SHMAP_MAX_AXES];
+  for (int a = 0; a < mesh->naxes; a++)
+    axes[a] = a;
+  return shmap__place_new(mesh, axes, mesh->naxes, &mesh->place);
+}
+
+/* ---- waiting for one request --------------------------------------------- */
+
+#ifdef SHMAP_HAVE_MPI
+int shmap__mpi_wait(void *request)
+{
+  /* Test, yielding the core, then sleeping a little longer each time up
+   * to a millisecond: a peer may still be computing for seconds, and its
+   * cores may be ours. */
+  MPI_Request *r = request;
+  long sleep_ns = 1000;
+  for (int i = 0;; i++) {
+    int done = 0;
+    int rc = MPI_Test(r, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS)
+      return mpi_fail(SHMAP_ESYS, "waiting for another process", rc);
+    if (done)
+      return 0;
+    if (i < 100) {
+      sched_yield();
+      continue;
+    }
+    struct timespec ts = {0, sleep_ns};
+    nanosleep(&ts, NULL);
+    if (sleep_ns < 1000000)
+      sleep_ns *= 2;
+  }
+}
+
+#endif
+
+int shmap__proc_reshard_check(const shmap_array *a, const char *what)
+{
+  if (!a->mesh->place || a->mesh->place->nproc == 1)
+    return 0;
+  char spec[256];
+  shmap__spec_format(a->mesh, &a->spec, spec, sizeof spec);
+  return shmap__err(SHMAP_EINVAL,
+                    "%s: the input is sharded as %s over %d processes; "
+                    "reading it with another spec would move blocks between "
+                    "processes, which this version cannot do (pass the same "
+                    "spec, or start from a host array)",
+                    what, spec, a->mesh->place->nproc);
+}
+
+/* ---- public --------------------------------------------------------------- */
+
+SHMAP_EXTERN int shmap_process_rank(void)
+{
+  int rc = shmap__proc_init();
+  return rc ? rc : self.rank;
+}
+
+SHMAP_EXTERN int shmap_process_count(void)
+{
+  int rc = shmap__proc_init();
+  return rc ? rc : self.size;
+}
+
+SHMAP_EXTERN int shmap_mesh_set_process_axes(shmap_mesh *mesh, const char *axes)
+{
+  const char *op = "shmap_mesh_set_process_axes";
+  if (!mesh || !axes)
+    return shmap__err(SHMAP_EINVAL, "%s: NULL argument", op);
+  int ax[SHMAP_MAX_AXES], n = 0;
+  int rc = shmap__axes_parse(mesh, op, axes, ax, &n);
+  if (rc)
+    return rc;
+  shmap__runtime *rt = mesh->rt;
+  shmap__runtime_lock(rt);
+  if (rt->devs || atomic_load(&mesh->refs) > 1) {
+    shmap__runtime_unlock(rt);
+    return shmap__err(SHMAP_ESTATE,
+                      "%s: the mesh already %s; choose the process axes right "
+                      "after creating it",
+                      op, rt->devs ? "ran a map" : "holds sharded arrays");
+  }
+  shmap__place *p = NULL;
+  if (self.mpi && (rc = shmap__place_new(mesh, ax, n, &p)) == 0) {
+    p->mpi = mesh->place->mpi; /* the mesh keeps its communicator */
+    shmap__place_free(mesh->place);
+    mesh->place = p;
+  }
+  shmap__runtime_unlock(rt);
+  return rc;
+}
+
+SHMAP_EXTERN int shmap_mesh_device_process(const shmap_mesh *mesh, int device)
+{
+  if (!mesh)
+    return shmap__err(SHMAP_EINVAL, "shmap_mesh_device_process: mesh is NULL");
+  if (device < 0 || device >= mesh->ndev)
+    return shmap__err(SHMAP_EINVAL,
+                      "shmap_mesh_device_process: device %d is out of range "
+                      "[0, %d)", device, mesh->ndev);
+  return mesh->place ? mesh->place->owner[device] : 0;
+}

@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * guard.c - a device that overflows its stack dies with a message naming
+ * it.  Fiber stacks have a guard region below them (fiber.c) and device
+ * threads have the system's guard page; a fault there runs this SIGSEGV
+ * handler on an alternate signal stack (the overflowed one is unusable),
+ * which writes which device overflowed which stack, then puts the previous
+ * handler back and returns: the fault repeats and ends the process as it
+ * would have without the library (a core dump, or the previous handler).
+ */
+#include "runtime/runtime.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* How far below a thread's stack a fault still counts as its overflow. */
+#define THREAD_GUARD ((uintptr_t)64 << 10)
+#define ALT_SIZE ((size_t)64 << 10)
+
+static struct sigaction previous;
+static pthread_once_t install_once = PTHREAD_ONCE_INIT;
+static pthread_key_t alt_key;
+/* The calling thread's stack (thread mode), for the handler. */
+static _Thread_local uintptr_t thread_lo;
+static _Thread_local bool thread_ready;
+
+/* ---- the handler: async-signal-safe formatting only ---------------------- */
+
+static void put(char *buf, size_t *len, size_t cap, const char *s)
+{
+  while (*s && *len + 1 < cap)
+    buf[(*len)++] = *s++;
+}
+
+static void put_num(char *buf, size_t *len, size_t cap, uint64_t v)
+{
+  char d[24];
+  int n = 0;
+  do
+    d[n++] = (char)('0' + v % 10);
+  while ((v /= 10) && n < 23);
+  while (n > 0 && *len + 1 < cap)
+    buf[(*len)++] = d[--n];
+}
+
+static void on_segv(int sig, siginfo_t *si, void *uc)
+{
+  (void)uc;
+  shmap_ctx *ctx = shmap__current();
+  uintptr_t a = (uintptr_t)si->si_addr;
+  if (ctx && ctx->rt && ctx->rt->devs) {
+    shmap__runtime *rt = ctx->rt;
+    const shmap__dev *d = &rt->devs[ctx->dev];
+    const shmap__fiber *f = &d->sched.fiber;
+    bool fiber = rt->mode == SHMAP__FIBERS && f->map &&
+                 a >= (uintptr_t)f->map && a < (uintptr_t)f->stack;
+    bool thread = rt->mode == SHMAP__THREADS && thread_lo &&
+                  a < thread_lo + 4096 && a + THREAD_GUARD >= thread_lo;
+    if (fiber || thread) {
+      const shmap_mesh *mesh = rt->mesh;
+      char msg[512];
+      size_t n = 0;
+      put(msg, &n, sizeof msg, "shmap: device ");
+      put_num(msg, &n, sizeof msg, (uint64_t)ctx->dev);
+      put(msg, &n, sizeof msg, " (");
+      for (int k = 0; k < mesh->naxes; k++) {
+        put(msg, &n, sizeof msg, k ? ", " : "");
+        put(msg, &n, sizeof msg, mesh->names[k]);
+        put(msg, &n, sizeof msg, "=");
+        put_num(msg, &n, sizeof msg, (uint64_t)ctx->coords[k]);
+      }
+      put(msg, &n, sizeof msg, ") overflowed its ");
+      if (fiber) {
+        put(msg, &n, sizeof msg, "fiber stack of ");
+        put_num(msg, &n, sizeof msg, (uint64_t)f->stack_size);
+        put(msg, &n, sizeof msg, " bytes");
+      } else {
+        put(msg, &n, sizeof msg, "thread stack");
+      }
+      put(msg, &n, sizeof msg, " (segmentation fault in its guard region); "
+                               "give devices more with SHMAP_STACK_SIZE, "
+                               "see shmap_map(3)\n");
+      ssize_t r = write(2, msg, n);
+      (void)r;
+    }
+  }
+  /* Back to what was there before; the fault repeats on return. */
+  sigaction(sig, &previous, NULL);
+}
+
+/* ---- setting up ------------------------------------------------------------ */
+
+static void alt_free(void *p)
+{
+  stack_t cur;
+  if (sigaltstack(NULL, &cur) == 0 && cur.ss_sp == p) {
+    stack_t off = {.ss_flags = SS_DISABLE};
+    sigaltstack(&off, NULL);
+  }
+  munmap(p, ALT_SIZE);
+}
+
+static void install(void)
+{
+  pthread_key_create(&alt_key, alt_free);
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_sigaction = on_segv;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGSEGV, &sa, &previous);
+}
+
+void shmap__guard_thread(void)
+{
+  if (thread_ready)
+    return;
+  thread_ready = true;
+  pthread_once(&install_once, install);
+  /* Where this thread's stack ends, for thread mode's message. */
+  pthread_attr_t attr;
+  if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+    void *lo;
+    size_t size;
+    if (pthread_attr_getstack(&attr, &lo, &size) == 0)
+      thread_lo = (uintptr_t)lo;
+    pthread_attr_destroy(&attr);
+  }
+  /* An alternate signal stack, unless the thread has one already (the
+   * program's own, on a thread of its own that runs devices). */
+  stack_t cur;
+  if (sigaltstack(NULL, &cur) != 0 || !(cur.ss_flags & SS_DISABLE))
+    return;
+  void *p = mmap(NULL, ALT_SIZE, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED)
+    return;
+  stack_t alt = {.ss_sp = p, .ss_size = ALT_SIZE, .ss_flags = 0};
+  if (sigaltstack(&alt, NULL) != 0 || pthread_setspecific(alt_key, p) != 0) {
+    stack_t off = {.ss_flags = SS_DISABLE};
+    sigaltstack(&off, NULL);
+    munmap(p, ALT_SIZE);
+  }
+}

@@ -1,0 +1,48 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * settings.h - the library's SHMAP_* environment variables, read and
+ * checked in one place (settings.c).  Each function reads its variable when
+ * called (tests and programs may change the environment between meshes); a
+ * value that is not valid is reported once on stderr, with the accepted
+ * values, and the default is used.
+ */
+#ifndef SHMAP_SETTINGS_H
+#define SHMAP_SETTINGS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Smallest and largest stack a device may be given, and the fiber
+ * default (thread mode's default is the system's). */
+#define SHMAP__STACK_MIN ((size_t)64 << 10)
+/* No real limit above: what the system refuses is reported by the map
+ * (SHMAP_ESYS); this one only keeps the page rounding from overflowing. */
+#define SHMAP__STACK_MAX ((size_t)1 << 62)
+#define SHMAP__FIBER_STACK_DEFAULT ((size_t)4 << 20)
+
+enum shmap__sched_setting { SHMAP__SCHED_AUTO, SHMAP__SCHED_THREADS,
+                            SHMAP__SCHED_FIBERS };
+
+/* SHMAP_SCHED: threads, fibers or auto (the default). */
+int shmap__setting_sched(void);
+/* SHMAP_WORKERS: worker threads in fiber mode, or 0 for the default. */
+int shmap__setting_workers(void);
+/* SHMAP_SPIN: microseconds of spinning before sleeping, or -1 for the
+ * default. */
+long shmap__setting_spin(void);
+/* SHMAP_STACK_SIZE in bytes, or 0 for the default. */
+size_t shmap__setting_stack_size(void);
+/* SHMAP_WATCHDOG in seconds (0: none). */
+double shmap__setting_watchdog(void);
+/* SHMAP_TRACE: the path, or NULL when unset or empty. */
+const char *shmap__setting_trace(void);
+/* SHMAP_SIMD: the index in names[0..n) of the instruction set it names, or
+ * -1 when unset or not one of them (then the caller's default). */
+int shmap__setting_simd(const char *const names[], int n);
+
+/* Parsers, for the unit tests: true and *out set when `text` is valid. */
+bool shmap__parse_size(const char *text, size_t *out);
+bool shmap__parse_seconds(const char *text, double *out);
+bool shmap__parse_long(const char *text, long lo, long hi, long *out);
+
+#endif /* SHMAP_SETTINGS_H */

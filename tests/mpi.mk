@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: MIT
+# tests fragment for running over MPI, included by the top Makefile.am.
+#
+# When configure found MPI (--with-mpi, default auto), `make check` runs
+# tests/mpi/run.sh on 1 process (no mpirun), then under mpirun -np 2 and
+# mpirun -np 4 (oversubscribed with Open MPI, as root where CI runs).  The
+# test programs are plain programs, not Check suites: Check forks, and an
+# MPI process must not fork.
+
+EXTRA_DIST += tests/mpi/run.sh tests/mpi/np1.sh tests/mpi/np2.sh \
+	tests/mpi/np4.sh tests/mpi/netns.sh
+
+if BUILD_MPI
+check_PROGRAMS += tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \
+	tests/mpi/test_mpi_coll
+tests_mpi_test_mpi_proc_SOURCES = tests/mpi/test_mpi_proc.c
+tests_mpi_test_mpi_proc_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
+tests_mpi_test_mpi_proc_LDADD = src/libshmap.la $(MPI_LIBS)
+tests_mpi_test_mpi_coll_SOURCES = tests/mpi/test_mpi_coll.c tests/refcoll.c \
+	tests/refcoll.h
+tests_mpi_test_mpi_coll_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
+tests_mpi_test_mpi_coll_LDADD = src/libshmap.la $(MPI_LIBS)
+tests_mpi_test_mpi_level_SOURCES = tests/mpi/test_mpi_level.c
+tests_mpi_test_mpi_level_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
+tests_mpi_test_mpi_level_LDADD = src/libshmap.la $(MPI_LIBS)
+endif
+
+if HAVE_MPI
+TESTS += tests/mpi/np1.sh tests/mpi/np2.sh tests/mpi/np4.sh
+if MPI_OPENMPI
+# Two network namespaces as two hosts (skips where they cannot be made).
+TESTS += tests/mpi/netns.sh
+endif
+AM_TESTS_ENVIRONMENT += MPIRUN='$(MPIRUN)'; MPI_FLAVOR='$(MPI_FLAVOR)'; export MPIRUN MPI_FLAVOR;
+endif

@@ -1,0 +1,4 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# The MPI tests on 4 process(es); see run.sh.
+exec "${top_srcdir:-.}/tests/mpi/run.sh" 4

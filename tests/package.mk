@@ -1,0 +1,35 @@
+# SPDX-License-Identifier: MIT
+# packaging tests, included by the top Makefile.am.
+#
+# check-spdx.sh         every source file carries an SPDX-License-Identifier
+#                       line.
+# check-man-examples.sh extracts the program of every manual page's EXAMPLE
+#                       section, compiles it with warnings as errors against
+#                       the built library and runs it in both scheduling
+#                       modes; a section-3 page without one fails.
+# test_install.sh       installs into a scratch directory (make install
+#                       DESTDIR=...) and checks what went where: the
+#                       libraries, both headers, shmap.pc, the man pages
+#                       and their links with the version filled in, the gdb
+#                       extension at shmap.pc's gdb_autoload_script; then
+#                       links a program against the installed library with
+#                       `pkg-config --cflags --libs shmap` and, with
+#                       --static, a fully static one, with every C compiler
+#                       at hand (gcc, clang), and runs them.
+TESTS += tests/check-spdx.sh tests/check-man-examples.sh tests/test_install.sh
+EXTRA_DIST += tests/check-spdx.sh tests/check-man-examples.sh \
+	tests/test_install.sh tests/version_prog.c
+
+# What those tests compile with: the build's compiler and flags.
+AM_TESTS_ENVIRONMENT += SHMAP_CC='$(CC)'; SHMAP_CFLAGS='$(CFLAGS)'; \
+	SHMAP_SAN_CFLAGS='$(SAN_CFLAGS)'; SHMAP_SAN_LDFLAGS='$(SAN_LDFLAGS)'; \
+	SHMAP_MAKE='$(MAKE)'; SHMAP_VERSION='$(PACKAGE_VERSION)'; \
+	SHMAP_SO_VERSION='$(SHMAP_SO_VERSION)'; \
+	export SHMAP_CC SHMAP_CFLAGS SHMAP_SAN_CFLAGS SHMAP_SAN_LDFLAGS \
+	SHMAP_MAKE SHMAP_VERSION SHMAP_SO_VERSION;
+
+# The version test (also the program test_install.sh links).
+check_PROGRAMS += tests/test_version
+TESTS += tests/test_version
+tests_test_version_SOURCES = tests/version_prog.c
+tests_test_version_LDADD = src/libshmap.la

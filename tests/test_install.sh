@@ -1,0 +1,168 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# test_install.sh - what "make install" puts where, and linking against it
+# as a user would: with pkg-config, dynamically and statically, with gcc
+# and with clang.  See tests/package.mk.  Run by make check (which exports
+# SHMAP_MAKE, SHMAP_CC, SHMAP_VERSION, SHMAP_SO_VERSION and the sanitizer
+# flags of the build).
+top_srcdir=${top_srcdir:-.}
+top_builddir=${top_builddir:-.}
+make=${SHMAP_MAKE:-make}
+version=${SHMAP_VERSION:?run me from make check}
+so_version=${SHMAP_SO_VERSION:?run me from make check}
+LC_ALL=C
+export LC_ALL
+
+tmp=${TMPDIR:-/tmp}/shmap-install.$$
+mkdir "$tmp" || exit 99
+trap 'rm -rf "$tmp"' 0
+trap 'exit 99' 1 2 15
+status=0
+fail () {
+  echo "test_install: FAIL: $*"
+  status=1
+}
+if ! command -v pkg-config >/dev/null 2>&1; then
+  echo "test_install: pkg-config not found"
+  exit 77
+fi
+
+dest=$tmp/dest
+if ! env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL $make -C "$top_builddir" install DESTDIR="$dest" > "$tmp/install.log" 2>&1; then
+  echo "test_install: FAIL: make install DESTDIR=$dest failed:"
+  tail -n 30 "$tmp/install.log"
+  exit 1
+fi
+
+# ---- the files ------------------------------------------------------------
+pc=$(find "$dest" -name shmap.pc | sed -n 1p)
+test -n "$pc" || { fail "no shmap.pc installed"; exit 1; }
+# The installed shmap.pc, moved under $dest: absolute paths get the prefix.
+mkdir "$tmp/pc"
+sed -E "s|^([A-Za-z_]+)=/|\\1=$dest/|" "$pc" > "$tmp/pc/shmap.pc"
+PKG_CONFIG_PATH=$tmp/pc${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+export PKG_CONFIG_PATH
+var () { pkg-config --variable="$1" shmap; }
+libdir=$(var libdir)
+includedir=$(var includedir)
+test "$(pkg-config --modversion shmap)" = "$version" ||
+  fail "pkg-config --modversion shmap says $(pkg-config --modversion shmap), configure.ac says $version"
+for f in "$includedir/shmap.h" "$includedir/shmap_version.h" \
+         "$libdir/libshmap.so.$so_version" "$libdir/libshmap.a"; do
+  test -f "$f" || fail "${f#$dest} is not installed"
+done
+grep "#define SHMAP_VERSION_STRING \"$version\"" "$includedir/shmap_version.h" >/dev/null ||
+  fail "the installed shmap_version.h does not say version $version"
+
+# Man pages: one per public function (a page or a link), the version in
+# every footer, links that resolve.
+man3=$(find "$dest" -type d -name man3 | sed -n 1p)
+if test -z "$man3"; then
+  fail "no man3 directory installed"
+else
+  nfunc=0
+  for f in $(sed -n 's/^SHMAP_EXTERN[^(]*[ *]\(shmap_[a-z0-9_]*\)(.*/\1/p' "$top_srcdir/include/shmap.h"); do
+    nfunc=$((nfunc + 1))
+    page=$man3/$f.3
+    if ! test -f "$page"; then
+      fail "no installed man page for $f"
+      continue
+    fi
+    first=$(sed -n 1p "$page")
+    case $first in
+      .so\ man3/*)
+        target=$man3/${first#.so man3/}
+        test -f "$target" || fail "man3/$f.3 links to a page not installed: $first" ;;
+      *)
+        grep "^\\.TH .*\"libshmap $version\"" "$page" >/dev/null ||
+          fail "man3/$f.3: the .TH line does not carry version $version: $(grep '^\.TH' "$page")" ;;
+    esac
+  done
+  test $nfunc -gt 50 || fail "found only $nfunc functions in shmap.h"
+  if command -v man >/dev/null 2>&1; then
+    # man resolves the link from the man directory it was installed in.
+    out=$(MANPATH=${man3%/man3} MANWIDTH=80 man -P cat shmap_pmax 2>&1)
+    case $out in
+      "SHMAP_PSUM(3)"*"libshmap $version"*) ;;
+      *) fail "man shmap_pmax (a link to shmap_psum.3) does not show the page with the version:
+$out" ;;
+    esac
+  fi
+fi
+
+# The gdb extension: where shmap.pc says, named after the real library.
+script=$dest$(PKG_CONFIG_PATH=${pc%/*} pkg-config --variable=gdb_autoload_script shmap)
+real=$(cd "$libdir" && readlink -f libshmap.so)
+case $script in
+  */gdb/auto-load"${real#$dest}"-gdb.py) ;;
+  *) fail "gdb_autoload_script is ${script#$dest}; gdb looks for <data>/gdb/auto-load${real#$dest}-gdb.py" ;;
+esac
+if ! cmp -s "$script" "$top_srcdir/gdb/shmap-gdb.py"; then
+  fail "the installed ${script#$dest} is not gdb/shmap-gdb.py"
+elif command -v gdb >/dev/null 2>&1 &&
+     gdb -nx -batch -ex 'python print("py-ok")' 2>/dev/null | grep py-ok >/dev/null; then
+  # gdb loads <dir>/<real path of the objfile>-gdb.py by itself; opening
+  # the library as gdb's program needs no ptrace.  The installed tree is
+  # under $dest, so the auto-load directory is made to mirror that.
+  al=$tmp/auto-load
+  mkdir -p "$al$(dirname "$real")"
+  cp "$script" "$al$real-gdb.py"
+  gdb -nx -batch -iex "set auto-load scripts-directory $al" \
+      -iex "set auto-load safe-path $al" "$real" \
+      -ex 'info auto-load python-scripts' -ex 'help shmap devices' > "$tmp/gdb.out" 2>&1
+  grep -E '^Yes +.*libshmap\.so\..*-gdb\.py' "$tmp/gdb.out" >/dev/null &&
+    grep -i 'device' "$tmp/gdb.out" >/dev/null ||
+    { fail "gdb did not load the extension by itself for ${real#$dest}:"; sed 's/^/  /' "$tmp/gdb.out"; }
+else
+  echo "test_install: gdb with Python not found: auto-loading not tried"
+fi
+
+# ---- linking as a user does ------------------------------------------------
+prog=$top_srcdir/tests/version_prog.c
+ccs=
+others="gcc clang"
+# A sanitizer's run-time library belongs to its compiler: a sanitized
+# libshmap links only with the compiler that built it.
+test -n "$SHMAP_SAN_CFLAGS" && others=
+for cc in ${SHMAP_CC:-cc} $others; do
+  command -v "${cc%% *}" >/dev/null 2>&1 || continue
+  case " $ccs " in *" $cc "*) continue ;; esac
+  ccs="$ccs $cc"
+done
+run () { # run NAME PROGRAM: in both scheduling modes
+  for sched in threads fibers; do
+    if ! out=$(SHMAP_SCHED=$sched "$2" "$version" 2>&1); then
+      fail "$1 (SHMAP_SCHED=$sched) fails: $out"
+    fi
+  done
+}
+for cc in $ccs; do
+  name=$(echo "$cc" | tr -c 'A-Za-z0-9\n' _)
+  # shellcheck disable=SC2046
+  if $cc -std=c11 $SHMAP_SAN_CFLAGS "$prog" -o "$tmp/dyn_$name" \
+       $(pkg-config --cflags --libs shmap) -Wl,-rpath,"$libdir" $SHMAP_SAN_LDFLAGS > "$tmp/cc.log" 2>&1; then
+    run "a program linked by $cc with pkg-config --libs" "$tmp/dyn_$name"
+  else
+    fail "$cc cannot link a program with \`pkg-config --cflags --libs shmap\`:"
+    sed 's/^/  /' "$tmp/cc.log"
+  fi
+  if test -n "$SHMAP_SAN_CFLAGS"; then
+    echo "test_install: a sanitizer build: static linking not tried with $cc"
+    continue
+  fi
+  # shellcheck disable=SC2046
+  if $cc -static -std=c11 "$prog" -o "$tmp/static_$name" \
+       $(pkg-config --static --cflags --libs shmap) > "$tmp/cc.log" 2>&1; then
+    if command -v readelf >/dev/null 2>&1 && readelf -d "$tmp/static_$name" 2>/dev/null | grep NEEDED >/dev/null; then
+      fail "$cc -static made a program that needs shared libraries: $(readelf -d "$tmp/static_$name" | grep NEEDED)"
+    fi
+    run "a program linked by $cc -static with pkg-config --static --libs" "$tmp/static_$name"
+  else
+    fail "$cc -static cannot link a program with \`pkg-config --static --cflags --libs shmap\` ($(pkg-config --static --libs shmap)):"
+    sed 's/^/  /' "$tmp/cc.log"
+  fi
+done
+kinds="dynamic and static"
+test -n "$SHMAP_SAN_CFLAGS" && kinds="dynamic only: a sanitizer build"
+test $status -eq 0 && echo "test_install: installed files in place; linked and ran with:$ccs ($kinds)"
+exit $status

@@ -1,0 +1,233 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_reliability_settings.c - the SHMAP_* environment variables: their
+ * parsers, and a bad value reported once on stderr with the accepted values
+ * while the default is used (the map still runs), in both scheduling modes
+ * where the variable matters to both.  Each test runs in a process of its
+ * own (Check's fork mode), so settings read once per process start fresh.
+ */
+#include <check.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "settings.h"
+#include "testutil.h"
+
+#define TIMEOUT 120
+
+/* ---- parsers --------------------------------------------------------------- */
+
+START_TEST(test_parse_size)
+{
+  static const struct {
+    const char *text;
+    bool ok;
+    size_t want;
+  } cases[] = {
+      {"65536", true, 65536},       {"64k", true, 65536},
+      {"64K", true, 65536},         {"8M", true, (size_t)8 << 20},
+      {"8m", true, (size_t)8 << 20}, {"1G", true, (size_t)1 << 30},
+      {"0", true, 0},               {"1e6", false, 0},
+      {"-1", false, 0},             {"", false, 0},
+      {"64kb", false, 0},           {" 64k", false, 0},
+      {"64 k", false, 0},           {"k", false, 0},
+      {"0x100", false, 0},          {"99999999999999999999", false, 0},
+      {"17179869184G", false, 0},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    size_t v = 12345;
+    bool ok = shmap__parse_size(cases[i].text, &v);
+    ck_assert_msg(ok == cases[i].ok, "parse_size(\"%s\") = %d", cases[i].text,
+                  ok);
+    if (ok)
+      ck_assert_msg(v == cases[i].want, "parse_size(\"%s\") = %zu",
+                    cases[i].text, v);
+  }
+  double s;
+  ck_assert(shmap__parse_seconds("10", &s) && s == 10);
+  ck_assert(shmap__parse_seconds("0.5", &s) && s == 0.5);
+  ck_assert(shmap__parse_seconds("0", &s) && s == 0);
+  ck_assert(!shmap__parse_seconds("abc", &s));
+  ck_assert(!shmap__parse_seconds("-1", &s));
+  ck_assert(!shmap__parse_seconds("1s", &s));
+  ck_assert(!shmap__parse_seconds("nan", &s));
+  ck_assert(!shmap__parse_seconds("inf", &s));
+  long l;
+  ck_assert(shmap__parse_long("42", 0, 100, &l) && l == 42);
+  ck_assert(!shmap__parse_long("101", 0, 100, &l));
+  ck_assert(!shmap__parse_long("-1", 0, 100, &l));
+  ck_assert(!shmap__parse_long("4x", 0, 100, &l));
+}
+END_TEST
+
+/* ---- messages ------------------------------------------------------------------- */
+
+static char errfile[] = "/tmp/shmap_settings_errXXXXXX";
+static int saved_fd = -1;
+
+static void capture_start(void)
+{
+  int fd = mkstemp(errfile);
+  ck_assert_int_ge(fd, 0);
+  fflush(stderr);
+  saved_fd = dup(2);
+  dup2(fd, 2);
+  close(fd);
+}
+
+/* What the library wrote on stderr since capture_start (malloc'ed). */
+static char *capture_end(void)
+{
+  fflush(stderr);
+  dup2(saved_fd, 2);
+  close(saved_fd);
+  char *s = tu_slurp(errfile, NULL);
+  unlink(errfile);
+  strcpy(errfile, "/tmp/shmap_settings_errXXXXXX");
+  ck_assert_ptr_nonnull(s);
+  return s;
+}
+
+static int count(const char *s, const char *sub)
+{
+  int n = 0;
+  for (const char *p = s; (p = strstr(p, sub)); p += strlen(sub))
+    n++;
+  return n;
+}
+
+static int body_psum(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  float v = 1;
+  shmap_block b = {&v, SHMAP_F32, 0, {0}};
+  int rc = shmap_psum(ctx, &b, "i");
+  if (rc == 0 && v != (float)shmap_axis_size(ctx, "i"))
+    return shmap_fail(ctx, "psum gave %g", (double)v);
+  return rc;
+}
+
+/* Two meshes with one map each: the message must come once. */
+static char *two_maps(const char *mode)
+{
+  if (mode)
+    ck_assert_int_eq(setenv("SHMAP_SCHED", mode, 1), 0);
+  capture_start();
+  for (int i = 0; i < 2; i++) {
+    shmap_mesh *m = tu_mesh_new("i=3");
+    tu_map_ok(shmap_map(m, body_psum, NULL, 0, NULL, NULL, 0, NULL, NULL),
+              "map with a bad setting");
+    shmap_mesh_destroy(m);
+  }
+  return capture_end();
+}
+
+static void expect_once(const char *out, const char *msg)
+{
+  ck_assert_msg(count(out, msg) == 1, "stderr has %d times \"%s\":\n%s",
+                count(out, msg), msg, out);
+}
+
+START_TEST(test_bad_sched)
+{
+  setenv("SHMAP_SCHED", "fiber", 1);
+  char *out = two_maps(NULL);
+  expect_once(out, "shmap: SHMAP_SCHED=\"fiber\" is not valid (accepted: "
+                   "threads, fibers, auto); using auto\n");
+  free(out);
+}
+END_TEST
+
+START_TEST(test_bad_workers)
+{
+  setenv("SHMAP_WORKERS", "0", 1);
+  char *out = two_maps("fibers");
+  expect_once(out, "shmap: SHMAP_WORKERS=\"0\" is not valid (accepted: a number "
+                   "of worker threads from 1 to 4096); using one worker per "
+                   "processor\n");
+  free(out);
+  /* A new bad value is reported again. */
+  setenv("SHMAP_WORKERS", "two", 1);
+  out = two_maps("fibers");
+  expect_once(out, "SHMAP_WORKERS=\"two\" is not valid");
+  free(out);
+}
+END_TEST
+
+START_TEST(test_bad_spin)
+{
+  for (int m = 0; m < 2; m++) {
+    setenv("SHMAP_SPIN", m ? "lots" : "-5", 1);
+    char *out = two_maps(m ? "fibers" : "threads");
+    char want[160];
+    snprintf(want, sizeof want,
+             "shmap: SHMAP_SPIN=\"%s\" is not valid (accepted: a spin time "
+             "in microseconds from 0 to 1000000000); using the default\n",
+             m ? "lots" : "-5");
+    expect_once(out, want);
+    free(out);
+  }
+}
+END_TEST
+
+START_TEST(test_bad_stack_size)
+{
+  static const char *const bad[] = {"16384", "1e6", "64kb", "-8M"};
+  for (int m = 0; m < 2; m++)
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+      setenv("SHMAP_STACK_SIZE", bad[i], 1);
+      char *out = two_maps(m ? "fibers" : "threads");
+      char want[256];
+      snprintf(want, sizeof want,
+               "shmap: SHMAP_STACK_SIZE=\"%s\" is not valid (accepted: a size "
+               "in bytes such as 65536, 64k, 8M or 1G, at least 64k); using "
+               "the default (4M for fibers, the system's for threads)\n",
+               bad[i]);
+      /* Once for the two meshes; again when the value changes. */
+      expect_once(out, want);
+      free(out);
+    }
+  /* The accepted forms run, at the minimum too, in both modes. */
+  static const char *const good[] = {"65536", "64k", "8M"};
+  for (int m = 0; m < 2; m++)
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+      setenv("SHMAP_STACK_SIZE", good[i], 1);
+      char *out = two_maps(m ? "fibers" : "threads");
+      ck_assert_msg(!strstr(out, "SHMAP_STACK_SIZE"), "%s: stderr:\n%s",
+                    good[i], out);
+      free(out);
+    }
+}
+END_TEST
+
+START_TEST(test_bad_watchdog)
+{
+  setenv("SHMAP_WATCHDOG", "abc", 1);
+  char *out = two_maps("threads");
+  expect_once(out, "shmap: SHMAP_WATCHDOG=\"abc\" is not valid (accepted: a "
+                   "period in seconds such as 10 or 0.5, 0 for none); using "
+                   "none\n");
+  /* No watchdog report follows. */
+  ck_assert_msg(!strstr(out, "shmap watchdog:"), "%s", out);
+  free(out);
+}
+END_TEST
+
+int main(void)
+{
+  Suite *s = suite_create("reliability_settings");
+  TCase *tc = tcase_create("settings");
+  tcase_set_timeout(tc, TIMEOUT);
+  tcase_add_test(tc, test_parse_size);
+  tcase_add_test(tc, test_bad_sched);
+  tcase_add_test(tc, test_bad_workers);
+  tcase_add_test(tc, test_bad_spin);
+  tcase_add_test(tc, test_bad_stack_size);
+  tcase_add_test(tc, test_bad_watchdog);
+  suite_add_tcase(s, tc);
+  return tu_run_suite(s);
+}
