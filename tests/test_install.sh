@@ -124,6 +124,13 @@ others="gcc clang"
 # A sanitizer's run-time library belongs to its compiler: a sanitized
 # libshmap links only with the compiler that built it.
 test -n "$SHMAP_SAN_CFLAGS" && others=
+mpi_no_static=
+if pkg-config --static --libs shmap | grep -q -- '-lmpi'; then
+  mpi_no_static=yes
+  for d in $(pkg-config --static --libs-only-L shmap | sed 's/-L//g') /usr/lib/x86_64-linux-gnu /usr/lib /usr/local/lib; do
+    test -e "$d/libmpi.a" && mpi_no_static=
+  done
+fi
 for cc in ${SHMAP_CC:-cc} $others; do
   command -v "${cc%% *}" >/dev/null 2>&1 || continue
   case " $ccs " in *" $cc "*) continue ;; esac
@@ -150,6 +157,12 @@ for cc in $ccs; do
     echo "test_install: a sanitizer build: static linking not tried with $cc"
     continue
   fi
+  # Debian's MPI packages ship no static archive (libmpi.a): a library
+  # built with MPI links statically only where the MPI library has one.
+  if test -n "$mpi_no_static"; then
+    echo "test_install: built with MPI, which has no libmpi.a here: static linking not tried with $cc"
+    continue
+  fi
   # shellcheck disable=SC2046
   if $cc -static -std=c11 "$prog" -o "$tmp/static_$name" \
        $(pkg-config --static --cflags --libs shmap) > "$tmp/cc.log" 2>&1; then
@@ -164,5 +177,6 @@ for cc in $ccs; do
 done
 kinds="dynamic and static"
 test -n "$SHMAP_SAN_CFLAGS" && kinds="dynamic only: a sanitizer build"
+test -n "$mpi_no_static" && kinds="dynamic only: MPI has no static archive here"
 test $status -eq 0 && echo "test_install: installed files in place; linked and ran with:$ccs ($kinds)"
 exit $status
