@@ -29,6 +29,13 @@ bench/mpi_bench: $(srcdir)/bench/mpi_bench.c
 
 EXTRA_DIST += bench/mpi_bench.c BENCHMARKS.md bench/transport.sh
 
+# bench/kernels times the reduction kernels alone (one thread, no devices):
+# each instruction set's fused kernel against the two-operand passes.
+noinst_PROGRAMS += bench/kernels
+bench_kernels_SOURCES = bench/kernels.c
+bench_kernels_CFLAGS = $(AM_CFLAGS)
+bench_kernels_LDADD = src/libshmap_core.la $(UV_LIBS) $(MPI_LIBS)
+
 # bench/transport: libshmap with the devices spread over MPI processes,
 # printed beside raw MPI by bench/transport.sh (see BENCHMARKS.md).
 noinst_PROGRAMS += bench/transport

@@ -39,9 +39,18 @@
 #endif
 
 enum { OP_PSUM, OP_PSUM_SCATTER, OP_ALL_GATHER, OP_ALL_TO_ALL, OP_PPERMUTE,
-       OP_EMPTY, NOPS };
+       OP_EMPTY, OP_PSUM_BF16, OP_PSUM_F16, NOPS };
 static const char *const op_names[NOPS] = {
-    "psum", "psum_scatter", "all_gather", "all_to_all", "ppermute", "empty"};
+    "psum", "psum_scatter", "all_gather", "all_to_all", "ppermute", "empty",
+    "psum_bf16", "psum_f16"};
+/* Ops the Open MPI helper runs too (it has no 16-bit float types). */
+#define MPI_OPS ((1 << (OP_EMPTY + 1)) - 1)
+/* psum of bf16 and f16 runs on as many elements as the f32 psum of the
+ * same size, so its lines (half the bytes) sit beside f32's. */
+static int op_half(int op)
+{
+  return op == OP_PSUM_BF16 || op == OP_PSUM_F16;
+}
 
 #define MAXLIST 32
 #define NA NAN
@@ -192,7 +201,9 @@ static void usage(FILE *f)
           "sweep\n"
           "                      (default 2,4,...,1024)\n"
           "  --ops=LIST          psum,psum_scatter,all_gather,all_to_all,"
-          "ppermute,empty\n"
+          "ppermute,empty,\n"
+          "                      psum_bf16,psum_f16 (the f32 sizes' element "
+          "counts)\n"
           "  --reps=K            samples per case, 1 to 64 (median reported)\n"
           "  --target-ms=T       length of one sample in milliseconds\n"
           "  --contended         measure every case a second time while a busy "
@@ -514,7 +525,7 @@ static double min_traffic(int op, int P, size_t n)
 
 typedef struct sjob {
   int op, P, R, K;
-  int64_t len;      /* f32 elements of each device's input block */
+  int64_t len;      /* elements of each device's input block */
   double *t0, *t1;  /* [K][P] sample start and end per device */
   int (*pairs)[2];  /* ring shift by one */
 } sjob;
@@ -525,6 +536,8 @@ static int one_op(shmap_ctx *ctx, const sjob *j, shmap_block *x)
   int rc;
   switch (j->op) {
   case OP_PSUM:
+  case OP_PSUM_BF16:
+  case OP_PSUM_F16:
     return shmap_psum(ctx, x, "i");
   case OP_PPERMUTE:
     return shmap_ppermute(ctx, x, "i", j->P, (const int(*)[2])j->pairs);
@@ -555,13 +568,21 @@ static int coll_body(shmap_ctx *ctx, void *arg)
 {
   const sjob *j = arg;
   int d = shmap_ctx_device(ctx);
-  shmap_block *x = shmap_block_alloc(ctx, SHMAP_F32, 1, &j->len);
+  shmap_dtype dt = j->op == OP_PSUM_BF16  ? SHMAP_BF16
+                   : j->op == OP_PSUM_F16 ? SHMAP_F16
+                                          : SHMAP_F32;
+  shmap_block *x = shmap_block_alloc(ctx, dt, 1, &j->len);
   shmap_block *bar = shmap_block_alloc(ctx, SHMAP_F32, 1, (int64_t[]){1});
   if (!x || !bar)
     return shmap_fail(ctx, "shmap_block_alloc: %s", shmap_errmsg());
-  float *v = x->data;
-  for (int64_t e = 0; e < j->len; e++)
-    v[e] = (float)((e + d) % 7) * 0.125f;
+  for (int64_t e = 0; e < j->len; e++) {
+    float f = (float)((e + d) % 7) * 0.125f;
+    if (dt == SHMAP_F32)
+      ((float *)x->data)[e] = f;
+    else
+      ((uint16_t *)x->data)[e] =
+          dt == SHMAP_BF16 ? shmap_f32_to_bf16(f) : shmap_f32_to_f16(f);
+  }
   int rc = one_op(ctx, j, x);
   for (int k = 0; k < j->K && rc == 0; k++) {
     if ((rc = shmap_psum(ctx, bar, "i")))
@@ -610,7 +631,7 @@ static double shmap_sample(void *arg, int R)
   double t0[MAXLIST], t1[MAXLIST];
   double *b0 = c->P <= MAXLIST ? t0 : xalloc(sizeof(double) * (size_t)c->P);
   double *b1 = c->P <= MAXLIST ? t1 : xalloc(sizeof(double) * (size_t)c->P);
-  size_t n = c->bytes / 4;
+  size_t n = c->bytes / (op_half(c->op) ? 2 : 4);
   sjob j = {.op = c->op, .P = c->P, .R = R, .K = 1,
             .len = (int64_t)(c->op == OP_ALL_GATHER ? n / (size_t)c->P : n),
             .t0 = b0, .t1 = b1, .pairs = c->pairs};
@@ -875,7 +896,9 @@ static double busbw(int op, int P, size_t bytes, double us)
   double algbw = (double)bytes / us * 1e-3; /* bytes/us -> GB/s */
   double f = (double)(P - 1) / P;
   switch (op) {
-  case OP_PSUM: return algbw * 2 * f;
+  case OP_PSUM:
+  case OP_PSUM_BF16:
+  case OP_PSUM_F16: return algbw * 2 * f;
   case OP_PPERMUTE: return algbw;
   default: return algbw * f;
   }
@@ -1085,10 +1108,12 @@ int main(int argc, char **argv)
     int nm = 0, nmb = 0;
     if (opt.mpi) {
       progress("P=%d: Open MPI (%d ranks through mpirun)", P, P);
-      nm = mpi_run(P, opt.sizes, opt.nsizes, opt.ops, m, MAXLIST * NOPS, 0);
+      nm = mpi_run(P, opt.sizes, opt.nsizes, opt.ops & MPI_OPS, m,
+                   MAXLIST * NOPS, 0);
       if (opt.contended) {
         progress("P=%d: Open MPI, contended", P);
-        nmb = mpi_run(P, opt.sizes, opt.nsizes, opt.ops, mb, MAXLIST * NOPS, 1);
+        nmb = mpi_run(P, opt.sizes, opt.nsizes, opt.ops & MPI_OPS, mb,
+                      MAXLIST * NOPS, 1);
       }
     }
     int first = nresults;
@@ -1104,8 +1129,8 @@ int main(int argc, char **argv)
         continue;
       }
       for (int s = 0; s < opt.nsizes; s++)
-        run_shmap_case(mesh, op, P, opt.sizes[s], pairs, B, pm, nm, pmb, nmb,
-                       0);
+        run_shmap_case(mesh, op, P, opt.sizes[s] / (op_half(op) ? 2 : 1), pairs,
+                       B, pm, nm, pmb, nmb, 0);
     }
     shmap_mesh_destroy(mesh);
     free(pairs);

@@ -35,6 +35,7 @@
 # shmap-debugging(7).
 
 import bisect
+import struct
 import sys
 import time
 
@@ -43,9 +44,13 @@ import gdb.printing
 
 # ---- constants mirrored from the library ------------------------------------
 
-# enum shmap_dtype: name, C type used to read an element.
-_DTYPES = {0: ("f32", "float"), 1: ("f64", "double"),
-           2: ("i32", "int"), 3: ("i64", "long long")}
+# enum shmap_dtype: the library's table (shmap__dtypes in src/dtype.c) is
+# read from the inferior; this copy of its first rows only serves when the
+# library has no debugging symbols.  Rows: name, size, class.
+_CLASS_FLOAT, _CLASS_SIGNED, _CLASS_UNSIGNED, _CLASS_BOOL, _CLASS_COMPLEX = \
+    range(5)
+_DTYPES_FALLBACK = {0: ("f32", 4, _CLASS_FLOAT), 1: ("f64", 8, _CLASS_FLOAT),
+                    2: ("i32", 4, _CLASS_SIGNED), 3: ("i64", 8, _CLASS_SIGNED)}
 _MAX_RANK = 8
 _MAX_AXES = 8
 # enum shmap__kind (the collective in a packed op word).
@@ -982,30 +987,73 @@ class ShmapValues(gdb.Parameter):
 
 # ---- pretty-printers --------------------------------------------------------
 
+def _dtypes():
+    """{dtype: (name, size, class)} from the inferior's table."""
+    try:
+        table = gdb.parse_and_eval("shmap__dtypes")
+        lo, hi = table.type.range()
+        rows = {}
+        for i in range(lo, hi + 1):
+            row = table[i]
+            rows[i] = (row["name"].string(), _int(row["size"]),
+                       _int(row["cls"]))
+        return rows
+    except (gdb.error, gdb.MemoryError, RuntimeError):
+        return _DTYPES_FALLBACK
+
+
 def _shape_text(dtype, rank, shape):
-    name = _DTYPES.get(dtype, ("dtype%d" % dtype,))[0]
+    name = _dtypes().get(dtype, ("dtype%d" % dtype,))[0]
     return "%s[%s]" % (name, ",".join(str(s) for s in shape[:rank]))
+
+
+def _g(v, digits):
+    """A float as the library's formatter prints it (%.9g or %.17g)."""
+    return "%.*g" % (digits, v)
+
+
+def _element_text(raw, name, size, cls):
+    """One element's bytes, printed as the library prints it."""
+    if cls == _CLASS_FLOAT:
+        if name == "bf16":
+            return _g(struct.unpack("<f", b"\0\0" + raw)[0], 9)
+        if size == 2:
+            return _g(struct.unpack("<e", raw)[0], 9)
+        return _g(struct.unpack("<f" if size == 4 else "<d", raw)[0],
+                  9 if size == 4 else 17)
+    if cls in (_CLASS_SIGNED, _CLASS_UNSIGNED):
+        return str(int.from_bytes(raw, "little",
+                                  signed=cls == _CLASS_SIGNED))
+    if cls == _CLASS_BOOL:
+        b = raw[0]
+        return ("true" if b else "false") if b <= 1 else "true (byte %d)" % b
+    if cls == _CLASS_COMPLEX:
+        half = size // 2
+        fmt, digits = ("<f", 9) if half == 4 else ("<d", 17)
+        re = struct.unpack(fmt, raw[:half])[0]
+        im = struct.unpack(fmt, raw[half:])[0]
+        return "%s%+.*gj" % (_g(re, digits), digits, im)
+    return "?"
 
 
 def _values_text(data, dtype, numel):
     """"{0, 1, 2, ...}": the leading values at data (a pointer Value)."""
-    if dtype not in _DTYPES:
+    table = _dtypes()
+    if dtype not in table:
         return "<invalid dtype %d>" % dtype
+    name, size, cls = table[dtype]
     addr = _int(data)
     if numel > 0 and addr == 0:
         return "data=NULL"
     limit = _Settings.values
     k = numel if limit is None else min(numel, limit)
-    ctype = gdb.lookup_type(_DTYPES[dtype][1])
     try:
-        if k > 0:
-            gdb.selected_inferior().read_memory(addr, k * ctype.sizeof)
-            ptr = data.cast(ctype.pointer())
-            vals = [ptr[i].format_string(raw=True) for i in range(k)]
-        else:
-            vals = []
+        raw = bytes(gdb.selected_inferior().read_memory(addr, k * size)) \
+            if k > 0 else b""
     except (gdb.MemoryError, gdb.error):
         return "<data at 0x%x cannot be read>" % addr
+    vals = [_element_text(raw[i * size:(i + 1) * size], name, size, cls)
+            for i in range(k)]
     if k < numel:
         vals.append("...")
     return "{" + ", ".join(vals) + "}"

@@ -70,17 +70,50 @@ SHMAP_EXTERN const char *shmap_version_string(void);
 
 /* ---- dtypes ------------------------------------------------------------ */
 
+/* Values never change: new dtypes are appended.  bf16 and f16 are stored
+ * as their 16-bit patterns (uint16_t), bool as one byte (0 false, anything
+ * else true), c64 and c128 as {real, imaginary} pairs of f32 and f64. */
 typedef enum shmap_dtype {
   SHMAP_F32 = 0,
   SHMAP_F64 = 1,
   SHMAP_I32 = 2,
-  SHMAP_I64 = 3
+  SHMAP_I64 = 3,
+  SHMAP_BF16 = 4,
+  SHMAP_F16 = 5,
+  SHMAP_I8 = 6,
+  SHMAP_U8 = 7,
+  SHMAP_I16 = 8,
+  SHMAP_U16 = 9,
+  SHMAP_U32 = 10,
+  SHMAP_U64 = 11,
+  SHMAP_BOOL = 12,
+  SHMAP_C64 = 13,
+  SHMAP_C128 = 14
 } shmap_dtype;
+/* Number of dtypes: every value in [0, SHMAP_NDTYPES) is valid. */
+#define SHMAP_NDTYPES 15
+
+/* Kinds of dtype, from shmap_dtype_class(). */
+enum {
+  SHMAP_CLASS_FLOAT = 0,  /* f32 f64 bf16 f16 */
+  SHMAP_CLASS_SIGNED = 1, /* i8 i16 i32 i64 */
+  SHMAP_CLASS_UNSIGNED = 2, /* u8 u16 u32 u64 */
+  SHMAP_CLASS_BOOL = 3,
+  SHMAP_CLASS_COMPLEX = 4 /* c64 c128 */
+};
 
 /* Size of one element in bytes, or 0 for an invalid dtype. */
 SHMAP_EXTERN size_t shmap_dtype_size(shmap_dtype dtype);
-/* "f32", "f64", "i32", "i64", or "invalid". */
+/* "f32", "bf16", "u8", "bool", "c64", ..., or "invalid". */
 SHMAP_EXTERN const char *shmap_dtype_name(shmap_dtype dtype);
+/* SHMAP_CLASS_*, or SHMAP_EDTYPE for an invalid dtype. */
+SHMAP_EXTERN int shmap_dtype_class(shmap_dtype dtype);
+/* Conversions between f32 and the 16-bit float formats.  To bf16 and f16
+ * round to nearest, ties to even; NaN stays a (quiet) NaN. */
+SHMAP_EXTERN uint16_t shmap_f32_to_bf16(float value);
+SHMAP_EXTERN float shmap_bf16_to_f32(uint16_t bits);
+SHMAP_EXTERN uint16_t shmap_f32_to_f16(float value);
+SHMAP_EXTERN float shmap_f16_to_f32(uint16_t bits);
 
 /* ---- mesh -------------------------------------------------------------- */
 
@@ -307,6 +340,18 @@ SHMAP_EXTERN int shmap_pmin(shmap_ctx *ctx, shmap_block *x, const char *axes);
 /* psum divided by the group size; float dtypes only. */
 SHMAP_EXTERN int shmap_pmean(shmap_ctx *ctx, shmap_block *x, const char *axes);
 
+/* The same reductions out of place: x (any block, an input block too) is
+ * only read, and the result is a new block stored in *out, owned by the
+ * device like the results below.  psum of bool gives i32 counts. */
+SHMAP_EXTERN int shmap_psum_new(shmap_ctx *ctx, const shmap_block *x,
+                                const char *axes, shmap_block **out);
+SHMAP_EXTERN int shmap_pmax_new(shmap_ctx *ctx, const shmap_block *x,
+                                const char *axes, shmap_block **out);
+SHMAP_EXTERN int shmap_pmin_new(shmap_ctx *ctx, const shmap_block *x,
+                                const char *axes, shmap_block **out);
+SHMAP_EXTERN int shmap_pmean_new(shmap_ctx *ctx, const shmap_block *x,
+                                 const char *axes, shmap_block **out);
+
 /* Shape-changing collectives store a new block, owned by the device until
  * the map returns (or shmap_block_free()), in *out. */
 SHMAP_EXTERN int shmap_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
@@ -324,6 +369,10 @@ SHMAP_EXTERN int shmap_all_to_all(shmap_ctx *ctx, const shmap_block *x,
 SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,
                                 const char *axes, int npairs,
                                 const int pairs[][2]);
+/* The same out of place: x is only read, the result is a new block. */
+SHMAP_EXTERN int shmap_ppermute_new(shmap_ctx *ctx, const shmap_block *x,
+                                    const char *axes, int npairs,
+                                    const int pairs[][2], shmap_block **out);
 
 /* ---- processes (MPI) ----------------------------------------------------- */
 

@@ -27,6 +27,10 @@ SHMAP_MAN_PAGES += \
 	man/shmap_strerror.3 \
 	man/shmap_dtype_size.3
 
+# Reductions and ppermute out of place.
+SHMAP_MAN_PAGES += \
+	man/shmap_psum_new.3
+
 # Meshes.
 SHMAP_MAN_PAGES += \
 	man/shmap_mesh_create.3 \

@@ -7,26 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-SHMAP_EXTERN size_t shmap_dtype_size(shmap_dtype dtype)
-{
-  switch (dtype) {
-  case SHMAP_F32: case SHMAP_I32: return 4;
-  case SHMAP_F64: case SHMAP_I64: return 8;
-  default: return 0;
-  }
-}
-
-SHMAP_EXTERN const char *shmap_dtype_name(shmap_dtype dtype)
-{
-  switch (dtype) {
-  case SHMAP_F32: return "f32";
-  case SHMAP_F64: return "f64";
-  case SHMAP_I32: return "i32";
-  case SHMAP_I64: return "i64";
-  default: return "invalid";
-  }
-}
-
 void shmap__shape_format(shmap_dtype dtype, int rank, const int64_t shape[],
                          char *buf, size_t n)
 {

@@ -3,6 +3,7 @@
  * blocks, run the bodies, then check and assemble the outputs. */
 #include "map.h"
 
+#include "dtype.h"
 #include "proc.h"
 #include "runtime/debug.h"
 #include "transport/mpi.h"
@@ -346,16 +347,6 @@ static void run_device(shmap__job *job, int dev)
 
 /* ---- the caller's side ----------------------------------------------------- */
 
-static void format_value(shmap_dtype dt, const void *p, char *buf, size_t n)
-{
-  switch (dt) {
-  case SHMAP_F32: snprintf(buf, n, "%.9g", (double)*(const float *)p); break;
-  case SHMAP_F64: snprintf(buf, n, "%.17g", *(const double *)p); break;
-  case SHMAP_I32: snprintf(buf, n, "%d", *(const int32_t *)p); break;
-  default: snprintf(buf, n, "%lld", (long long)*(const int64_t *)p); break;
-  }
-}
-
 static void format_index(int rank, const int64_t shape[], int64_t flat,
                          char *buf, size_t n)
 {
@@ -445,8 +436,8 @@ static int check_replicated(shmap__job *job, int k, const char *spec_text,
     char na[96], nb[96], va[64], vb[64], idx[96], axes[160] = "";
     shmap__mesh_devname(mesh, rep, na, sizeof na);
     shmap__mesh_devname(mesh, d, nb, sizeof nb);
-    format_value(a->dtype, (const char *)a->data + i * (int64_t)es, va, sizeof va);
-    format_value(a->dtype, (const char *)b->data + i * (int64_t)es, vb, sizeof vb);
+    shmap__dtype_format(a->dtype, (const char *)a->data + i * (int64_t)es, va, sizeof va);
+    shmap__dtype_format(a->dtype, (const char *)b->data + i * (int64_t)es, vb, sizeof vb);
     format_index(a->rank, a->shape, i, idx, sizeof idx);
     int n = 0;
     for (int ax = 0; ax < mesh->naxes; ax++)
@@ -957,8 +948,9 @@ static int nested_output(shmap_ctx *ictx, shmap_ctx *octx, int k,
                           sizeof na);
       shmap__mesh_devname(mesh, mask_member(mesh, unnamed, ictx->dev, (int)r),
                           nb, sizeof nb);
-      format_value(b->dtype, (const char *)val + i * (int64_t)es, va, sizeof va);
-      format_value(b->dtype, x + i * (int64_t)es, vb, sizeof vb);
+      shmap__dtype_format(b->dtype, (const char *)val + i * (int64_t)es, va,
+                          sizeof va);
+      shmap__dtype_format(b->dtype, x + i * (int64_t)es, vb, sizeof vb);
       format_index(b->rank, b->shape, i, idx, sizeof idx);
       shmap__mask_format(mesh, unnamed, list, sizeof list);
       return shmap__dev_fail(ictx, op, SHMAP_EREPLICATION,

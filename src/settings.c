@@ -18,7 +18,7 @@
 
 /* The last bad value reported per variable; a leaf lock (see the lock
  * order in runtime/debug.c). */
-enum { V_SCHED, V_WORKERS, V_SPIN, V_STACK, V_WATCHDOG, V_COUNT };
+enum { V_SCHED, V_WORKERS, V_SPIN, V_STACK, V_WATCHDOG, V_SIMD, V_COUNT };
 static pthread_mutex_t settings_lock = PTHREAD_MUTEX_INITIALIZER;
 static char reported[V_COUNT][64];
 
@@ -159,3 +159,21 @@ double shmap__setting_watchdog(void)
 }
 
 const char *shmap__setting_trace(void) { return env("SHMAP_TRACE"); }
+
+int shmap__setting_simd(const char *const names[], int n)
+{
+  const char *s = env("SHMAP_SIMD");
+  if (!s)
+    return -1;
+  char accepted[128] = "";
+  for (int i = 0; i < n; i++) {
+    if (strcmp(s, names[i]) == 0)
+      return i;
+    size_t len = strlen(accepted);
+    snprintf(accepted + len, sizeof accepted - len, "%s%s", i ? ", " : "",
+             names[i]);
+  }
+  bad_value(V_SIMD, "SHMAP_SIMD", s, accepted,
+            "the best instruction set the processor runs");
+  return -1;
+}

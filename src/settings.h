@@ -36,6 +36,9 @@ size_t shmap__setting_stack_size(void);
 double shmap__setting_watchdog(void);
 /* SHMAP_TRACE: the path, or NULL when unset or empty. */
 const char *shmap__setting_trace(void);
+/* SHMAP_SIMD: the index in names[0..n) of the instruction set it names, or
+ * -1 when unset or not one of them (then the caller's default). */
+int shmap__setting_simd(const char *const names[], int n);
 
 /* Parsers, for the unit tests: true and *out set when `text` is valid. */
 bool shmap__parse_size(const char *text, size_t *out);

@@ -96,9 +96,27 @@ static int body(shmap_ctx *ctx, void *arg)
   return 0;
 }
 
+/* Blocks of other dtypes, printed by the test: bf16, f16, bool, c64, i8
+ * (here, below the body, so that its line numbers stay those of the
+ * transcripts in the documentation). */
+static uint16_t bf16_data[3], f16_data[2];
+static unsigned char bool_data[3] = {0, 1, 9};
+static float c64_data[4] = {1, -2, 0.5f, 3};
+static int8_t i8_data[2] = {-128, 127};
+shmap_block dtype_blocks[5] = {{bf16_data, SHMAP_BF16, 1, {3}},
+                               {f16_data, SHMAP_F16, 1, {2}},
+                               {bool_data, SHMAP_BOOL, 1, {3}},
+                               {c64_data, SHMAP_C64, 1, {2}},
+                               {i8_data, SHMAP_I8, 1, {2}}};
+
 int main(int argc, char **argv)
 {
   struct target t = {NULL, NULL};
+  bf16_data[0] = shmap_f32_to_bf16(1.5f);
+  bf16_data[1] = shmap_f32_to_bf16(-2.0f);
+  bf16_data[2] = shmap_f32_to_bf16(0.1f);
+  f16_data[0] = shmap_f32_to_f16(0.25f);
+  f16_data[1] = shmap_f32_to_f16(65504.0f);
   if (argc > 1)
     delay_seconds = atof(argv[1]);
   shmap_mesh *mesh;

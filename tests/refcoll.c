@@ -194,32 +194,146 @@ void ref_axes_text(const ref_mesh *m, const int axes[], int naxes, int style,
 
 /* ---- blocks ------------------------------------------------------------------ */
 
+/* The model's own description of the dtypes (not the library's table):
+ * size, name, and whether it is a float, signed, unsigned, bool or complex
+ * type ('f', 's', 'u', 'b', 'c'). */
+static const struct {
+  shmap_dtype dt;
+  const char *name;
+  size_t size;
+  char cls;
+} dtypes[] = {
+    {SHMAP_F32, "f32", 4, 'f'},   {SHMAP_F64, "f64", 8, 'f'},
+    {SHMAP_I32, "i32", 4, 's'},   {SHMAP_I64, "i64", 8, 's'},
+    {SHMAP_BF16, "bf16", 2, 'f'}, {SHMAP_F16, "f16", 2, 'f'},
+    {SHMAP_I8, "i8", 1, 's'},     {SHMAP_U8, "u8", 1, 'u'},
+    {SHMAP_I16, "i16", 2, 's'},   {SHMAP_U16, "u16", 2, 'u'},
+    {SHMAP_U32, "u32", 4, 'u'},   {SHMAP_U64, "u64", 8, 'u'},
+    {SHMAP_BOOL, "bool", 1, 'b'}, {SHMAP_C64, "c64", 8, 'c'},
+    {SHMAP_C128, "c128", 16, 'c'},
+};
+#define NDT ((int)(sizeof dtypes / sizeof dtypes[0]))
+
+static int dt_row(shmap_dtype dt)
+{
+  for (int k = 0; k < NDT; k++)
+    if (dtypes[k].dt == dt)
+      return k;
+  return -1;
+}
+
 size_t ref_esize(shmap_dtype dt)
 {
-  switch (dt) {
-  case SHMAP_F32:
-  case SHMAP_I32:
-    return 4;
-  case SHMAP_F64:
-  case SHMAP_I64:
-    return 8;
-  }
-  return 0;
+  int k = dt_row(dt);
+  return k < 0 ? 0 : dtypes[k].size;
 }
 
 const char *ref_dtname(shmap_dtype dt)
 {
-  switch (dt) {
-  case SHMAP_F32:
-    return "f32";
-  case SHMAP_F64:
-    return "f64";
-  case SHMAP_I32:
-    return "i32";
-  case SHMAP_I64:
-    return "i64";
+  int k = dt_row(dt);
+  return k < 0 ? "invalid" : dtypes[k].name;
+}
+
+char ref_dtclass(shmap_dtype dt)
+{
+  int k = dt_row(dt);
+  return k < 0 ? '?' : dtypes[k].cls;
+}
+
+int ref_ndtypes(void)
+{
+  return NDT;
+}
+
+shmap_dtype ref_dtype_at(int k)
+{
+  return dtypes[k].dt;
+}
+
+/* ---- 16-bit floats, from their definitions ----------------------------------- */
+
+/* Decoding computes the value with ldexp; encoding finds the nearest
+ * representable value by scaling to an integer significand and rounding
+ * half to even in double (exact: every f32 has at most 24 bits).  NaN keeps
+ * its sign and the upper bits of its payload, with the quiet bit set. */
+static uint32_t bits32(float f)
+{
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+
+static float from_bits32(uint32_t u)
+{
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+float ref_bf16_to_f32(uint16_t h)
+{
+  return from_bits32((uint32_t)h << 16);
+}
+
+float ref_f16_to_f32(uint16_t h)
+{
+  int sign = h >> 15, e = (h >> 10) & 31, m = h & 1023;
+  if (e == 31) {
+    if (m == 0)
+      return sign ? -INFINITY : INFINITY;
+    return from_bits32((uint32_t)sign << 31 | 0x7fc00000u | (uint32_t)m << 13);
   }
-  return "invalid";
+  double v = e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+  return (float)(sign ? -v : v);
+}
+
+/* Round |v| (finite, >= 0) to a multiple of 2^q, half to even. */
+static double round_to_quantum(double v, int q)
+{
+  double t = ldexp(v, -q), f = floor(t), r = t - f;
+  if (r > 0.5 || (r == 0.5 && fmod(f, 2.0) != 0))
+    f += 1;
+  return ldexp(f, q);
+}
+
+/* Encode a float in a format with `mbits` fraction bits, exponent bias
+ * `bias` and largest exponent `emax`. */
+static uint16_t encode16(float f, int mbits, int bias, int emax)
+{
+  uint32_t u = bits32(f);
+  uint16_t sign = (uint16_t)((u >> 31) << 15);
+  int ebits = 15 - mbits;
+  uint16_t inf = (uint16_t)(((1u << ebits) - 1) << mbits);
+  if (isnan(f))
+    return (uint16_t)(sign | inf | (1u << (mbits - 1)) |
+                      ((u & 0x7fffffu) >> (23 - mbits)));
+  double v = fabs((double)f);
+  if (isinf(f))
+    return sign | inf;
+  int e;
+  frexp(v, &e); /* v in [2^(e-1), 2^e) */
+  int emin = 1 - bias;
+  int q = (e - 1 < emin ? emin : e - 1) - mbits;
+  double r = round_to_quantum(v, q);
+  if (r == 0)
+    return sign;
+  if (r >= ldexp(2.0, emax))
+    return sign | inf;
+  frexp(r, &e);
+  if (e - 1 < emin) /* subnormal */
+    return (uint16_t)(sign | (uint16_t)ldexp(r, bias - 1 + mbits));
+  uint16_t frac = (uint16_t)(ldexp(r, -(e - 1) + mbits) - ldexp(1.0, mbits));
+  return (uint16_t)(sign | (uint16_t)((e - 1 + bias) << mbits) | frac);
+}
+
+uint16_t ref_f32_to_bf16(float f)
+{
+  return encode16(f, 7, 127, 127);
+}
+
+uint16_t ref_f32_to_f16(float f)
+{
+  return encode16(f, 10, 15, 15);
 }
 
 int64_t ref_numel(int rank, const int64_t shape[])
@@ -267,36 +381,54 @@ void ref_blocks_free(shmap_block **bs, int n)
   }
 }
 
+/* Element i as a pointer. */
+static void *elem(const shmap_block *b, int64_t i)
+{
+  return (char *)b->data + (size_t)i * ref_esize(b->dtype);
+}
+
 double ref_get(const shmap_block *b, int64_t i)
 {
+  const void *p = elem(b, i);
   switch (b->dtype) {
-  case SHMAP_F32:
-    return ((const float *)b->data)[i];
-  case SHMAP_F64:
-    return ((const double *)b->data)[i];
-  case SHMAP_I32:
-    return ((const int32_t *)b->data)[i];
-  case SHMAP_I64:
-    return (double)((const int64_t *)b->data)[i];
+  case SHMAP_F32: return *(const float *)p;
+  case SHMAP_F64: return *(const double *)p;
+  case SHMAP_I32: return *(const int32_t *)p;
+  case SHMAP_I64: return (double)*(const int64_t *)p;
+  case SHMAP_BF16: return ref_bf16_to_f32(*(const uint16_t *)p);
+  case SHMAP_F16: return ref_f16_to_f32(*(const uint16_t *)p);
+  case SHMAP_I8: return *(const int8_t *)p;
+  case SHMAP_U8: return *(const uint8_t *)p;
+  case SHMAP_I16: return *(const int16_t *)p;
+  case SHMAP_U16: return *(const uint16_t *)p;
+  case SHMAP_U32: return *(const uint32_t *)p;
+  case SHMAP_U64: return (double)*(const uint64_t *)p;
+  case SHMAP_BOOL: return *(const uint8_t *)p != 0;
+  case SHMAP_C64: return ((const float *)p)[0];
+  case SHMAP_C128: return ((const double *)p)[0];
   }
   return 0;
 }
 
 void ref_set(shmap_block *b, int64_t i, double v)
 {
+  void *p = elem(b, i);
   switch (b->dtype) {
-  case SHMAP_F32:
-    ((float *)b->data)[i] = (float)v;
-    break;
-  case SHMAP_F64:
-    ((double *)b->data)[i] = v;
-    break;
-  case SHMAP_I32:
-    ((int32_t *)b->data)[i] = (int32_t)v;
-    break;
-  case SHMAP_I64:
-    ((int64_t *)b->data)[i] = (int64_t)v;
-    break;
+  case SHMAP_F32: *(float *)p = (float)v; break;
+  case SHMAP_F64: *(double *)p = v; break;
+  case SHMAP_I32: *(int32_t *)p = (int32_t)v; break;
+  case SHMAP_I64: *(int64_t *)p = (int64_t)v; break;
+  case SHMAP_BF16: *(uint16_t *)p = ref_f32_to_bf16((float)v); break;
+  case SHMAP_F16: *(uint16_t *)p = ref_f32_to_f16((float)v); break;
+  case SHMAP_I8: *(int8_t *)p = (int8_t)v; break;
+  case SHMAP_U8: *(uint8_t *)p = (uint8_t)v; break;
+  case SHMAP_I16: *(int16_t *)p = (int16_t)v; break;
+  case SHMAP_U16: *(uint16_t *)p = (uint16_t)v; break;
+  case SHMAP_U32: *(uint32_t *)p = (uint32_t)v; break;
+  case SHMAP_U64: *(uint64_t *)p = (uint64_t)v; break;
+  case SHMAP_BOOL: *(uint8_t *)p = v != 0; break;
+  case SHMAP_C64: ((float *)p)[0] = (float)v; ((float *)p)[1] = 0; break;
+  case SHMAP_C128: ((double *)p)[0] = v; ((double *)p)[1] = 0; break;
   }
 }
 
@@ -333,18 +465,39 @@ void ref_shape_text(shmap_dtype dt, int rank, const int64_t shape[],
 
 static void elem_text(const shmap_block *b, int64_t i, char *buf, size_t n)
 {
-  switch (b->dtype) {
-  case SHMAP_F32:
-    cat(buf, n, "%.9g", (double)((const float *)b->data)[i]);
+  const void *p = elem(b, i);
+  switch (ref_dtclass(b->dtype)) {
+  case 'f':
+    if (b->dtype == SHMAP_F64)
+      cat(buf, n, "%.17g", *(const double *)p);
+    else
+      cat(buf, n, "%.9g", ref_get(b, i));
     break;
-  case SHMAP_F64:
-    cat(buf, n, "%.17g", ((const double *)b->data)[i]);
+  case 's':
+  case 'u': {
+    uint64_t v = 0;
+    size_t es = ref_esize(b->dtype);
+    memcpy(&v, p, es); /* little-endian */
+    if (ref_dtclass(b->dtype) == 's') {
+      if (es < 8 && (v >> (8 * es - 1)) & 1)
+        v |= ~(uint64_t)0 << (8 * es);
+      cat(buf, n, "%" PRId64, (int64_t)v);
+    } else {
+      cat(buf, n, "%" PRIu64, v);
+    }
     break;
-  case SHMAP_I32:
-    cat(buf, n, "%" PRId32, ((const int32_t *)b->data)[i]);
+  }
+  case 'b':
+    cat(buf, n, "%s(%u)", *(const uint8_t *)p ? "true" : "false",
+        (unsigned)*(const uint8_t *)p);
     break;
-  case SHMAP_I64:
-    cat(buf, n, "%" PRId64, ((const int64_t *)b->data)[i]);
+  case 'c':
+    if (b->dtype == SHMAP_C64)
+      cat(buf, n, "%.9g%+.9gj", (double)((const float *)p)[0],
+          (double)((const float *)p)[1]);
+    else
+      cat(buf, n, "%.17g%+.17gj", ((const double *)p)[0],
+          ((const double *)p)[1]);
     break;
   }
 }
@@ -408,86 +561,180 @@ void ref_block_diff(const shmap_block *got, const shmap_block *want,
 
 /* ---- reductions -------------------------------------------------------------- */
 
-/* Left fold of element e over the members, in rank order. */
+/*
+ * Reductions of one element, from the rules in shmap(7):
+ *  - float sums and means: IEEE arithmetic in rank order; bf16 and f16 in
+ *    f32, rounded once at the end (after the division of a mean);
+ *  - float max and min: IEEE 754-2019 maximum and minimum (NaN wins, the
+ *    first in rank order; -0 < +0);
+ *  - integer sums wrap around in the type's width;
+ *  - bool: psum counts the true values (i32), pmax is any, pmin is all;
+ *  - complex: per component.
+ */
+static double fmaxmin(ref_redop op, double a, double x, int *take_x)
+{
+  *take_x = 0;
+  if (isnan(a))
+    return a;
+  if (isnan(x) || (op == REF_MAX ? x > a : x < a) ||
+      (x == a && signbit(x) != signbit(a) &&
+       (op == REF_MAX ? !signbit(x) : signbit(x))))
+    *take_x = 1;
+  return *take_x ? x : a;
+}
+
+static float fold_f32(ref_redop op, const float *v, int n)
+{
+  float acc = v[0];
+  for (int r = 1; r < n; r++) {
+    int t;
+    if (op == REF_SUM || op == REF_MEAN)
+      acc = acc + v[r];
+    else {
+      fmaxmin(op, acc, v[r], &t);
+      if (t)
+        acc = v[r];
+    }
+  }
+  if (op == REF_MEAN)
+    acc = acc / (float)n;
+  return acc;
+}
+
+static double fold_f64(ref_redop op, const double *v, int n)
+{
+  double acc = v[0];
+  for (int r = 1; r < n; r++) {
+    int t;
+    if (op == REF_SUM || op == REF_MEAN)
+      acc = acc + v[r];
+    else {
+      fmaxmin(op, acc, v[r], &t);
+      if (t)
+        acc = v[r];
+    }
+  }
+  if (op == REF_MEAN)
+    acc = acc / (double)n;
+  return acc;
+}
+
 static void fold(ref_redop op, shmap_block *const in[], const int mem[],
                  int n, int64_t e, shmap_block *out)
 {
-  switch (out->dtype) {
-  case SHMAP_F32: {
-    float acc = ((const float *)in[mem[0]]->data)[e];
-    for (int r = 1; r < n; r++) {
-      float v = ((const float *)in[mem[r]]->data)[e];
-      if (op == REF_SUM || op == REF_MEAN)
-        acc = acc + v;
-      else if (op == REF_MAX)
-        acc = v > acc ? v : acc;
-      else
-        acc = v < acc ? v : acc;
+  shmap_dtype dt = in[mem[0]]->dtype;
+  size_t es = ref_esize(dt);
+  void *o = elem(out, e);
+  /* The members' values (real parts, then imaginary ones); on the stack
+   * for the usual group sizes, since this runs once per element. */
+  float vf_stack[128];
+  double vd_stack[128];
+  float *vf = n <= 64 ? vf_stack : xmalloc(sizeof(float) * 2 * (size_t)n);
+  double *vd = n <= 64 ? vd_stack : xmalloc(sizeof(double) * 2 * (size_t)n);
+  for (int r = 0; r < n; r++) {
+    const void *p = elem(in[mem[r]], e);
+    switch (dt) {
+    case SHMAP_F32: vf[r] = *(const float *)p; break;
+    case SHMAP_BF16: vf[r] = ref_bf16_to_f32(*(const uint16_t *)p); break;
+    case SHMAP_F16: vf[r] = ref_f16_to_f32(*(const uint16_t *)p); break;
+    case SHMAP_F64: vd[r] = *(const double *)p; break;
+    case SHMAP_C64:
+      vf[r] = ((const float *)p)[0];
+      vf[n + r] = ((const float *)p)[1];
+      break;
+    case SHMAP_C128:
+      vd[r] = ((const double *)p)[0];
+      vd[n + r] = ((const double *)p)[1];
+      break;
+    default: break;
     }
-    if (op == REF_MEAN)
-      acc = acc / (float)n;
-    ((float *)out->data)[e] = acc;
+  }
+  switch (ref_dtclass(dt)) {
+  case 'f':
+    if (dt == SHMAP_F32)
+      *(float *)o = fold_f32(op, vf, n);
+    else if (dt == SHMAP_F64)
+      *(double *)o = fold_f64(op, vd, n);
+    else if (dt == SHMAP_BF16)
+      *(uint16_t *)o = ref_f32_to_bf16(fold_f32(op, vf, n));
+    else
+      *(uint16_t *)o = ref_f32_to_f16(fold_f32(op, vf, n));
+    break;
+  case 'c':
+    if (dt == SHMAP_C64) {
+      ((float *)o)[0] = fold_f32(op, vf, n);
+      ((float *)o)[1] = fold_f32(op, vf + n, n);
+    } else {
+      ((double *)o)[0] = fold_f64(op, vd, n);
+      ((double *)o)[1] = fold_f64(op, vd + n, n);
+    }
+    break;
+  case 'b': {
+    int32_t cnt = 0;
+    for (int r = 0; r < n; r++)
+      cnt += *(const uint8_t *)elem(in[mem[r]], e) != 0;
+    if (op == REF_SUM)
+      *(int32_t *)o = cnt;
+    else
+      *(uint8_t *)o = op == REF_MAX ? cnt > 0 : cnt == n;
     break;
   }
-  case SHMAP_F64: {
-    double acc = ((const double *)in[mem[0]]->data)[e];
-    for (int r = 1; r < n; r++) {
-      double v = ((const double *)in[mem[r]]->data)[e];
-      if (op == REF_SUM || op == REF_MEAN)
-        acc = acc + v;
+  case 's':
+  case 'u': {
+    /* Widen to 64 bits (sign-extended for signed types), fold, keep the
+     * low bytes: a sum modulo 2^(8*size). */
+    int sgn = ref_dtclass(dt) == 's';
+    uint64_t acc = 0;
+    for (int r = 0; r < n; r++) {
+      uint64_t v = 0;
+      memcpy(&v, elem(in[mem[r]], e), es); /* little-endian */
+      if (sgn && es < 8 && (v >> (8 * es - 1)) & 1)
+        v |= ~(uint64_t)0 << (8 * es);
+      if (r == 0 || op == REF_SUM)
+        acc = r == 0 ? v : acc + v;
       else if (op == REF_MAX)
-        acc = v > acc ? v : acc;
+        acc = (sgn ? (int64_t)v > (int64_t)acc : v > acc) ? v : acc;
       else
-        acc = v < acc ? v : acc;
+        acc = (sgn ? (int64_t)v < (int64_t)acc : v < acc) ? v : acc;
     }
-    if (op == REF_MEAN)
-      acc = acc / (double)n;
-    ((double *)out->data)[e] = acc;
-    break;
-  }
-  case SHMAP_I32: {
-    /* Sums wrap (two's complement) instead of overflowing. */
-    int32_t acc = ((const int32_t *)in[mem[0]]->data)[e];
-    for (int r = 1; r < n; r++) {
-      int32_t v = ((const int32_t *)in[mem[r]]->data)[e];
-      if (op == REF_SUM)
-        acc = (int32_t)((uint32_t)acc + (uint32_t)v);
-      else if (op == REF_MAX)
-        acc = v > acc ? v : acc;
-      else
-        acc = v < acc ? v : acc;
-    }
-    ((int32_t *)out->data)[e] = acc;
-    break;
-  }
-  case SHMAP_I64: {
-    int64_t acc = ((const int64_t *)in[mem[0]]->data)[e];
-    for (int r = 1; r < n; r++) {
-      int64_t v = ((const int64_t *)in[mem[r]]->data)[e];
-      if (op == REF_SUM)
-        acc = (int64_t)((uint64_t)acc + (uint64_t)v);
-      else if (op == REF_MAX)
-        acc = v > acc ? v : acc;
-      else
-        acc = v < acc ? v : acc;
-    }
-    ((int64_t *)out->data)[e] = acc;
+    memcpy(o, &acc, es);
     break;
   }
   }
+  if (vf != vf_stack)
+    free(vf);
+  if (vd != vd_stack)
+    free(vd);
+}
+
+/* The dtype of a reduction's result. */
+shmap_dtype ref_reduce_dtype(ref_redop op, shmap_dtype dt)
+{
+  return dt == SHMAP_BOOL && op == REF_SUM ? SHMAP_I32 : dt;
+}
+
+/* Which reductions a dtype allows, and the code otherwise. */
+int ref_reduce_allowed(ref_redop op, shmap_dtype dt)
+{
+  char c = ref_dtclass(dt);
+  if (op == REF_MEAN && (c == 's' || c == 'u' || c == 'b'))
+    return SHMAP_EDTYPE;
+  if ((op == REF_MAX || op == REF_MIN) && c == 'c')
+    return SHMAP_EDTYPE;
+  return 0;
 }
 
 int ref_reduce(const ref_mesh *m, const int axes[], int naxes, ref_redop op,
                shmap_block *const in[], shmap_block *out[])
 {
-  if (op == REF_MEAN &&
-      (in[0]->dtype == SHMAP_I32 || in[0]->dtype == SHMAP_I64))
-    return SHMAP_EDTYPE;
+  int rc = ref_reduce_allowed(op, in[0]->dtype);
+  if (rc)
+    return rc;
   int *mem = xmalloc(sizeof(int) * (size_t)m->ndev);
   for (int dev = 0; dev < m->ndev; dev++) {
     int n = ref_group(m, axes, naxes, dev, mem, NULL);
     const shmap_block *x = in[dev];
-    out[dev] = ref_block_new(x->dtype, x->rank, x->shape);
+    out[dev] = ref_block_new(ref_reduce_dtype(op, x->dtype), x->rank, x->shape);
     int64_t ne = ref_numel(x->rank, x->shape);
     for (int64_t e = 0; e < ne; e++)
       fold(op, in, mem, n, e, out[dev]);
@@ -804,25 +1051,33 @@ int ref_rng_int(ref_rng *r, int lo, int hi)
 void ref_fill_random(ref_rng *r, shmap_block *b)
 {
   int64_t ne = ref_numel(b->rank, b->shape);
+  size_t es = ref_esize(b->dtype);
   for (int64_t i = 0; i < ne; i++) {
-    uint64_t u = ref_rng_next(r);
-    double mant = 1.0 + (double)(u >> 11) * 0x1.0p-53; /* [1, 2) */
-    int e = (int)((u >> 3) % 41) - 20;
-    double sign = (u & 1) ? -1.0 : 1.0;
-    double v = sign * ldexp(mant, e);
-    switch (b->dtype) {
-    case SHMAP_F32:
-      ((float *)b->data)[i] = (float)v;
-      break;
-    case SHMAP_F64:
-      ((double *)b->data)[i] = v;
-      break;
-    case SHMAP_I32:
-      ((int32_t *)b->data)[i] = (int32_t)(u % 2001) - 1000;
-      break;
-    case SHMAP_I64:
-      ((int64_t *)b->data)[i] = (int64_t)(u % 2000001) - 1000000;
-      break;
+    void *p = elem(b, i);
+    for (int part = 0; part < (ref_dtclass(b->dtype) == 'c' ? 2 : 1); part++) {
+      uint64_t u = ref_rng_next(r);
+      double mant = 1.0 + (double)(u >> 11) * 0x1.0p-53; /* [1, 2) */
+      /* f16 reaches only 65504: smaller magnitudes keep its sums finite. */
+      int e = b->dtype == SHMAP_F16 ? (int)((u >> 3) % 21) - 10
+                                    : (int)((u >> 3) % 41) - 20;
+      double sign = (u & 1) ? -1.0 : 1.0;
+      double v = sign * ldexp(mant, e);
+      switch (b->dtype) {
+      case SHMAP_F32: *(float *)p = (float)v; break;
+      case SHMAP_F64: *(double *)p = v; break;
+      case SHMAP_BF16: *(uint16_t *)p = ref_f32_to_bf16((float)v); break;
+      case SHMAP_F16: *(uint16_t *)p = ref_f32_to_f16((float)v); break;
+      case SHMAP_C64: ((float *)p)[part] = (float)v; break;
+      case SHMAP_C128: ((double *)p)[part] = v; break;
+      case SHMAP_I32: *(int32_t *)p = (int32_t)(u % 2001) - 1000; break;
+      case SHMAP_I64: *(int64_t *)p = (int64_t)(u % 2000001) - 1000000; break;
+      /* Now and then a byte other than 0 and 1: true all the same. */
+      case SHMAP_BOOL:
+        *(uint8_t *)p = (uint8_t)(u % 7 == 0 ? (u >> 8) % 256 : (u >> 8) & 1);
+        break;
+      /* The other integers take any bits: their sums wrap around. */
+      default: memcpy(p, &u, es); break;
+      }
     }
   }
 }
@@ -912,7 +1167,8 @@ void ref_op_axes(const ref_mesh *m, ref_op *op, const int axes[], int naxes,
 void ref_op_text(const ref_op *op, char *buf, size_t n)
 {
   buf[0] = 0;
-  cat(buf, n, "%s(\"%s\"", ref_kind_name(op->kind), op->text);
+  cat(buf, n, "%s%s(\"%s\"", ref_kind_name(op->kind),
+      op->outplace ? "_new" : "", op->text);
   switch (op->kind) {
   case RK_PSUM_SCATTER:
     cat(buf, n, ", scatter_dimension=%d, tiled=%d", op->dim, op->tiled);
@@ -971,6 +1227,22 @@ int ref_call(shmap_ctx *ctx, const ref_op *op, shmap_block *x,
 {
   *res = NULL;
   int rc;
+  if (op->outplace)
+    switch (op->kind) {
+    case RK_PSUM:
+      return shmap_psum_new(ctx, x, op->text, res);
+    case RK_PMAX:
+      return shmap_pmax_new(ctx, x, op->text, res);
+    case RK_PMIN:
+      return shmap_pmin_new(ctx, x, op->text, res);
+    case RK_PMEAN:
+      return shmap_pmean_new(ctx, x, op->text, res);
+    case RK_PPERMUTE:
+      return shmap_ppermute_new(ctx, x, op->text, op->npairs,
+                                (const int(*)[2])op->pairs, res);
+    default:
+      break;
+    }
   switch (op->kind) {
   case RK_PSUM:
     rc = shmap_psum(ctx, x, op->text);

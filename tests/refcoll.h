@@ -60,6 +60,17 @@ void ref_axes_text(const ref_mesh *m, const int axes[], int naxes, int style,
 
 size_t ref_esize(shmap_dtype dt);
 const char *ref_dtname(shmap_dtype dt);
+/* 'f' float, 's' signed, 'u' unsigned, 'b' bool, 'c' complex. */
+char ref_dtclass(shmap_dtype dt);
+/* The model knows ref_ndtypes() dtypes: ref_dtype_at(0 .. n-1). */
+int ref_ndtypes(void);
+shmap_dtype ref_dtype_at(int k);
+/* bf16 and f16 from their definitions (round half to even; NaN quiet,
+ * upper payload bits kept). */
+float ref_bf16_to_f32(uint16_t h);
+float ref_f16_to_f32(uint16_t h);
+uint16_t ref_f32_to_bf16(float f);
+uint16_t ref_f32_to_f16(float f);
 int64_t ref_numel(int rank, const int64_t shape[]);
 /* New block, zeroed, data from malloc (never NULL data, even when empty). */
 shmap_block *ref_block_new(shmap_dtype dt, int rank, const int64_t shape[]);
@@ -87,12 +98,18 @@ void ref_block_text(const shmap_block *b, int maxel, char *buf, size_t n);
  * and shape within each group) and stores a new block in out[dev] for every
  * device.  They return 0, or the error code the rules of section 6 give
  * for invalid arguments (nothing is stored then):
- *   SHMAP_EDTYPE  pmean on an integer dtype;
+ *   SHMAP_EDTYPE  pmean on an integer or bool dtype, pmax or pmin on a
+ *                 complex one;
  *   SHMAP_EINVAL  a dimension out of range, bad ppermute pairs;
  *   SHMAP_ESHAPE  a size that does not divide or equal the group size.
  */
 typedef enum ref_redop { REF_SUM, REF_MAX, REF_MIN, REF_MEAN } ref_redop;
 
+/* The result dtype of a reduction (psum of bool is i32), and 0 or the
+ * error code when the dtype does not allow it (pmean of integers and
+ * bool, pmax and pmin of complex). */
+shmap_dtype ref_reduce_dtype(ref_redop op, shmap_dtype dt);
+int ref_reduce_allowed(ref_redop op, shmap_dtype dt);
 int ref_reduce(const ref_mesh *m, const int axes[], int naxes, ref_redop op,
                shmap_block *const in[], shmap_block *out[]);
 int ref_psum_scatter(const ref_mesh *m, const int axes[], int naxes,
@@ -153,6 +170,7 @@ typedef struct ref_op {
   int tiled;
   int npairs;
   int (*pairs)[2];    /* owned by whoever built the op */
+  int outplace;       /* reductions, ppermute: the _new form */
 } ref_op;
 
 const char *ref_kind_name(ref_kind k);

@@ -99,10 +99,50 @@ static void random_group(ref_rng *r, const ref_mesh *m, ref_op *op)
   ref_op_axes(m, op, perm, k, ref_rng_int(r, 0, 3));
 }
 
-static shmap_dtype random_dtype(ref_rng *r, int float_only)
+/* Whether the library takes `dt` for one op of `kind` (the model's rules;
+ * psum in place cannot change bool into its i32 result). */
+static int kind_allows(ref_kind kind, shmap_dtype dt)
 {
-  return float_only ? (shmap_dtype)ref_rng_int(r, 0, 1)
-                    : (shmap_dtype)ref_rng_int(r, 0, 3);
+  switch (kind) {
+  case RK_PSUM: /* bool needs the _new form (see with_form) */
+    return 1;
+  case RK_PMAX:
+    return ref_reduce_allowed(REF_MAX, dt) == 0;
+  case RK_PMIN:
+    return ref_reduce_allowed(REF_MIN, dt) == 0;
+  case RK_PMEAN:
+    return ref_reduce_allowed(REF_MEAN, dt) == 0;
+  default:
+    return 1;
+  }
+}
+
+/* In place or out of place (the _new form), at random; a psum of bool
+ * is always out of place (its i32 result does not fit in place). */
+static void with_form(ref_rng *r, ref_op *op, shmap_dtype dt)
+{
+  switch (op->kind) {
+  case RK_PSUM:
+  case RK_PMAX:
+  case RK_PMIN:
+  case RK_PMEAN:
+  case RK_PPERMUTE:
+    op->outplace = ref_rng_int(r, 0, 1) || (op->kind == RK_PSUM &&
+                                            dt == SHMAP_BOOL);
+    break;
+  default:
+    op->outplace = 0;
+  }
+}
+
+/* Any dtype the kind allows, every dtype as likely. */
+static shmap_dtype random_dtype(ref_rng *r, ref_kind kind)
+{
+  shmap_dtype dt;
+  do
+    dt = ref_dtype_at(ref_rng_int(r, 0, ref_ndtypes() - 1));
+  while (!kind_allows(kind, dt));
+  return dt;
 }
 
 static void random_shape(ref_rng *r, int minrank, int maxrank, int *rank,
@@ -267,7 +307,8 @@ static void prop_kind(ref_kind kind, int cases)
       ck_assert_int_eq(random_op(&rng, &w.rm, kind, &op, rank, shape, pairs),
                        0);
     }
-    shmap_dtype dt = random_dtype(&rng, kind == RK_PMEAN);
+    shmap_dtype dt = random_dtype(&rng, kind);
+    with_form(&rng, &op, dt);
     shmap_block **in = random_inputs(&rng, &w.rm, dt, rank, shape);
     char desc[2048];
     describe(desc, sizeof desc, ci, &w, &op, 1, dt, rank, shape);
@@ -331,7 +372,7 @@ START_TEST(t_ident_scatter_gather)
     ops[1] = ops[0];
     ops[1].kind = RK_ALL_GATHER;
     ops[1].dim = ref_rng_int(&rng, 0, 1) ? d : d - rank;
-    shmap_dtype dt = random_dtype(&rng, 0);
+    shmap_dtype dt = random_dtype(&rng, RK_ALL_GATHER);
     shmap_block **in = random_inputs(&rng, &w.rm, dt, rank, shape);
     ref_op ps = ops[0];
     ps.kind = RK_PSUM;
@@ -381,7 +422,7 @@ START_TEST(t_ident_all_to_all)
     ops[1] = ops[0];
     ops[1].dim = c;
     ops[1].dim2 = s;
-    shmap_dtype dt = random_dtype(&rng, 0);
+    shmap_dtype dt = random_dtype(&rng, RK_ALL_GATHER);
     shmap_block **in = random_inputs(&rng, &w.rm, dt, rank, shape);
     char desc[2048];
     describe(desc, sizeof desc, ci, &w, ops, 2, dt, rank, shape);
@@ -426,7 +467,7 @@ START_TEST(t_ident_ppermute)
     ops[0].pairs = fwd;
     ops[1] = ops[0];
     ops[1].pairs = inv;
-    shmap_dtype dt = random_dtype(&rng, 0);
+    shmap_dtype dt = random_dtype(&rng, RK_ALL_GATHER);
     shmap_block **in = random_inputs(&rng, &w.rm, dt, rank, shape);
     char desc[2048];
     describe(desc, sizeof desc, ci, &w, ops, 2, dt, rank, shape);
@@ -506,20 +547,22 @@ START_TEST(t_prop_sequences)
         shape0[d] = dims[ref_rng_int(&rng, 0, 7)];
     while (ref_numel(rank, shape0) > 256);
     memcpy(shape, shape0, sizeof shape);
-    shmap_dtype dt = random_dtype(&rng, 0);
+    shmap_dtype dt = random_dtype(&rng, RK_ALL_GATHER), dt0 = dt;
     int nops = ref_rng_int(&rng, 2, 5);
     ref_op ops[5];
     int pairs[5][16][2];
     int made = 0;
     for (int k = 0; k < nops; k++) {
       ref_kind kind = (ref_kind)ref_rng_int(&rng, 0, RK_NKINDS - 1);
-      if (kind == RK_PMEAN && (dt == SHMAP_I32 || dt == SHMAP_I64))
-        kind = RK_PSUM;
-      if (kind == RK_ALL_GATHER && ref_numel(rank, shape) > 256)
-        kind = RK_PMAX;
+      do {
+        kind = (ref_kind)ref_rng_int(&rng, 0, RK_NKINDS - 1);
+        if (kind == RK_ALL_GATHER && ref_numel(rank, shape) > 256)
+          kind = RK_PMAX;
+      } while (!kind_allows(kind, dt));
       ref_op op;
       if (fit_op(&rng, &w.rm, kind, &op, rank, shape, pairs[made]) != 0)
         continue;
+      with_form(&rng, &op, dt);
       ops[made++] = op;
       /* the shape after the op, by the model's rules */
       shmap_block *tmp = ref_block_new(dt, rank, shape);
@@ -529,6 +572,7 @@ START_TEST(t_prop_sequences)
         pin[d] = tmp;
       ck_assert_int_eq(ref_apply(&w.rm, &op, pin, pout), 0);
       rank = pout[0]->rank;
+      dt = pout[0]->dtype; /* psum_scatter of bool gives i32 */
       memcpy(shape, pout[0]->shape, sizeof shape);
       ref_blocks_free(pout, w.rm.ndev);
       free(pout);
@@ -537,9 +581,9 @@ START_TEST(t_prop_sequences)
     }
     if (made == 0)
       continue;
-    shmap_block **in = random_inputs(&rng, &w.rm, dt, rank0, shape0);
+    shmap_block **in = random_inputs(&rng, &w.rm, dt0, rank0, shape0);
     char desc[4096];
-    describe(desc, sizeof desc, ci, &w, ops, made, dt, rank0, shape0);
+    describe(desc, sizeof desc, ci, &w, ops, made, dt0, rank0, shape0);
     ref_cap *cap = ref_cap_new(w.rm.ndev);
     ref_job job = {&w.rm, made, ops, in, cap, ref_rng_int(&rng, 0, 1),
                    ref_rng_int(&rng, 0, 1)};

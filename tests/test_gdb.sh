@@ -155,7 +155,7 @@ commands () {
   printf '%s\n' 'echo @@device3\n' 'print $shmap_device()'
   if test "$1" = started; then
     printf '%s\n' 'echo @@print\n' 'print *x' 'print *t->host' \
-      'print *t->sharded' 'print *ctx'
+      'print *t->sharded' 'print *ctx' 'print dtype_blocks'
     printf '%s\n' 'echo @@next\n' 'next' 'print *y'
     printf '%s\n' 'echo @@shown2again\n' 'shmap device 2' 'shmap thread 3'
     printf '%s\n' 'echo @@cont\n' 'continue'
@@ -290,6 +290,8 @@ session () {
       has print '^\$[0-9]+ = f32\[4,16\] on the host \{0, 1, 2, 3, 4, 5, 6, 7, \.\.\.\}$'
     check "$name: a sharded array prints its mesh and spec" \
       has print "^\\\$[0-9]+ = f32\[4,16\] sharded on mesh i=2, j=2 by P\('i', 'j'\), blocks f32\[2,8\]\$"
+    check "$name: blocks of other dtypes print as the library prints them" \
+      has print '^\$[0-9]+ = \{bf16\[3\] \{1\.5, -2, 0\.100097656\}, f16\[2\] \{0\.25, 65504\}, bool\[3\] \{false, true, true \(byte 9\)\}, c64\[2\] \{1-2j, 0\.5\+3j\}, i8\[2\] \{-128, 127\}\}$'
     check "$name: a context prints its device" \
       has print '^\$[0-9]+ = device 3 \(i=1, j=1\) of mesh i=2, j=2'
     check "$name: next steps device 3 over its psum" \

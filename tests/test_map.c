@@ -264,14 +264,26 @@ static void fill_values(shmap_dtype dt, int64_t n, void *p) {
       ((int64_t *)p)[e] = e == 1 ? INT64_MIN
                                  : ((int64_t)1 << 53) + 1 + e * 0x100000001LL;
       break;
+    default: {
+      /* Any bit pattern must survive the trip (NaNs, bool bytes > 1). */
+      size_t es = shmap_dtype_size(dt);
+      for (size_t b = 0; b < es; b++)
+        ((unsigned char *)p)[(size_t)e * es + b] =
+            (unsigned char)(e * 31 + (int64_t)b * 7 + 1);
+      break;
+    }
     }
 }
 
 START_TEST(dtype_roundtrip) {
-  static const shmap_dtype dts[] = {SHMAP_F32, SHMAP_F64, SHMAP_I32,
-                                    SHMAP_I64};
-  static const char *const names[] = {"f32", "f64", "i32", "i64"};
-  static const size_t sizes[] = {4, 8, 4, 8};
+  static const shmap_dtype dts[] = {
+      SHMAP_F32, SHMAP_F64, SHMAP_I32, SHMAP_I64, SHMAP_BF16,
+      SHMAP_F16, SHMAP_I8,  SHMAP_U8,  SHMAP_I16, SHMAP_U16,
+      SHMAP_U32, SHMAP_U64, SHMAP_BOOL, SHMAP_C64, SHMAP_C128};
+  static const char *const names[] = {"f32", "f64", "i32", "i64", "bf16",
+                                      "f16", "i8",  "u8",  "i16", "u16",
+                                      "u32", "u64", "bool", "c64", "c128"};
+  static const size_t sizes[] = {4, 8, 4, 8, 2, 2, 1, 1, 2, 2, 4, 8, 1, 8, 16};
   static const char *const specs[][2] = {
       {"P('i', 'j')", "P('i', 'j')"},
       {"P(('j', 'i'))", "P(('j', 'i'))"},
@@ -280,9 +292,10 @@ START_TEST(dtype_roundtrip) {
   };
   shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t shape[2] = {8, 8};
-  for (int k = 0; k < 4; k++) {
+  ck_assert_int_eq(SHMAP_NDTYPES, 15);
+  for (int k = 0; k < SHMAP_NDTYPES; k++) {
     shmap_dtype dt = dts[k];
-    void *src = malloc(64 * 8), *back;
+    void *src = malloc(64 * 16), *back;
     shmap_array *x;
     ck_assert_uint_eq(shmap_dtype_size(dt), sizes[k]);
     ck_assert_str_eq(shmap_dtype_name(dt), names[k]);
@@ -377,8 +390,8 @@ START_TEST(host_array_errors) {
                    SHMAP_EINVAL);
   ck_assert_ptr_null(a);
   a = SENTINEL;
-  rc = shmap_array_from_host(&a, (shmap_dtype)7, 2, shape, data);
-  ck_assert_msg(rc == SHMAP_EDTYPE, "dtype 7: %d", rc);
+  rc = shmap_array_from_host(&a, (shmap_dtype)SHMAP_NDTYPES, 2, shape, data);
+  ck_assert_msg(rc == SHMAP_EDTYPE, "dtype SHMAP_NDTYPES: %d", rc);
   ck_assert_ptr_null(a);
   a = SENTINEL;
   rc = shmap_array_from_host(&a, (shmap_dtype)-1, 2, shape, data);
@@ -409,8 +422,8 @@ START_TEST(host_array_errors) {
   ck_assert_int_eq(shmap_array_numel(NULL), SHMAP_EINVAL);
   ck_assert_ptr_null(shmap_array_shape(NULL));
   ck_assert_int_eq((int)shmap_array_dtype(NULL), -1);
-  ck_assert_uint_eq(shmap_dtype_size((shmap_dtype)7), 0);
-  ck_assert_str_eq(shmap_dtype_name((shmap_dtype)7), "invalid");
+  ck_assert_uint_eq(shmap_dtype_size((shmap_dtype)SHMAP_NDTYPES), 0);
+  ck_assert_str_eq(shmap_dtype_name((shmap_dtype)SHMAP_NDTYPES), "invalid");
 }
 END_TEST
 
@@ -1226,7 +1239,7 @@ enum {
   BC_IN_NEG,        /* shmap_in(ctx, -1) */
   BC_OUT_RANGE,     /* shmap_out(ctx, 1, ...) with one output */
   BC_OUT_NEG,       /* shmap_out(ctx, -1, ...) */
-  BC_OUT_DTYPE,     /* shmap_out with dtype 9 */
+  BC_OUT_DTYPE,     /* shmap_out with invalid dtype */
   BC_OUT_RANK_NEG,  /* rank -1 */
   BC_OUT_RANK_BIG,  /* rank 9 */
   BC_OUT_DIM_NEG,   /* a negative dimension */
@@ -1236,7 +1249,7 @@ enum {
   BC_COPY_NULL,     /* shmap_out_copy(ctx, 0, NULL) */
   BC_SET_RANGE,     /* shmap_out_set(ctx, 1, in) */
   BC_SET_NULL,      /* shmap_out_set(ctx, 0, NULL) */
-  BC_ALLOC_DTYPE,   /* shmap_block_alloc with dtype 9 */
+  BC_ALLOC_DTYPE,   /* shmap_block_alloc with invalid dtype */
   BC_FREE_INPUT,    /* shmap_block_free of an input block */
   BC_NESTED_MAP,    /* shmap_map from inside a body */
   BC_COUNT
@@ -1250,7 +1263,7 @@ static const struct {
     {"shmap_in(ctx, -1)", SHMAP_EINVAL},
     {"shmap_out(ctx, 1)", SHMAP_EINVAL},
     {"shmap_out(ctx, -1)", SHMAP_EINVAL},
-    {"shmap_out(dtype 9)", SHMAP_EDTYPE},
+    {"shmap_out(invalid dtype)", SHMAP_EDTYPE},
     {"shmap_out(rank -1)", SHMAP_ESHAPE},
     {"shmap_out(rank 9)", SHMAP_ESHAPE},
     {"shmap_out(dim -1)", SHMAP_ESHAPE},
@@ -1260,7 +1273,7 @@ static const struct {
     {"shmap_out_copy(NULL src)", SHMAP_EINVAL},
     {"shmap_out_set(ctx, 1)", SHMAP_EINVAL},
     {"shmap_out_set(NULL block)", SHMAP_EINVAL},
-    {"shmap_block_alloc(dtype 9)", SHMAP_EDTYPE},
+    {"shmap_block_alloc(invalid dtype)", SHMAP_EDTYPE},
     {"shmap_block_free(input)", SHMAP_EINVAL},
     {"nested shmap_map", SHMAP_ESTATE},
 };
@@ -1288,7 +1301,7 @@ static int body_bad_call(shmap_ctx *ctx, void *arg) {
       failed = shmap_out(ctx, -1, SHMAP_F32, 2, s2) == NULL;
       break;
     case BC_OUT_DTYPE:
-      failed = shmap_out(ctx, 0, (shmap_dtype)9, 2, s2) == NULL;
+      failed = shmap_out(ctx, 0, (shmap_dtype)(SHMAP_NDTYPES + 2), 2, s2) == NULL;
       break;
     case BC_OUT_RANK_NEG:
       failed = shmap_out(ctx, 0, SHMAP_F32, -1, s2) == NULL;
@@ -1320,7 +1333,7 @@ static int body_bad_call(shmap_ctx *ctx, void *arg) {
       failed = shmap_out_set(ctx, 0, NULL) < 0;
       break;
     case BC_ALLOC_DTYPE:
-      failed = shmap_block_alloc(ctx, (shmap_dtype)9, 1, s2) == NULL;
+      failed = shmap_block_alloc(ctx, (shmap_dtype)(SHMAP_NDTYPES + 2), 1, s2) == NULL;
       break;
     case BC_FREE_INPUT:
       failed = shmap_block_free(ctx, (shmap_block *)in) < 0;

@@ -183,6 +183,8 @@ static void fill_data(uint64_t *rng, shmap_dtype dt, int64_t n, void *p,
     case SHMAP_I64:
       ((int64_t *)p)[e] = base * ((int64_t)1 << 36) + v;
       break;
+    default: /* the map properties draw only the four dtypes above */
+      ck_abort_msg("fill_data: dtype %d not drawn here", (int)dt);
     }
   }
 }
@@ -203,6 +205,8 @@ static void add_delta(shmap_dtype dt, void *p, int64_t n, int delta) {
     case SHMAP_I64:
       ((int64_t *)p)[e] += delta;
       break;
+    default:
+      ck_abort_msg("add_delta: dtype %d not drawn here", (int)dt);
     }
 }
 
@@ -372,6 +376,8 @@ static void format_elem(shmap_dtype dt, const void *p, int64_t e, char *buf,
   case SHMAP_I64:
     snprintf(buf, n, "%" PRId64, ((const int64_t *)p)[e]);
     break;
+  default:
+    ck_abort_msg("format_elem: dtype %d not drawn here", (int)dt);
   }
 }
 

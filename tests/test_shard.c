@@ -1261,7 +1261,7 @@ START_TEST(err_null_and_bad_args) {
   /* Bad dtype, rank, sizes. */
   a = SENTINEL;
   ck_assert_int_eq(
-      shmap_array_zeros(&a, t.m, "i", (shmap_dtype)7, 1, shape), SHMAP_EDTYPE);
+      shmap_array_zeros(&a, t.m, "i", (shmap_dtype)SHMAP_NDTYPES, 1, shape), SHMAP_EDTYPE);
   ck_assert_ptr_null(a);
   a = SENTINEL;
   const int64_t big[9] = {2, 1, 1, 1, 1, 1, 1, 1, 1};

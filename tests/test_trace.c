@@ -79,6 +79,7 @@ typedef struct coll_spec {
   const char *name;
   const char *axes[3]; /* names args.axes must contain */
   double bytes;
+  const char *dtype;    /* args.dtype */
 } coll_spec;
 
 typedef struct mesh_spec {
@@ -94,13 +95,15 @@ typedef struct mesh_spec {
  * (tiled); ppermute over ('i','j') of i32[5] (a ring). */
 static const mesh_spec mesh2d = {
     "i=2, j=2", 2, {"i", "j"}, {2, 2}, 4,
-    {{"psum", {"j"}, 12}, {"all_gather", {"i"}, 32},
-     {"ppermute", {"i", "j"}, 20}}};
+    {{"psum", {"j"}, 12, "f32"}, {"all_gather", {"i"}, 32, "f64"},
+     {"ppermute", {"i", "j"}, 20, "i32"}}};
 /* Mesh i=8: psum over 'i' of f64[7]; all_gather over 'i' of i32[3]
  * (untiled); ppermute over 'i' of f32[9] (shift by one). */
 static const mesh_spec mesh1d = {
     "i=8", 1, {"i"}, {8}, 8,
-    {{"psum", {"i"}, 56}, {"all_gather", {"i"}, 12}, {"ppermute", {"i"}, 36}}};
+    {{"psum", {"i"}, 56, "f64"},
+     {"all_gather", {"i"}, 12, "i32"},
+     {"ppermute", {"i"}, 36, "f32"}}};
 
 static void dev_name(const mesh_spec *ms, int dev, char *buf, size_t n)
 {
@@ -321,6 +324,10 @@ static void check_mesh(const mj_value *ev, const mesh_spec *ms, int nmaps)
     ck_assert_msg(mj_get_num(args, "bytes", &bytes) && bytes == cs->bytes,
                   "mesh %s, device %d: %s args.bytes is %g, want %g (the "
                   "block's byte size)", ms->text, t, name, bytes, cs->bytes);
+    const char *dt = mj_get_str(args, "dtype");
+    ck_assert_msg(dt && strcmp(dt, cs->dtype) == 0,
+                  "mesh %s, device %d: %s args.dtype is %s, want %s", ms->text,
+                  t, name, dt ? dt : "(none)", cs->dtype);
     ck_assert_msg(mj_get_num(args, "call", &call) && call == c + 1,
                   "mesh %s, device %d: %s args.call is %g, want %d", ms->text,
                   t, name, call, c + 1);

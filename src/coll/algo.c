@@ -39,8 +39,6 @@ int shmap__algo_allreduce(shmap__plan *p, shmap_block *x)
   /* Elements [lo, hi) of member r's chunk. */
 #define CHUNK_LO(r) (chunk * (size_t)(r) < numel ? chunk * (size_t)(r) : numel)
 #define CHUNK_HI(r) (CHUNK_LO(r) + chunk < numel ? CHUNK_LO(r) + chunk : numel)
-  shmap__fold fold = {shmap__reducer(c->call.kind, x->dtype),
-                      c->call.kind == SHMAP__PMEAN};
   bool two = shmap__comm_two_sided(c);
   if (two)
     for (int r = 0; r < c->n; r++)
@@ -50,16 +48,27 @@ int shmap__algo_allreduce(shmap__plan *p, shmap_block *x)
       }
   size_t lo = CHUNK_LO(c->rank), hi = CHUNK_HI(c->rank);
   if (lo < hi)
-    shmap__comm_allreduce(c, lo, hi - lo, &fold);
-  if (two)
+    shmap__comm_allreduce(c, lo, hi - lo, &p->fold);
+  if (two) {
+    /* The results come back in the result's elements, which may be wider
+     * than the terms (a bool sum is i32): receive them as such. */
+    c->esize = p->fold.out_esize;
     for (int r = 0; r < c->n; r++)
       if (r != c->rank && CHUNK_LO(r) < CHUNK_HI(r)) {
         RUN(piece, CHUNK_LO(r), CHUNK_HI(r) - CHUNK_LO(r));
         shmap__comm_recv(c, r, &piece);
       }
+    c->esize = es;
+  }
 #undef CHUNK_LO
 #undef CHUNK_HI
   return shmap__comm_depart(c, shmap_block_nbytes(x));
+}
+
+int shmap__algo_allreduce_new(shmap__plan *p, shmap_block *res)
+{
+  /* allreduce reads src (the input) and writes every member's dst. */
+  return shmap__algo_allreduce(p, res);
 }
 
 /* ---- psum_scatter --------------------------------------------------------- */
@@ -77,9 +86,7 @@ int shmap__algo_reduce_scatter(shmap__plan *p, shmap_block *res)
   int64_t m = x->shape[d] / c->n;
   int64_t outer = shmap__numel(d, x->shape);
   int64_t inner = shmap__numel(x->rank - d - 1, x->shape + d + 1);
-  size_t es = c->esize;
   size_t run = (size_t)(m * inner);
-  shmap__fold fold = {shmap__reducer(SHMAP__PSUM, x->dtype), false};
   if (run > 0 && shmap__comm_two_sided(c))
     for (int64_t o = 0; o < outer; o++)
       for (int r = 0; r < c->n; r++)
@@ -92,8 +99,9 @@ int shmap__algo_reduce_scatter(shmap__plan *p, shmap_block *res)
     for (int64_t o = 0; o < outer; o++) {
       size_t off = ((size_t)o * (size_t)x->shape[d] + (size_t)(c->rank * m)) *
                    (size_t)inner;
-      shmap__comm_reduce(c, off, run, &fold,
-                         (char *)res->data + (size_t)o * run * es);
+      shmap__comm_reduce(c, off, run, &p->fold,
+                         (char *)res->data + (size_t)o * run *
+                                                 p->fold.out_esize);
     }
   return shmap__comm_depart(c, shmap_block_nbytes(x));
 }
@@ -176,6 +184,26 @@ int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res)
 }
 
 /* ---- ppermute ------------------------------------------------------------- */
+
+/* Out of place, the incoming block goes straight into the result: no
+ * member writes a buffer another reads. */
+int shmap__algo_ppermute_new(shmap__plan *p, shmap_block *res)
+{
+  shmap__coll *c = &p->c;
+  size_t bytes = shmap_block_nbytes(res);
+  int rc = shmap__comm_arrive(c);
+  if (rc)
+    return rc;
+  size_t numel = (size_t)shmap_block_numel(res);
+  RUN(whole, 0, numel);
+  if (bytes && p->to >= 0 && p->to != c->rank && shmap__comm_two_sided(c))
+    shmap__comm_send(c, p->to, &whole);
+  if (bytes && p->from >= 0)
+    shmap__comm_get(c, p->from, &whole, res->data, whole_str);
+  else if (bytes)
+    memset(res->data, 0, bytes);
+  return shmap__comm_depart(c, bytes);
+}
 
 /* The incoming block waits in a scratch block of the device's arena
  * (reused from call to call) until every member has read its source;

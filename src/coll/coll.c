@@ -71,6 +71,60 @@ static int into_new_block(shmap__plan *p,
   return 0;
 }
 
+/* ---- reductions into a new block -------------------------------------------- */
+
+/* The members' results land in their new blocks (the call's dst), read
+ * from their inputs (src): the same fused algorithm as in place. */
+static int reduce_new(shmap_ctx *ctx, const shmap_block *x, const char *axes,
+                      int kind, const char *name, shmap_block **out)
+{
+  if (out)
+    *out = NULL;
+  shmap__plan p;
+  int rc = shmap__plan_reduce_new(ctx, x, axes, kind, name, out != NULL, &p);
+  return rc ? rc : into_new_block(&p, shmap__algo_allreduce_new, out);
+}
+
+SHMAP_EXTERN int shmap_psum_new(shmap_ctx *ctx, const shmap_block *x,
+                                const char *axes, shmap_block **out)
+{
+  return reduce_new(ctx, x, axes, SHMAP__PSUM, "psum", out);
+}
+
+SHMAP_EXTERN int shmap_pmax_new(shmap_ctx *ctx, const shmap_block *x,
+                                const char *axes, shmap_block **out)
+{
+  return reduce_new(ctx, x, axes, SHMAP__PMAX, "pmax", out);
+}
+
+SHMAP_EXTERN int shmap_pmin_new(shmap_ctx *ctx, const shmap_block *x,
+                                const char *axes, shmap_block **out)
+{
+  return reduce_new(ctx, x, axes, SHMAP__PMIN, "pmin", out);
+}
+
+SHMAP_EXTERN int shmap_pmean_new(shmap_ctx *ctx, const shmap_block *x,
+                                 const char *axes, shmap_block **out)
+{
+  return reduce_new(ctx, x, axes, SHMAP__PMEAN, "pmean", out);
+}
+
+SHMAP_EXTERN int shmap_ppermute_new(shmap_ctx *ctx, const shmap_block *x,
+                                    const char *axes, int npairs,
+                                    const int pairs[][2], shmap_block **out)
+{
+  if (out)
+    *out = NULL;
+  shmap__plan p;
+  int rc = shmap__plan_ppermute(ctx, x, axes, npairs, pairs, &p);
+  if (rc)
+    return rc;
+  if (!out)
+    return shmap__dev_fail(ctx, shmap__coll_opname(&p.c), SHMAP_EINVAL,
+                           "out is NULL");
+  return into_new_block(&p, shmap__algo_ppermute_new, out);
+}
+
 SHMAP_EXTERN int shmap_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
                                     const char *axes, int scatter_dimension,
                                     int tiled, shmap_block **out)

@@ -42,8 +42,16 @@ void shmap__call_format(const shmap_mesh *mesh, const shmap__call *c,
     shmap__cat(buf, n, ", split_axis=%d, concat_axis=%d, %s", c->p1, c->p2, t);
     break;
   case SHMAP__PPERMUTE:
-    shmap__cat(buf, n, ", %d pair%s #%016llx", c->npairs,
-               c->npairs == 1 ? "" : "s", (unsigned long long)c->pairs_hash);
+    if (c->npairs <= SHMAP__PAIRS_LISTED) {
+      shmap__cat(buf, n, ", pairs [");
+      for (int k = 0; k < c->npairs; k++)
+        shmap__cat(buf, n, "%s(%d, %d)", k ? ", " : "", c->pairs[k][0],
+                   c->pairs[k][1]);
+      shmap__cat(buf, n, "]");
+    } else {
+      shmap__cat(buf, n, ", %d pairs #%016llx", c->npairs,
+                 (unsigned long long)c->pairs_hash);
+    }
     break;
   default:
     break;
@@ -59,6 +67,27 @@ bool shmap__call_equal(const shmap__call *a, const shmap__call *b)
          memcmp(a->shape, b->shape, (size_t)a->rank * sizeof a->shape[0]) == 0 &&
          a->p1 == b->p1 && a->p2 == b->p2 && a->tiled == b->tiled &&
          a->npairs == b->npairs && a->pairs_hash == b->pairs_hash;
+}
+
+/* "; only device 0 (i=0) has pairs (1, 0), (2, 1)": the pairs of a that
+ * b lacks. */
+static void pairs_only(char *buf, size_t n, const shmap__call *a,
+                       const shmap__call *b, const char *aname)
+{
+  int shown = 0;
+  for (int i = 0; i < a->npairs; i++) {
+    bool found = false;
+    for (int j = 0; j < b->npairs && !found; j++)
+      found = a->pairs[i][0] == b->pairs[j][0] &&
+              a->pairs[i][1] == b->pairs[j][1];
+    if (found)
+      continue;
+    if (shown++ == 0)
+      shmap__cat(buf, n, "; only %s has pairs ", aname);
+    else
+      shmap__cat(buf, n, ", ");
+    shmap__cat(buf, n, "(%d, %d)", a->pairs[i][0], a->pairs[i][1]);
+  }
 }
 
 void shmap__call_mismatch(const shmap_mesh *mesh, int me,
@@ -86,5 +115,12 @@ void shmap__call_mismatch(const shmap_mesh *mesh, int me,
              "collective call #%u differs between devices: %s called %s but "
              "%s called %s",
              k, mn, cm, on, co);
+    if (mine->kind == SHMAP__PPERMUTE && theirs->kind == SHMAP__PPERMUTE &&
+        mine->pairs_hash != theirs->pairs_hash &&
+        mine->npairs <= SHMAP__PAIRS_LISTED &&
+        theirs->npairs <= SHMAP__PAIRS_LISTED) {
+      pairs_only(why, n, mine, theirs, mn);
+      pairs_only(why, n, theirs, mine, on);
+    }
   }
 }

@@ -16,6 +16,11 @@ enum shmap__kind {
   SHMAP__PSUM_SCATTER, SHMAP__ALL_GATHER, SHMAP__ALL_TO_ALL, SHMAP__PPERMUTE
 };
 
+/* ppermute pairs a descriptor carries itself (sorted by destination), so
+ * that a mismatch message can list the pairs that differ; calls with more
+ * pairs are compared and described by their hash only. */
+#define SHMAP__PAIRS_LISTED 16
+
 /* One collective call of one device.  Every field but the data pointers
  * takes part in the agreement: members of a group whose descriptors
  * differ (shmap__call_equal) make mismatched calls. */
@@ -30,6 +35,7 @@ typedef struct shmap__call {
   int tiled;
   int npairs;
   uint64_t pairs_hash;
+  int pairs[SHMAP__PAIRS_LISTED][2]; /* the first npairs, when that many */
   /* This device's data for the call: the buffer its peers read (src) and
    * the one they may write (dst); the same buffer for in-place calls.
    * Meaningful only in the device's own address space. */

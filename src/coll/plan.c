@@ -74,6 +74,7 @@ static int prepare(shmap_ctx *ctx, const char *name, int kind,
   memcpy(c->call.shape, x->shape, sizeof c->call.shape);
   c->call.src = x->data;
   c->esize = shmap_dtype_size(x->dtype);
+  p->odtype = x->dtype;
   c->n = shmap__group(ctx->rt->mesh, c->call.axes, c->call.naxes, ctx->dev,
                       NULL, &c->rank);
   return 0;
@@ -123,7 +124,7 @@ static int out_null(shmap__plan *p)
 shmap_block *shmap__plan_result(shmap__plan *p)
 {
   shmap_ctx *ctx = p->c.ctx;
-  shmap__chunk *c = shmap__arena_alloc(ctx, (shmap_dtype)p->c.call.dtype,
+  shmap__chunk *c = shmap__arena_alloc(ctx, (shmap_dtype)p->odtype,
                                        p->orank, p->oshape,
                                        SHMAP__CHUNK_SCRATCH, false);
   if (!c) {
@@ -153,16 +154,61 @@ int shmap__plan_group(shmap_ctx *ctx, const char *name, const char *axes,
 
 /* ---- one plan per collective ------------------------------------------ */
 
+int shmap__kind_redop(int kind)
+{
+  switch (kind) {
+  case SHMAP__PMAX: return SHMAP__OP_MAX;
+  case SHMAP__PMIN: return SHMAP__OP_MIN;
+  case SHMAP__PMEAN: return SHMAP__OP_MEAN;
+  default: return SHMAP__OP_SUM;
+  }
+}
+
+/* The kernel of a reduction on the call's dtype (from the dtype table),
+ * or an error saying why the dtype does not allow it. */
+static int plan_fold(shmap__plan *p, int kind)
+{
+  int op = shmap__kind_redop(kind);
+  shmap__coll *c = &p->c;
+  const shmap__dtype_info *t = shmap__dtype((shmap_dtype)c->call.dtype);
+  if (t->not_allowed[op])
+    return shmap__dev_fail(c->ctx, shmap__coll_opname(c), SHMAP_EDTYPE,
+                           "%s on %s: %s", c->name, t->name,
+                           t->not_allowed[op]);
+  p->odtype = t->result[op];
+  p->fold.fn = shmap__kernel(op, (shmap_dtype)c->call.dtype);
+  p->fold.count = kind == SHMAP__PMEAN ? c->n : 0;
+  p->fold.out_esize = shmap_dtype_size((shmap_dtype)p->odtype);
+  return 0;
+}
+
+int shmap__plan_reduce_new(shmap_ctx *ctx, const shmap_block *x,
+                           const char *axes, int kind, const char *name,
+                           bool has_out, shmap__plan *p)
+{
+  int rc = prepare(ctx, name, kind, x, axes, p);
+  if (rc || (rc = plan_fold(p, kind)))
+    return rc;
+  if (!has_out)
+    return out_null(p);
+  p->orank = x->rank;
+  memcpy(p->oshape, x->shape, sizeof p->oshape);
+  return 0;
+}
+
 int shmap__plan_reduce(shmap_ctx *ctx, shmap_block *x, const char *axes,
                        int kind, const char *name, shmap__plan *p)
 {
   int rc = prepare(ctx, name, kind, x, axes, p);
-  if (rc)
+  if (rc || (rc = plan_fold(p, kind)))
     return rc;
-  if (kind == SHMAP__PMEAN && x->dtype != SHMAP_F32 && x->dtype != SHMAP_F64)
+  if (p->odtype != (int)x->dtype)
     return shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_EDTYPE,
-                           "pmean needs a float dtype (f32 or f64), got %s",
-                           shmap_dtype_name(x->dtype));
+                           "%s of %s gives %s (as in JAX), which does not fit "
+                           "in place: use shmap_%s_new(), which returns a new "
+                           "block",
+                           name, shmap_dtype_name(x->dtype),
+                           shmap_dtype_name((shmap_dtype)p->odtype), name);
   p->c.call.dst = x->data;
   return 0;
 }
@@ -182,6 +228,8 @@ int shmap__plan_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
     return rc;
   p->c.call.p1 = d;
   p->c.call.tiled = tiled != 0;
+  if ((rc = plan_fold(p, SHMAP__PSUM_SCATTER)))
+    return rc;
   /* Rank r keeps rows [r*m, (r+1)*m) of dimension d, summed. */
   int64_t m = x->shape[d] / p->c.n;
   p->orank = 0;
@@ -273,8 +321,9 @@ int shmap__plan_all_to_all(shmap_ctx *ctx, const shmap_block *x,
   return 0;
 }
 
-int shmap__plan_ppermute(shmap_ctx *ctx, shmap_block *x, const char *axes,
-                         int npairs, const int pairs[][2], shmap__plan *p)
+int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
+                         const char *axes, int npairs, const int pairs[][2],
+                         shmap__plan *p)
 {
   int rc = prepare(ctx, "ppermute", SHMAP__PPERMUTE, x, axes, p);
   if (rc)
@@ -321,7 +370,17 @@ int shmap__plan_ppermute(shmap_ctx *ctx, shmap_block *x, const char *axes,
   }
   p->c.call.npairs = npairs;
   p->c.call.pairs_hash = h;
-  p->c.call.dst = x->data;
+  if (npairs <= SHMAP__PAIRS_LISTED)
+    for (int t = 0, k = 0; t < n; t++)
+      if (from[t] >= 0) {
+        p->c.call.pairs[k][0] = from[t];
+        p->c.call.pairs[k++][1] = t;
+      }
+  /* In place, the result goes back into x (shmap_ppermute's x is not
+   * const); shmap_ppermute_new's result block replaces this. */
+  p->c.call.dst = (void *)x->data;
+  p->orank = x->rank;
+  memcpy(p->oshape, x->shape, sizeof p->oshape);
   p->from = from[p->c.rank];
   free(from);
   return 0;

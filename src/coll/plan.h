@@ -18,6 +18,9 @@ typedef struct shmap__plan {
   int64_t oshape[SHMAP_MAX_RANK]; /*   (shape-changing collectives) */
   int from, to;                   /* ppermute: the ranks this member
                                      receives from and sends to, or -1 */
+  int odtype;                     /* the result's dtype (the input's, but
+                                     i32 for sums of bool) */
+  shmap__fold fold;               /* reductions: kernel, mean, result size */
 } shmap__plan;
 
 /* Each checks its collective's arguments on this device (an error fails
@@ -33,8 +36,13 @@ int shmap__plan_all_gather(shmap_ctx *ctx, const shmap_block *x,
 int shmap__plan_all_to_all(shmap_ctx *ctx, const shmap_block *x,
                            const char *axes, int split_axis, int concat_axis,
                            int tiled, bool has_out, shmap__plan *p);
-int shmap__plan_ppermute(shmap_ctx *ctx, shmap_block *x, const char *axes,
-                         int npairs, const int pairs[][2], shmap__plan *p);
+int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
+                         const char *axes, int npairs, const int pairs[][2],
+                         shmap__plan *p);
+/* psum, pmax, pmin, pmean into a new block (result dtype: the table's). */
+int shmap__plan_reduce_new(shmap_ctx *ctx, const shmap_block *x,
+                           const char *axes, int kind, const char *name,
+                           bool has_out, shmap__plan *p);
 /* axis_index / axis_size: the group size, and the rank in *rank. */
 int shmap__plan_group(shmap_ctx *ctx, const char *name, const char *axes,
                       int *rank);
@@ -45,9 +53,13 @@ shmap_block *shmap__plan_result(shmap__plan *p);
 /* Algorithms (algo.c): arrive, move the data, depart.  0 or an error
  * code (message set). */
 int shmap__algo_allreduce(shmap__plan *p, shmap_block *x);
+/* The same into a new block res (the call's dst). */
+int shmap__algo_allreduce_new(shmap__plan *p, shmap_block *res);
 int shmap__algo_reduce_scatter(shmap__plan *p, shmap_block *res);
 int shmap__algo_all_gather(shmap__plan *p, shmap_block *res);
 int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res);
 int shmap__algo_ppermute(shmap__plan *p, shmap_block *x);
+/* ppermute from the input into a new block res. */
+int shmap__algo_ppermute_new(shmap__plan *p, shmap_block *res);
 
 #endif /* SHMAP_PLAN_H */

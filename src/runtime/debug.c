@@ -415,10 +415,14 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
         op_format(mesh, e->op, o, sizeof o);
         const char *over = strstr(o, " over ");
         snprintf(ax, sizeof ax, "%s", over ? over + 6 : "");
+        /* Collectives put their dtype + 1 in the op's top byte. */
+        int dt = (int)(e->op >> 56) - 1;
         sb_printf(b, "{\"name\":\"%s\",\"cat\":\"collective\",\"ph\":\"X\","
                      "\"pid\":%d,\"tid\":%d,%s,"
-                     "\"args\":{\"axes\":\"%s\",\"bytes\":%llu,\"call\":%u}}",
+                     "\"args\":{\"axes\":\"%s\",\"dtype\":\"%s\","
+                     "\"bytes\":%llu,\"call\":%u}}",
                   shmap__kind_name((int)(e->op & 0xff)), rt->id, tid, when, ax,
+                  shmap_dtype_name((shmap_dtype)dt),
                   (unsigned long long)e->bytes, e->seq);
       }
     }

@@ -72,7 +72,9 @@ int shmap__comm_arrive(shmap__coll *c)
     return shmap__canceled(ctx, shmap__coll_opname(c));
   shmap__dev *self = &rt->devs[ctx->dev];
   c->comm = ctx->comm;
-  c->packed = shmap__pack_op(c->call.kind, c->call.axes, c->call.naxes);
+  /* The dtype rides in the top byte, for traces. */
+  c->packed = shmap__pack_op(c->call.kind, c->call.axes, c->call.naxes) |
+              (uint64_t)(c->call.dtype + 1) << 56;
   c->t0 = shmap__set_state(self, SHMAP__ST_COLL, c->packed, shmap__now());
   c->k = ++ctx->seq;
   int rc = c->comm->tp->arrive(c);

@@ -64,10 +64,12 @@
  * read for an earlier piece of the same call (in-place psum): a transport
  * must finish reading a region before anything is written to it.
  *
- * Reductions fold the members' terms in rank order, one pair at a time
- * (acc = term 0; acc = acc OP term r for r = 1, 2, ...), so results are
- * bitwise equal to a serial left fold whatever the placement.  A transport
- * may block and stage terms as it likes but may not reassociate.
+ * Reductions fold the members' terms in rank order (acc = term 0; acc =
+ * acc OP term r for r = 1, 2, ...; the fused kernel takes all n terms in
+ * one call), so results are bitwise equal to a serial left fold whatever
+ * the placement.  A transport may block and stage terms as it likes but
+ * may not reassociate.  Results may have a wider element than the terms
+ * (psum of bool gives i32): dst offsets and acc are in result elements.
  *
  * Concurrency.  The devices of this address space call the per-call
  * operations concurrently, each with its own shmap__coll; a device makes
@@ -222,10 +224,15 @@ typedef struct shmap__transport {
   int (*depart)(shmap__coll *c);
 } shmap__transport;
 
-/* How a reduction combines: fn is the element kernel (coll/ops.c). */
+/* How a reduction combines: fn is the fused kernel of the operation and
+ * dtype (dtype.h, coll/ops.c).  It takes every member's term at once, in
+ * rank order, and folds them in one pass; a transport passes it all n
+ * terms of a piece (bf16 and f16 accumulate in f32 across the terms and
+ * round once, so folding in pairs would round too often). */
 struct shmap__fold {
-  shmap__reduce_fn fn;
-  bool mean; /* allreduce: divide the result by the group size */
+  shmap__fold_fn fn;
+  int count;        /* pmean: the group size to divide by, else 0 */
+  size_t out_esize; /* bytes per result element (i32 for a bool sum) */
 };
 
 /* The transport of a mesh's runtime (shm, unless the process was started

@@ -626,10 +626,16 @@ static void fold_terms(shmap__coll *c, size_t off, size_t count,
   }
   MPI_Type_free(&t);
   wait_must(c, reqs, nreq);
+  /* Every term at once, in rank order: the fused kernel folds them in
+   * one pass (and divides for pmean). */
+  const void **srcs = shmap__malloc(sizeof *srcs * (size_t)n);
+  if (!srcs)
+    abort(); /* no way to fail a call every member entered */
   const char *own = (const char *)c->call.src + off * c->esize;
-  memcpy(acc, c->rank == 0 ? own : terms, bytes);
-  for (int r = 1; r < n; r++)
-    fold->fn(acc, r == c->rank ? own : terms + (size_t)r * bytes, count);
+  for (int r = 0; r < n; r++)
+    srcs[r] = r == c->rank ? own : terms + (size_t)r * bytes;
+  fold->fn(acc, srcs, n, count, fold->count);
+  free(srcs);
   free(terms);
   free(reqs);
 }
@@ -644,21 +650,21 @@ static void mpi_allreduce(shmap__coll *c, size_t off, size_t count,
                           const shmap__fold *fold)
 {
   shmap__mpimesh *m = c->comm->priv;
-  size_t bytes = count * c->esize;
+  /* The result's elements may be wider than the terms (a bool sum). */
+  size_t des = fold->out_esize;
+  size_t bytes = count * des;
   char *acc = shmap__alloc(bytes + 1, false);
   if (!acc)
     abort(); /* no way to fail a call every member entered */
   fold_terms(c, off, count, fold, acc);
-  if (fold->mean)
-    shmap__divide(acc, count, (shmap_dtype)c->call.dtype, c->n);
   /* In place (psum): what this device sent from src must be out before
    * its dst, the same memory, changes. */
   mcall *mc = MC(c);
   wait_must(c, mc->reqs, mc->nreq);
   mc->nreq = 0;
-  memcpy((char *)c->call.dst + off * c->esize, acc, bytes);
+  memcpy((char *)c->call.dst + off * des, acc, bytes);
   MPI_Datatype t;
-  MPI_Type_contiguous((int)c->esize, MPI_BYTE, &t);
+  MPI_Type_contiguous((int)des, MPI_BYTE, &t);
   MPI_Type_commit(&t);
   for (int r = 0; r < c->n; r++) {
     if (r == c->rank)

@@ -41,6 +41,7 @@ typedef struct shm_dev {
   alignas(SHMAP__CACHELINE) shmap__call calls[HIST];
   bslot slot[SLOTS];
   int *members; /* scratch: a group's devices in rank order (ndev) */
+  const void **srcs; /* scratch: the members' pieces of one fold (ndev) */
   /* Who waits for this device's next arrival, written by peers (see
    * "Waking" below). */
   alignas(SHMAP__CACHELINE) _Atomic uint32_t watch;
@@ -57,6 +58,7 @@ typedef struct shm_call {
   int base;           /* the rank-0 member's device number */
   bool filled;        /* members[] lists the group */
   int *members;       /* device numbers in rank order, once filled */
+  const void **srcs;  /* this device's scratch for one fold's sources */
   shmap__dev *devs;
   shm_dev *sdevs;
   bslot *slot;        /* the leader's slot for this call */
@@ -82,8 +84,10 @@ static void shm_destroy(shmap__runtime *rt)
   shm_state *st = rt->tstate;
   if (!st)
     return;
-  for (int d = 0; d < rt->ndev; d++)
+  for (int d = 0; d < rt->ndev; d++) {
     free(st->devs[d].members);
+    free(st->devs[d].srcs);
+  }
   free(st->devs);
   free(st);
   rt->tstate = NULL;
@@ -102,7 +106,9 @@ static int shm_open(shmap__comm *comm)
     }
     rt->tstate = st;
     for (int d = 0; d < rt->ndev; d++)
-      if (!(st->devs[d].members = shmap__malloc(sizeof(int) * (size_t)rt->ndev))) {
+      if (!(st->devs[d].members = shmap__malloc(sizeof(int) * (size_t)rt->ndev)) ||
+          !(st->devs[d].srcs =
+                shmap__malloc(sizeof(void *) * (size_t)rt->ndev))) {
         shm_destroy(rt);
         return shmap__err(SHMAP_ENOMEM, "out of memory for %d devices",
                           rt->ndev);
@@ -395,6 +401,7 @@ static int shm_arrive(shmap__coll *c)
   g->devs = rt->devs;
   g->sdevs = st->devs;
   g->members = st->devs[ctx->dev].members;
+  g->srcs = st->devs[ctx->dev].srcs;
   g->filled = false;
   g->base = ctx->dev;
   for (int i = 0; i < c->call.naxes; i++) {
@@ -424,7 +431,9 @@ static int shm_arrive(shmap__coll *c)
                            why);
   }
   g->slot = &st->devs[g->base].slot[c->k % SLOTS];
-  g->gkey = c->packed | (uint64_t)ctx->dev << 48; /* kind, axes, claimer */
+  /* Kind and axes name the call; the dtype (top byte of packed) is left
+   * out, and the claimer goes above them. */
+  g->gkey = (c->packed & KEY_CALL) | (uint64_t)ctx->dev << 48;
   int rc = join(c);
   if (rc)
     return rc;
@@ -481,20 +490,18 @@ static void shm_get(shmap__coll *c, int r, const shmap__box *from, void *to,
                   from->strides, from->rank, from->shape, c->esize);
 }
 
+/* The members' terms are folded in one pass by the fused kernel (every
+ * member's piece at once, partial results in registers), straight into
+ * acc. */
 static void shm_reduce(shmap__coll *c, size_t off, size_t count,
                        const shmap__fold *fold, void *acc)
 {
   fill_members(c);
-  size_t es = c->esize, piece = PIECE_BYTES / es;
-  char *dst = acc;
-  const char *first = (const char *)peer(c, 0)->src + off * es;
-  for (size_t o = 0; o < count; o += piece) {
-    size_t len = count - o < piece ? count - o : piece;
-    memcpy(dst + o * es, first + o * es, len * es);
-    for (int r = 1; r < c->n; r++)
-      fold->fn(dst + o * es, (const char *)peer(c, r)->src + (off + o) * es,
-               len);
-  }
+  const void **srcs = S(c)->srcs;
+  size_t es = c->esize;
+  for (int r = 0; r < c->n; r++)
+    srcs[r] = (const char *)peer(c, r)->src + off * es;
+  fold->fn(acc, srcs, c->n, count, fold->count);
 }
 
 /* Fold one piece at a time into a buffer that stays in cache, then write
@@ -503,17 +510,17 @@ static void shm_allreduce(shmap__coll *c, size_t off, size_t count,
                           const shmap__fold *fold)
 {
   fill_members(c);
-  size_t es = c->esize, piece = PIECE_BYTES / es;
+  const void **srcs = S(c)->srcs;
+  size_t es = c->esize, des = fold->out_esize;
+  size_t piece = PIECE_BYTES / (es > des ? es : des);
   _Alignas(64) unsigned char tmp[PIECE_BYTES];
   for (size_t o = off; o < off + count; o += piece) {
     size_t len = off + count - o < piece ? off + count - o : piece;
-    memcpy(tmp, (const char *)peer(c, 0)->src + o * es, len * es);
-    for (int r = 1; r < c->n; r++)
-      fold->fn(tmp, (const char *)peer(c, r)->src + o * es, len);
-    if (fold->mean)
-      shmap__divide(tmp, len, (shmap_dtype)c->call.dtype, c->n);
     for (int r = 0; r < c->n; r++)
-      memcpy((char *)peer(c, r)->dst + o * es, tmp, len * es);
+      srcs[r] = (const char *)peer(c, r)->src + o * es;
+    fold->fn(tmp, srcs, c->n, len, fold->count);
+    for (int r = 0; r < c->n; r++)
+      memcpy((char *)peer(c, r)->dst + o * des, tmp, len * des);
   }
 }
 
