@@ -69,7 +69,8 @@ fi
 # The library includes config.h: a configured tree's, or a minimal one.
 mkdir -p "$tmp/include"
 if [ -n "${BUILD_DIR:-}" ] && [ -f "$BUILD_DIR/config.h" ]; then
-  cp "$BUILD_DIR/config.h" "$tmp/include/config.h"
+  # The parsers need no MPI, and mpi.h is on mpicc's path only.
+  grep -v 'SHMAP_HAVE_MPI' "$BUILD_DIR/config.h" >"$tmp/include/config.h"
 else
   echo '#define HAVE_PTHREAD_SETNAME_NP 1' >"$tmp/include/config.h"
 fi
