@@ -490,6 +490,115 @@ SHMAP_EXTERN int shmap_array_transfer(shmap_array **out,
                                       const shmap_array *array,
                                       shmap_mesh *mesh, const char *spec);
 
+
+/* ---- groups within the axes, pbroadcast, ragged_all_to_all, preduce ----- */
+
+/*
+ * JAX's axis_index_groups: the ranks of the named axes (0 .. n-1) split
+ * into `ngroups` groups of `size` ranks each, listed group after group in
+ * `ranks` (ngroups*size entries, every rank exactly once).  Each group is a
+ * collective of its own: a member's rank in it is its position in its
+ * group's list, which orders gathers, scatters and reductions.  See
+ * shmap_psum_groups(3).
+ */
+typedef struct shmap_groups {
+  int ngroups;
+  int size;
+  const int *ranks;
+} shmap_groups;
+
+/* The reductions, all_gather, psum_scatter and all_to_all within groups;
+ * a NULL `groups` means the whole group of the axes. */
+SHMAP_EXTERN int shmap_psum_groups(shmap_ctx *ctx, shmap_block *x,
+                                   const char *axes,
+                                   const shmap_groups *groups);
+SHMAP_EXTERN int shmap_pmax_groups(shmap_ctx *ctx, shmap_block *x,
+                                   const char *axes,
+                                   const shmap_groups *groups);
+SHMAP_EXTERN int shmap_pmin_groups(shmap_ctx *ctx, shmap_block *x,
+                                   const char *axes,
+                                   const shmap_groups *groups);
+SHMAP_EXTERN int shmap_pmean_groups(shmap_ctx *ctx, shmap_block *x,
+                                    const char *axes,
+                                    const shmap_groups *groups);
+SHMAP_EXTERN int shmap_psum_groups_new(shmap_ctx *ctx, const shmap_block *x,
+                                       const char *axes,
+                                       const shmap_groups *groups,
+                                       shmap_block **out);
+SHMAP_EXTERN int shmap_pmax_groups_new(shmap_ctx *ctx, const shmap_block *x,
+                                       const char *axes,
+                                       const shmap_groups *groups,
+                                       shmap_block **out);
+SHMAP_EXTERN int shmap_pmin_groups_new(shmap_ctx *ctx, const shmap_block *x,
+                                       const char *axes,
+                                       const shmap_groups *groups,
+                                       shmap_block **out);
+SHMAP_EXTERN int shmap_pmean_groups_new(shmap_ctx *ctx, const shmap_block *x,
+                                        const char *axes,
+                                        const shmap_groups *groups,
+                                        shmap_block **out);
+SHMAP_EXTERN int shmap_all_gather_groups(shmap_ctx *ctx, const shmap_block *x,
+                                         const char *axes,
+                                         const shmap_groups *groups, int axis,
+                                         int tiled, shmap_block **out);
+SHMAP_EXTERN int shmap_psum_scatter_groups(shmap_ctx *ctx,
+                                           const shmap_block *x,
+                                           const char *axes,
+                                           const shmap_groups *groups,
+                                           int scatter_dimension, int tiled,
+                                           shmap_block **out);
+SHMAP_EXTERN int shmap_all_to_all_groups(shmap_ctx *ctx, const shmap_block *x,
+                                         const char *axes,
+                                         const shmap_groups *groups,
+                                         int split_axis, int concat_axis,
+                                         int tiled, shmap_block **out);
+
+/* Every member gets the block of the member of rank `source`: in place
+ * (x is read on the source and overwritten on the others), and into a
+ * new block. */
+SHMAP_EXTERN int shmap_pbroadcast(shmap_ctx *ctx, shmap_block *x,
+                                  const char *axes, int source);
+SHMAP_EXTERN int shmap_pbroadcast_new(shmap_ctx *ctx, const shmap_block *x,
+                                      const char *axes, int source,
+                                      shmap_block **out);
+
+/*
+ * JAX's ragged_all_to_all over the rows (dimension 0) of `operand`: for
+ * every rank j of the group, rows [input_offsets[j], +send_sizes[j]) go to
+ * member j, where they land at rows [output_offsets[j], +send_sizes[j]) of
+ * its `output`; recv_sizes[j] is the number of rows this member receives
+ * from member j.  Rows of `output` nobody writes keep their values.  The
+ * four arrays have one entry per rank of the group.
+ */
+SHMAP_EXTERN int shmap_ragged_all_to_all(
+    shmap_ctx *ctx, const shmap_block *operand, shmap_block *output,
+    const int64_t input_offsets[], const int64_t send_sizes[],
+    const int64_t output_offsets[], const int64_t recv_sizes[],
+    const char *axes);
+
+/*
+ * User-defined reductions (like MPI_Op_create): combine(inout, in, count,
+ * arg) sets inout[i] = inout[i] (+) in[i] for `count` records of `width`
+ * elements of the block's dtype each.  The members' blocks are folded in
+ * rank order (acc = member 0's; acc = acc (+) member r's for r = 1, 2, ...),
+ * so a deterministic combine gives bitwise reproducible results.  `name`
+ * identifies the operation: members must use the same name and width.
+ */
+typedef void (*shmap_combine_fn)(void *inout, const void *in, int64_t count,
+                                 void *arg);
+typedef struct shmap_reduce_op {
+  const char *name;
+  shmap_combine_fn combine;
+  void *arg;
+  int width; /* elements per record; 0 means 1 */
+} shmap_reduce_op;
+SHMAP_EXTERN int shmap_preduce(shmap_ctx *ctx, shmap_block *x,
+                               const char *axes, const shmap_reduce_op *op);
+SHMAP_EXTERN int shmap_preduce_new(shmap_ctx *ctx, const shmap_block *x,
+                                   const char *axes,
+                                   const shmap_reduce_op *op,
+                                   shmap_block **out);
+
 #ifdef __cplusplus
 }
 #endif

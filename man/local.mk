@@ -31,6 +31,13 @@ SHMAP_MAN_PAGES += \
 SHMAP_MAN_PAGES += \
 	man/shmap_psum_new.3
 
+# Groups within the axes, pbroadcast, ragged_all_to_all, user reductions.
+SHMAP_MAN_PAGES += \
+	man/shmap_psum_groups.3 \
+	man/shmap_pbroadcast.3 \
+	man/shmap_ragged_all_to_all.3 \
+	man/shmap_preduce.3
+
 # Meshes.
 SHMAP_MAN_PAGES += \
 	man/shmap_mesh_create.3 \

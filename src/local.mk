@@ -47,3 +47,8 @@ nodist_EXTRA_src_libshmap_la_SOURCES = dummy.c
 src_libshmap_la_LIBADD = src/libshmap_core.la $(UV_LIBS) $(MPI_LIBS)
 # The interface version and the rules for changing it are in configure.ac.
 src_libshmap_la_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS) -version-info $(SHMAP_LT_VERSION)
+
+# Groups within the axes, pbroadcast, ragged_all_to_all, user reductions.
+src_libshmap_core_la_SOURCES += src/coll/groups.c src/coll/ragged.c \
+	src/coll/preduce.c
+noinst_HEADERS += src/coll/groups.h
