@@ -23,22 +23,6 @@
 #define TIMEOUT 120
 #define MAXDEV 64
 
-static void set_mode(int i)
-{
-  ck_assert_int_eq(setenv("SHMAP_SCHED", i ? "fibers" : "threads", 1), 0);
-}
-
-static shmap_array *arange_f32(int rank, const int64_t *shape)
-{
-  int64_t n = ref_numel(rank, shape);
-  float *x = malloc((size_t)n * sizeof *x);
-  for (int64_t e = 0; e < n; e++)
-    x[e] = (float)e;
-  shmap_array *a = tu_array_from_host(SHMAP_F32, rank, shape, x);
-  free(x);
-  return a;
-}
-
 /* Asserts rc == code and that the message contains every needle. */
 static void expect_err(int rc, int code, const char *n1, const char *n2,
                        const char *n3)
@@ -86,10 +70,10 @@ static int body_double(shmap_ctx *ctx, void *arg)
 
 START_TEST(partial_blocks_and_layout)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("i=2, j=3");
   int64_t shape[2] = {4, 6};
-  shmap_array *x = arange_f32(2, shape), *y = NULL;
+  shmap_array *x = tu_arange_f32(2, shape), *y = NULL;
   seen *s = calloc(1, sizeof *s);
   shmap_map_opts o = {.manual_axes = "i"};
   const char *is[] = {"P('i')"}, *os[] = {"P('i')"};
@@ -149,7 +133,7 @@ END_TEST
 /* An input split along a free axis is gathered for the body. */
 START_TEST(partial_gathers_free_axis)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("i=2, j=3");
   int64_t shape[2] = {4, 6};
   float host[24];
@@ -190,10 +174,10 @@ static int body_psum_i(shmap_ctx *ctx, void *arg)
 
 START_TEST(partial_collective)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t shape[1] = {8};
-  shmap_array *x = arange_f32(1, shape), *y = NULL;
+  shmap_array *x = tu_arange_f32(1, shape), *y = NULL;
   shmap_map_opts o = {.manual_axes = "i"};
   const char *is[] = {"P('i')"}, *os[] = {"P()"};
   tu_map_ok(shmap_map_ex(m, body_psum_i, NULL, 1, &x, is, 1, &y, os, &o),
@@ -228,10 +212,10 @@ static int body_call(shmap_ctx *ctx, void *arg)
 
 START_TEST(partial_errors)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("i=2, j=2");
   int64_t shape[1] = {4};
-  shmap_array *x = arange_f32(1, shape), *y = NULL;
+  shmap_array *x = tu_arange_f32(1, shape), *y = NULL;
   shmap_map_opts o = {.manual_axes = "i"};
   const char *is[] = {"P('i')"}, *os[] = {"P('i')"}, *bad[] = {"P('j')"};
   int what = 0;
@@ -341,11 +325,11 @@ static int outer_body(shmap_ctx *ctx, void *arg)
 
 START_TEST(nested_basic)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   for (int what = 0; what < 2; what++) {
     shmap_mesh *m = tu_mesh_new("data=2, model=2");
     int64_t shape[2] = {4, 4};
-    shmap_array *x = arange_f32(2, shape), *y[2] = {NULL, NULL};
+    shmap_array *x = tu_arange_f32(2, shape), *y[2] = {NULL, NULL};
     nest_arg *a = calloc(1, sizeof *a);
     a->what = what;
     shmap_map_opts o = {.manual_axes = "data"};
@@ -418,10 +402,10 @@ static int level1(shmap_ctx *ctx, void *arg)
 
 START_TEST(nested_three_levels)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("a=2, b=2, c=2");
   int64_t shape[1] = {8};
-  shmap_array *x = arange_f32(1, shape), *y = NULL;
+  shmap_array *x = tu_arange_f32(1, shape), *y = NULL;
   shmap_map_opts o = {.manual_axes = "a"};
   const char *is[] = {"P('a')"}, *os[] = {"P('a')"};
   tu_map_ok(shmap_map_ex(m, level1, NULL, 1, &x, is, 1, &y, os, &o), "3 levels");
@@ -551,10 +535,10 @@ static int bad_outer(shmap_ctx *ctx, void *arg)
 
 START_TEST(nested_errors)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("data=2, model=2");
   int64_t shape[1] = {4};
-  shmap_array *x = arange_f32(1, shape), *y = NULL;
+  shmap_array *x = tu_arange_f32(1, shape), *y = NULL;
   shmap_map_opts o = {.manual_axes = "data"};
   const char *is[] = {"P('data')"}, *os[] = {"P('data')"};
   bad_arg b;
@@ -626,7 +610,7 @@ static int ctx_query_body(shmap_ctx *ctx, void *arg)
 
 START_TEST(ctx_queries)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("i=2, j=2");
   int res[4] = {0};
   tu_map_ok(shmap_map(m, ctx_query_body, res, 0, NULL, NULL, 0, NULL, NULL),
@@ -669,7 +653,7 @@ static int bad_buf_body(shmap_ctx *ctx, void *arg)
 
 START_TEST(ctx_query_bad_buf)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("i=2");
   bad_buf b;
   tu_map_ok(shmap_map(m, bad_buf_body, &b, 0, NULL, NULL, 0, NULL, NULL),
@@ -686,7 +670,7 @@ END_TEST
 
 START_TEST(slices)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("stage=2, data=2, model=2");
   shmap_mesh *s1 = NULL, *s2 = NULL;
   ck_assert_int_eq(shmap_mesh_slice(&s1, m, "stage=1"), 0);
@@ -710,7 +694,7 @@ START_TEST(slices)
   ck_assert_int_eq(shmap_mesh_parent_device(s3, 1), 3);
   /* Maps run on a slice. */
   int64_t shape[1] = {4};
-  shmap_array *x = arange_f32(1, shape), *y = NULL;
+  shmap_array *x = tu_arange_f32(1, shape), *y = NULL;
   const char *is[] = {"P('data')"};
   shmap_map_opts o = {.manual_axes = "data"};
   tu_map_ok(shmap_map_ex(s1, body_double, NULL, 1, &x, is, 1, &y, is, &o),
@@ -729,7 +713,7 @@ END_TEST
 
 START_TEST(submesh_over_devices)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("i=8");
   shmap_mesh *s = NULL;
   int devs[6] = {7, 1, 2, 5, 4, 0};
@@ -796,7 +780,7 @@ static void *slice_thread(void *p)
 {
   slice_job *j = p;
   int64_t shape[1] = {8};
-  shmap_array *x = arange_f32(1, shape);
+  shmap_array *x = tu_arange_f32(1, shape);
   j->ok = 1;
   for (int r = 0; r < j->rounds && j->ok; r++) {
     shmap_array *y = NULL;
@@ -816,7 +800,7 @@ static void *slice_thread(void *p)
 
 START_TEST(slices_concurrently)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("s=2, i=4");
   slice_job j[2];
   pthread_t t[2];
@@ -841,7 +825,7 @@ END_TEST
 
 START_TEST(transfer_between_slices)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("stage=2, data=2, model=2");
   shmap_mesh *s0 = NULL, *s1 = NULL;
   ck_assert_int_eq(shmap_mesh_slice(&s0, m, "stage=0"), 0);
@@ -952,7 +936,7 @@ static int slow_outer(shmap_ctx *ctx, void *arg)
 
 START_TEST(watchdog_shows_nesting)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("data=2, model=2");
   char path[64];
   snprintf(path, sizeof path, "/tmp/shmap-meshparts-XXXXXX");
@@ -1008,7 +992,7 @@ static int quick_outer(shmap_ctx *ctx, void *arg)
 
 START_TEST(trace_shows_nesting)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("data=2, model=2");
   char path[64];
   snprintf(path, sizeof path, "/tmp/shmap-meshparts-%d.json", (int)getpid());
@@ -1048,7 +1032,7 @@ static int transfer_body(shmap_ctx *ctx, void *arg)
 
 START_TEST(transfer_in_body)
 {
-  set_mode(_i);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("s=2, i=2"), *s0 = NULL, *s1 = NULL;
   ck_assert_int_eq(shmap_mesh_slice(&s0, m, "s=0"), 0);
   ck_assert_int_eq(shmap_mesh_slice(&s1, m, "s=1"), 0);

@@ -226,7 +226,7 @@ static void run_case(uint64_t seed, int index)
            index, (unsigned long long)seed, mesh_text, c->manual_text,
            c->src_text, c->in_text, c->inner_text, c->nin_text);
 
-  setenv("SHMAP_SCHED", index % 2 ? "fibers" : "threads", 1);
+  tu_set_sched(index);
   shmap_mesh *mesh = tu_mesh_new(mesh_text);
   shmap_array *x = NULL, *y[2] = {NULL, NULL};
   int rc = shmap_array_from_host_sharded(&x, mesh, c->src_text, SHMAP_I32,
@@ -389,7 +389,7 @@ START_TEST(random_transfers)
   uint64_t rng = env && *env ? strtoull(env, NULL, 0) : 12;
   rng ^= 0x5eed;
   for (int i = 0; i < cases; i++) {
-    setenv("SHMAP_SCHED", i % 2 ? "fibers" : "threads", 1);
+    tu_set_sched(i);
     ref_mesh sm, dm;
     char stext[64], dtext[64];
     random_mesh(&rng, &sm, stext, sizeof stext, 27);
