@@ -58,7 +58,7 @@ _KINDS = {1: "psum", 2: "pmax", 3: "pmin", 4: "pmean", 5: "psum_scatter",
           6: "all_gather", 7: "all_to_all", 8: "ppermute", 9: "pbroadcast",
           10: "ragged_all_to_all", 11: "preduce"}
 # enum shmap__state.
-_ST_PARKED, _ST_INPUTS, _ST_BODY, _ST_COLL, _ST_DONE = range(5)
+_ST_PARKED, _ST_INPUTS, _ST_BODY, _ST_COLL, _ST_DONE, _ST_REPLICA = range(6)
 # enum shmap__mode.
 _MODE_THREADS, _MODE_FIBERS = 1, 2
 # Longest list of meshes or devices walked (a corrupt list ends here).
@@ -323,6 +323,11 @@ def _state_text(rt, dev, now):
                                             _int(dev["coll"]["arrive"]))
     elif state == _ST_DONE:
         what = "returned from its body"
+    elif state == _ST_REPLICA:
+        # A map over some axes: the device holds the values of the body
+        # that runs on its host (dbg.op), as the watchdog says.
+        what = "replica of %s, waiting for its body" % _devname(
+            axes, _int(dev["dbg"]["op"]))
     elif state == _ST_PARKED:
         if not _map_running(rt):
             when = ("for %.1f s" % secs) if since else ""

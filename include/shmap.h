@@ -443,7 +443,8 @@ SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
  * body's blocks.  Input k (a block of this device) is split by in_specs[k]
  * over the inner axes; out[k] receives a new block of the outer body (a
  * scratch block, see shmap_block_alloc) assembled by out_specs[k].  Every
- * device of the outer map must make the same nested call.
+ * body instance of the outer map must make the same nested call (its
+ * replicas along the inner axes join it).
  */
 SHMAP_EXTERN int shmap_map_nested(shmap_ctx *ctx, shmap_body_fn body,
                                   void *arg, int nin,

@@ -87,7 +87,7 @@ SHMAP_MAN_PAGES += \
 # The version page.
 SHMAP_MAN_PAGES += man/shmap_version.3
 
-EXTRA_DIST += $(SHMAP_MAN_PAGES) man/build-man.sh man/examples-pending
+EXTRA_DIST += $(SHMAP_MAN_PAGES) man/build-man.sh
 
 # The installed pages, made whenever a page or the version changes (the
 # version is in the Makefile, which configure rewrites).

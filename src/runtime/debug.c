@@ -168,6 +168,7 @@ static void stuck_fiber_hint(const shmap__runtime *rt, uint64_t now, FILE *out)
     const shmap__dev *dev = &rt->devs[d];
     int state = atomic_load(&dev->dbg.state);
     if (d == longest || state == SHMAP__ST_DONE ||
+        state == SHMAP__ST_REPLICA ||
         (state == SHMAP__ST_PARKED && atomic_load(&dev->coll.finished)))
       continue;
     char a[96], b[96];
@@ -222,6 +223,14 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
       break;
     }
     case SHMAP__ST_DONE: snprintf(what, sizeof what, "returned from its body"); break;
+    case SHMAP__ST_REPLICA: {
+      /* A map over some axes: this device holds the values of the body
+       * running on its host (same manual coordinates, free ones 0). */
+      char host[96];
+      shmap__mesh_devname(mesh, (int)op, host, sizeof host);
+      snprintf(what, sizeof what, "replica of %s, waiting for its body", host);
+      break;
+    }
     default:
       if (atomic_load(&dev->coll.finished)) {
         snprintf(what, sizeof what, "returned from its body");

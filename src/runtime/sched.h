@@ -44,7 +44,9 @@ enum shmap__state {
   SHMAP__ST_INPUTS,     /* building its input blocks */
   SHMAP__ST_BODY,       /* running the user's body */
   SHMAP__ST_COLL,       /* inside a collective */
-  SHMAP__ST_DONE        /* body returned; waiting for the others */
+  SHMAP__ST_DONE,       /* body returned; waiting for the others */
+  SHMAP__ST_REPLICA     /* holds the values of another device's body (a
+                           map over some axes); op: that device */
 };
 
 /* One trace event: a body or a collective on one device. */
