@@ -66,7 +66,7 @@ struct shmap_request {
 };
 
 /* A device's requests. */
-typedef struct adev {
+typedef struct shmap__async_dev {
   struct shmap_request req[SHMAP_MAX_REQUESTS];
   int nopen; /* the device's own count */
 } adev;
