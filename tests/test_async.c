@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define NMODES 2
 static const char *const modes[NMODES] = {"threads", "fibers"};
@@ -487,6 +488,85 @@ START_TEST(t_bad_args)
 }
 END_TEST
 
+/* ---- the watchdog and the trace ---------------------------------------- */
+
+/* Device 0 waits for a request while device 1 sleeps before joining it. */
+static int late_peer(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  static const int ring[4][2] = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  const shmap_block *x = shmap_in(ctx, 0);
+  if (shmap_ctx_device(ctx) == 1)
+    tu_sleep_ms(400);
+  shmap_block *y;
+  shmap_request *r;
+  int rc = shmap_ppermute_start(ctx, x, "i", 4, ring, &y, &r);
+  return rc ? rc : shmap_wait(ctx, &r);
+}
+
+START_TEST(t_watchdog)
+{
+  rule_setup(_i);
+  char path[64] = "/tmp/shmap-async-wd-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  fflush(stderr);
+  int saved = dup(2);
+  ck_assert_int_ge(saved, 0);
+  ck_assert_int_eq(dup2(fd, 2), 2);
+  close(fd);
+  ck_assert_int_eq(shmap_set_watchdog(0.1), 0);
+  char msg[1024];
+  int rc = run4(late_peer, NULL, msg, sizeof msg);
+  ck_assert_int_eq(shmap_set_watchdog(0), 0);
+  fflush(stderr);
+  ck_assert_int_eq(dup2(saved, 2), 2);
+  close(saved);
+  char *out = tu_slurp(path, NULL);
+  unlink(path);
+  ck_assert_ptr_nonnull(out);
+  ck_assert_msg(rc == 0, "map = %d: %s", rc, msg);
+  ck_assert_msg(strstr(out, "shmap watchdog") &&
+                    strstr(out, "request 0: ppermute over 'i' (call #1, "
+                                "shmap_ppermute_start), started"),
+                "the watchdog's report lacks the open request:\n%s", out);
+  free(out);
+  rule_teardown();
+}
+END_TEST
+
+START_TEST(t_trace)
+{
+  rule_setup(_i);
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/shmap-async-trace-%d.json", (int)getpid());
+  ck_assert_int_eq(shmap_trace_start(path), 0);
+  char msg[1024];
+  int rc = run4(ring_ok, NULL, msg, sizeof msg);
+  ck_assert_int_eq(shmap_trace_stop(), 0);
+  ck_assert_msg(rc == 0, "map = %d: %s", rc, msg);
+  char *t = tu_slurp(path, NULL);
+  ck_assert_ptr_nonnull(t);
+  /* A request slice and its transfer on the track of request slot 0 of
+   * each device; the device's own track has its body only. */
+  for (int d = 0; d < 4; d++) {
+    char track[64];
+    snprintf(track, sizeof track, "\"device %d (i=%d) requests (slot 0)\"", d,
+             d);
+    ck_assert_msg(strstr(t, track), "no track %s in the trace", track);
+  }
+  ck_assert_msg(strstr(t, "\"name\":\"ppermute request\",\"cat\":\"request\""),
+                "no request slice");
+  ck_assert_msg(strstr(t, "\"name\":\"ppermute transfer\",\"cat\":\"transfer\""),
+                "no transfer slice");
+  ck_assert_msg(!strstr(t, "\"name\":\"ppermute\",\"cat\":\"collective\""),
+                "the transfer is on the device's own track");
+  free(t);
+  unlink(path);
+  rule_teardown();
+}
+END_TEST
+
 Suite *async_suite(void);
 Suite *async_suite(void)
 {
@@ -504,6 +584,8 @@ Suite *async_suite(void)
   tcase_add_loop_test(tc, t_mismatch, 0, NMODES);
   tcase_add_loop_test(tc, t_failure, 0, NMODES);
   tcase_add_loop_test(tc, t_bad_args, 0, NMODES);
+  tcase_add_loop_test(tc, t_watchdog, 0, NMODES);
+  tcase_add_loop_test(tc, t_trace, 0, NMODES);
   suite_add_tcase(s, tc);
   return s;
 }
