@@ -60,6 +60,8 @@ static int all_four(shmap_ctx *ctx, void *arg)
   volatile double acc = 0;
   for (int k = 0; k < 20000; k++)
     acc += k * 0.5;
+  if (acc < 0)
+    return -1;
   if ((rc = shmap_wait_all(ctx, 4, req)))
     return rc;
   for (int k = 0; k < 4; k++)
