@@ -110,23 +110,38 @@ static int cmp(const void *a, const void *b)
   return x < y ? -1 : x > y;
 }
 
-/* Median seconds per step of one way. */
-static double run(shmap_mesh *mesh, shmap_array *x, cfg *c, int reps)
+/* Seconds per step of one map of one way. */
+static double run_once(shmap_mesh *mesh, shmap_array *x, cfg *c)
 {
-  double t[64];
-  for (int r = 0; r <= reps; r++) {
-    double t0 = now_s();
-    int rc = shmap_map(mesh, body, c, 1, &x, (const char *[]){"P('i')"}, 0,
-                       NULL, NULL);
-    if (rc) {
-      fprintf(stderr, "overlap: %s\n", shmap_errmsg());
-      exit(1);
-    }
-    if (r > 0) /* the first map starts threads and warms caches */
-      t[r - 1] = (now_s() - t0) / c->steps;
+  double t0 = now_s();
+  int rc = shmap_map(mesh, body, c, 1, &x, (const char *[]){"P('i')"}, 0,
+                     NULL, NULL);
+  if (rc) {
+    fprintf(stderr, "overlap: %s\n", shmap_errmsg());
+    exit(1);
   }
-  qsort(t, (size_t)reps, sizeof t[0], cmp);
-  return t[reps / 2];
+  return (now_s() - t0) / c->steps;
+}
+
+/* Median seconds per step of each way; the ways take turns map by map,
+ * so that a change in the machine's load hits them alike. */
+static void run(shmap_mesh *mesh, shmap_array *x, int n, int reps,
+                double med[NWAYS])
+{
+  double t[NWAYS][64];
+  for (int w = 0; w < NWAYS; w++) { /* threads started, caches warm */
+    cfg c = {w, 10, n};
+    run_once(mesh, x, &c);
+  }
+  for (int r = 0; r < reps; r++)
+    for (int w = 0; w < NWAYS; w++) {
+      cfg c = {w, 10, n};
+      t[w][r] = run_once(mesh, x, &c);
+    }
+  for (int w = 0; w < NWAYS; w++) {
+    qsort(t[w], (size_t)reps, sizeof t[w][0], cmp);
+    med[w] = t[w][reps / 2];
+  }
 }
 
 int main(int argc, char **argv)
@@ -148,8 +163,16 @@ int main(int argc, char **argv)
     int64_t bytes;
     int n;
   } sizes[] = {{1 << 20, 96}, {8 << 20, 192}};
+  char load[64] = "?";
+  FILE *lf = fopen("/proc/loadavg", "r");
+  if (lf) {
+    if (!fgets(load, sizeof load, lf))
+      snprintf(load, sizeof load, "?");
+    fclose(lf);
+    load[strcspn(load, " ")] = '\0';
+  }
   printf("bench/overlap: S=10 ring steps per map, median of %d maps, "
-         "ms per step\n", reps);
+         "ms per step, loadavg %s\n", reps, load);
   printf("%-46s %8s %5s %9s %9s %9s %9s %8s %8s\n", "setup", "block", "n",
          "compute", "transfer", "blocking", "overlap", "ideal", "gain");
   for (size_t s = 0; s < sizeof setups / sizeof setups[0]; s++) {
@@ -171,10 +194,7 @@ int main(int argc, char **argv)
         return 1;
       }
       double t[NWAYS];
-      for (int w = 0; w < NWAYS; w++) {
-        cfg c = {w, 10, sizes[z].n};
-        t[w] = run(mesh, x, &c, reps);
-      }
+      run(mesh, x, sizes[z].n, reps, t);
       double ideal = t[COMPUTE] > t[TRANSFER] ? t[COMPUTE] : t[TRANSFER];
       printf("%-46s %6lldMi %5d %9.3f %9.3f %9.3f %9.3f %8.3f %7.2fx\n",
              setups[s].what, (long long)(sizes[z].bytes >> 20), sizes[z].n,
