@@ -34,3 +34,12 @@ TESTS += tests/test_async
 tests_test_async_SOURCES = tests/test_async.c tests/testutil.c tests/testutil.h
 tests_test_async_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_async_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+# gdb lists open requests (skipped without gdb or ptrace).
+check_PROGRAMS += tests/gdb_async_target
+tests_gdb_async_target_SOURCES = tests/gdb_async_target.c
+tests_gdb_async_target_CFLAGS = $(AM_CFLAGS) -O0 -g
+tests_gdb_async_target_LDADD = src/libshmap.la
+tests_gdb_async_target_LDFLAGS = $(AM_LDFLAGS) -no-install
+TESTS += tests/test_gdb_async.sh
+EXTRA_DIST += tests/test_gdb_async.sh
