@@ -84,7 +84,7 @@ static adev *table(shmap__runtime *rt, bool create)
       t[d].req[s].slot = s;
       t[d].req[s].dev = d;
     }
-  adev *expected = NULL;
+  void *expected = NULL;
   if (!atomic_compare_exchange_strong(&rt->async, &expected, t)) {
     free(t);
     return expected;

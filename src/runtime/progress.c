@@ -67,7 +67,7 @@ static helper *helpers_of(shmap__runtime *rt)
     h[d].rt = rt;
     h[d].dev = d;
   }
-  helper *expected = NULL;
+  void *expected = NULL;
   if (!atomic_compare_exchange_strong(&rt->progress, &expected, h)) {
     free(h);
     return expected;
