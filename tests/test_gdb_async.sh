@@ -44,7 +44,7 @@ for sched in threads fibers; do
   {
     printf '%s\n' 'set pagination off' 'set confirm off' 'set width 0'
     printf '%s\n' "source $ext"
-    printf '%s\n' "break gdb_async_target.c:$line if dev == 0"
+    printf '%s\n' "break gdb_async_target.c:$line if \$shmap_device() == 0"
     printf '%s\n' 'run'
     printf '%s\n' 'echo @@devices\n' 'shmap devices'
     printf '%s\n' 'echo @@end\n' 'kill'
@@ -65,7 +65,7 @@ for sched in threads fibers; do
     fi
   }
   check "the open request is listed" \
-    "device 0 \(i=0\) request 0: ppermute over 'i' \(call #1, shmap_ppermute_start\), started [0-9.]+ s ago: in transfer"
+    "device 0 \(i=0\) request 0: ppermute over 'i' \(call #1, shmap_ppermute_start\), started [0-9.]+ s ago: (in transfer|queued)"
   check "device 0 runs its body meanwhile" \
     "device 0 \(i=0\): .*running its body"
   if grep -E 'Python Exception|Traceback' "$tmp/out" >/dev/null; then
