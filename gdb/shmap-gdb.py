@@ -347,6 +347,42 @@ def _state_text(rt, dev, now):
     return what, "for %.1f s" % secs
 
 
+# Request states (coll/async.c).
+_REQ_STATES = {1: "queued behind earlier requests",
+               2: "in transfer (waiting for its group or data)",
+               3: "done, not yet waited for"}
+
+
+def _requests_text(rt, ndev, now):
+    """One line per open asynchronous request (shmap_*_start) of each
+    device, as the watchdog words them."""
+    try:
+        if not _int(rt["async"]):
+            return []
+        t = gdb.lookup_type("struct shmap__async_dev").pointer()
+        tab = rt["async"].cast(t)
+        axes = _mesh_axes(rt["mesh"].dereference())
+        lines = []
+        for d in range(ndev):
+            reqs = tab[d]["req"]
+            lo, hi = reqs.type.range()
+            for s in range(lo, hi + 1):
+                r = reqs[s]
+                st = _int(r["state"])
+                if st == 0:
+                    continue
+                t0 = _int(r["t_start"])
+                secs = (now - t0) / 1e9 if t0 and now > t0 else 0.0
+                lines.append("    %s request %d: %s (call #%d, %s), "
+                             "started %.1f s ago: %s"
+                             % (_devname(axes, d), s, _str(r["op"]),
+                                _int(r["k"]), _str(r["api"]), secs,
+                                _REQ_STATES.get(st, "state %d" % st)))
+        return lines
+    except gdb.error:
+        return []
+
+
 def _mesh_summary(rt):
     mesh = rt["mesh"].dereference()
     axes = _mesh_axes(mesh)
@@ -775,6 +811,8 @@ include the time the program has been stopped in gdb."""
         for r in rows:
             cols = [r[k].ljust(widths[k]) for k in range(len(r) - 1)] + [r[-1]]
             gdb.write((cols[0] + " " + "  ".join(cols[1:])).rstrip() + "\n")
+        for line in _requests_text(rt, ndev, now):
+            gdb.write(line + "\n")
 
     @staticmethod
     def _where(th, body, lib):

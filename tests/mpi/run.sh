@@ -9,7 +9,9 @@
 # data, a failure on another process's device), tests/mpi/test_mpi_coll
 # (random collectives against the serial model, failures on a device of
 # another process), tests/mpi/test_mpi_groups (grouped collectives,
-# pbroadcast, ragged_all_to_all, preduce), tests/mpi/test_mpi_level
+# pbroadcast, ragged_all_to_all, preduce), tests/mpi/test_mpi_async
+# (started collectives, their
+# failures and mismatches over processes), tests/mpi/test_mpi_level
 # (a program that initialised MPI itself, with enough and too low a thread
 # level), and the example that runs unchanged with and without mpirun,
 # whose output must equal the single-process output byte for byte.
@@ -42,6 +44,8 @@ for sched in threads fibers; do
   launch "$b/tests/mpi/test_mpi_coll" || { echo "FAIL: test_mpi_coll (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_groups"
   launch "$b/tests/mpi/test_mpi_groups" || { echo "FAIL: test_mpi_groups (np=$np, $sched)"; fail=1; }
+  echo "== np=$np SHMAP_SCHED=$sched: test_mpi_async"
+  launch "$b/tests/mpi/test_mpi_async" || { echo "FAIL: test_mpi_async (np=$np, $sched)"; fail=1; }
   for level in multiple funneled; do
     echo "== np=$np SHMAP_SCHED=$sched: test_mpi_level $level"
     launch "$b/tests/mpi/test_mpi_level" $level || { echo "FAIL: test_mpi_level $level (np=$np, $sched)"; fail=1; }
