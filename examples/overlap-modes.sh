@@ -1,0 +1,21 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# overlap-modes.sh - run the collective matmul, ring attention and ladder
+# examples once with every device a thread (SHMAP_SCHED=threads) and once
+# with devices as fibers on a few worker threads (SHMAP_SCHED=fibers).
+# Each example checks its own results and exits non-zero on a mismatch.
+top_builddir=${top_builddir:-.}
+status=0
+for ex in 12_collective_matmul; do
+  for sched in threads fibers; do
+    if out=$(SHMAP_SCHED=$sched timeout -k 10 120 \
+               "$top_builddir/examples/$ex" 2>&1); then
+      echo "PASS: $ex (SHMAP_SCHED=$sched)"
+    else
+      echo "FAIL: $ex (SHMAP_SCHED=$sched):"
+      printf '%s\n' "$out" | sed 's/^/    /'
+      status=1
+    fi
+  done
+done
+exit $status

@@ -1,0 +1,12 @@
+# SPDX-License-Identifier: MIT
+# Examples of communication under computation and of the parallelism
+# ladder, included by the top Makefile.am.  `make` builds them; `make
+# check` runs each in both scheduling modes (examples/overlap-modes.sh),
+# and each checks its results against a serial computation.
+overlap_examples = examples/12_collective_matmul
+noinst_PROGRAMS += $(overlap_examples)
+TESTS += examples/overlap-modes.sh
+EXTRA_DIST += examples/overlap-modes.sh
+
+examples_12_collective_matmul_SOURCES = examples/12_collective_matmul.c
+examples_12_collective_matmul_LDADD = src/libshmap.la -lm
