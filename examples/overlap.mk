@@ -3,10 +3,14 @@
 # ladder, included by the top Makefile.am.  `make` builds them; `make
 # check` runs each in both scheduling modes (examples/overlap-modes.sh),
 # and each checks its results against a serial computation.
-overlap_examples = examples/12_collective_matmul
+overlap_examples = examples/12_collective_matmul examples/13_ring_attention
 noinst_PROGRAMS += $(overlap_examples)
 TESTS += examples/overlap-modes.sh
 EXTRA_DIST += examples/overlap-modes.sh
 
 examples_12_collective_matmul_SOURCES = examples/12_collective_matmul.c
 examples_12_collective_matmul_LDADD = src/libshmap.la -lm
+
+examples_13_ring_attention_SOURCES = examples/13_ring_attention.c
+examples_13_ring_attention_LDADD = src/libshmap.la -lm
+
