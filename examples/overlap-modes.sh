@@ -6,7 +6,7 @@
 # Each example checks its own results and exits non-zero on a mismatch.
 top_builddir=${top_builddir:-.}
 status=0
-for ex in 12_collective_matmul 13_ring_attention; do
+for ex in 12_collective_matmul 13_ring_attention 14_mlp_ladder; do
   for sched in threads fibers; do
     if out=$(SHMAP_SCHED=$sched timeout -k 10 120 \
                "$top_builddir/examples/$ex" 2>&1); then

@@ -3,7 +3,8 @@
 # ladder, included by the top Makefile.am.  `make` builds them; `make
 # check` runs each in both scheduling modes (examples/overlap-modes.sh),
 # and each checks its results against a serial computation.
-overlap_examples = examples/12_collective_matmul examples/13_ring_attention
+overlap_examples = examples/12_collective_matmul examples/13_ring_attention \
+	examples/14_mlp_ladder
 noinst_PROGRAMS += $(overlap_examples)
 TESTS += examples/overlap-modes.sh
 EXTRA_DIST += examples/overlap-modes.sh
@@ -14,3 +15,5 @@ examples_12_collective_matmul_LDADD = src/libshmap.la -lm
 examples_13_ring_attention_SOURCES = examples/13_ring_attention.c
 examples_13_ring_attention_LDADD = src/libshmap.la -lm
 
+examples_14_mlp_ladder_SOURCES = examples/14_mlp_ladder.c
+examples_14_mlp_ladder_LDADD = src/libshmap.la
