@@ -374,6 +374,48 @@ SHMAP_EXTERN int shmap_ppermute_new(shmap_ctx *ctx, const shmap_block *x,
                                     const char *axes, int npairs,
                                     const int pairs[][2], shmap_block **out);
 
+/* ---- asynchronous collectives (inside a body) --------------------------- */
+
+/*
+ * A start function checks its arguments like the blocking call, reserves
+ * the result and returns at once with an open request in *req; the
+ * transfer then progresses on its own while the body computes, and
+ * shmap_wait() completes it.  Between start and wait the input must not be
+ * written and the result not read (SHMAP_ASYNC_CHECK=1 checks the input
+ * and the result by checksums and fails the wait that finds a change).
+ * Each start counts as one collective call, in program order, for every
+ * member of the group; results equal the blocking call's bit for bit.  A
+ * device may have at most SHMAP_MAX_REQUESTS requests open; a body that
+ * returns with one open fails the map.  See shmap_ppermute_start(3).
+ */
+typedef struct shmap_request shmap_request;
+#define SHMAP_MAX_REQUESTS 8
+
+/* ppermute out of place: *out is the new result block (valid after wait). */
+SHMAP_EXTERN int shmap_ppermute_start(shmap_ctx *ctx, const shmap_block *x,
+                                      const char *axes, int npairs,
+                                      const int pairs[][2], shmap_block **out,
+                                      shmap_request **req);
+SHMAP_EXTERN int shmap_all_gather_start(shmap_ctx *ctx, const shmap_block *x,
+                                        const char *axes, int axis, int tiled,
+                                        shmap_block **out, shmap_request **req);
+SHMAP_EXTERN int shmap_psum_scatter_start(shmap_ctx *ctx, const shmap_block *x,
+                                          const char *axes,
+                                          int scatter_dimension, int tiled,
+                                          shmap_block **out,
+                                          shmap_request **req);
+/* psum in place: x holds its input until the wait and the sum after it. */
+SHMAP_EXTERN int shmap_psum_start(shmap_ctx *ctx, shmap_block *x,
+                                  const char *axes, shmap_request **req);
+/* Complete *req (it becomes NULL): 0, or the call's error. */
+SHMAP_EXTERN int shmap_wait(shmap_ctx *ctx, shmap_request **req);
+/* Complete every non-NULL reqs[i]; the first error, after waiting for all. */
+SHMAP_EXTERN int shmap_wait_all(shmap_ctx *ctx, int n, shmap_request *reqs[]);
+/* *done = 1 when the transfer of *req has finished (wait then returns at
+ * once), else 0.  The request stays open either way. */
+SHMAP_EXTERN int shmap_test(shmap_ctx *ctx, shmap_request *const *req,
+                            int *done);
+
 /* ---- processes (MPI) ----------------------------------------------------- */
 
 /*

@@ -13,6 +13,9 @@
 # compiles and runs every page's EXAMPLE program.
 SHMAP_MAN_PAGES =
 
+# Asynchronous collectives.
+SHMAP_MAN_PAGES += man/shmap_ppermute_start.3 man/shmap_wait.3
+
 # Overview, and debugging.
 SHMAP_MAN_PAGES += man/shmap.7 man/shmap-debugging.7
 

@@ -3,6 +3,7 @@
  * blocks, run the bodies, then check and assemble the outputs. */
 #include "map.h"
 
+#include "coll/async.h"
 #include "dtype.h"
 #include "proc.h"
 #include "runtime/debug.h"
@@ -335,6 +336,8 @@ static void run_device(shmap__job *job, int dev)
       ctx->err = SHMAP_EBODY;
       shmap__fail(rt, dev, SHMAP_EBODY, msg);
     }
+    /* Requests the body left open fail the map (coll/async.c). */
+    shmap__async_body_end(ctx);
   }
   shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
   shmap__set_current(NULL);

@@ -18,7 +18,8 @@
 
 /* The last bad value reported per variable; a leaf lock (see the lock
  * order in runtime/debug.c). */
-enum { V_SCHED, V_WORKERS, V_SPIN, V_STACK, V_WATCHDOG, V_SIMD, V_COUNT };
+enum { V_SCHED, V_WORKERS, V_SPIN, V_STACK, V_WATCHDOG, V_SIMD, V_ASYNC,
+       V_COUNT };
 static pthread_mutex_t settings_lock = PTHREAD_MUTEX_INITIALIZER;
 static char reported[V_COUNT][64];
 
@@ -176,4 +177,15 @@ int shmap__setting_simd(const char *const names[], int n)
   bad_value(V_SIMD, "SHMAP_SIMD", s, accepted,
             "the best instruction set the processor runs");
   return -1;
+}
+
+bool shmap__setting_async_check(void)
+{
+  const char *s = env("SHMAP_ASYNC_CHECK");
+  if (!s || strcmp(s, "0") == 0)
+    return false;
+  if (strcmp(s, "1") == 0)
+    return true;
+  bad_value(V_ASYNC, "SHMAP_ASYNC_CHECK", s, "0, 1", "0");
+  return false;
 }

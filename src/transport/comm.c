@@ -4,6 +4,7 @@
  * each call. */
 #include "transport/comm.h"
 
+#include "coll/async.h"
 #include "map.h"
 #include "proc.h"
 #include "transport/mpi.h"
@@ -70,6 +71,11 @@ int shmap__comm_arrive(shmap__coll *c)
   shmap__runtime *rt = ctx->rt;
   if (atomic_load(&rt->abort))
     return shmap__canceled(ctx, shmap__coll_opname(c));
+  /* Calls the device started run first, on its progress helper
+   * (coll/async.c); the helper itself makes them here. */
+  if (!shmap__helper_for && atomic_load_explicit(&rt->async,
+                                                 memory_order_relaxed))
+    shmap__async_drain(ctx);
   shmap__dev *self = &rt->devs[ctx->dev];
   c->comm = ctx->comm;
   /* The dtype rides in the top byte, for traces. */
