@@ -31,12 +31,18 @@
  *      for that row block while the previous accumulator is in flight, and
  *      after n-1 steps device d holds the finished row block d.
  *
- * Blocking transfers, written for overlap
+ * Overlapped and blocking transfers
  *   Each step is written as: start the transfer, multiply, wait for the
- *   transfer (xfer_start and xfer_wait below).  Here the start is the
- *   ordinary shmap_ppermute_new(), which returns once the bytes have
- *   arrived, and the wait does nothing, so the steps do not overlap yet;
- *   an asynchronous ppermute slots into the same two functions.
+ *   transfer (xfer_start and xfer_wait below).  The transfers are
+ *   shmap_ppermute_start() and shmap_wait(): the library moves the bytes
+ *   while the body multiplies, and the body must neither write the block
+ *   it sends nor read the one it receives before the wait.  With the
+ *   argument "blocking" the start is the ordinary shmap_ppermute_new(),
+ *   which returns once the bytes have arrived, and the wait does nothing;
+ *   the results are the same bits.
+ *     ./examples/12_collective_matmul              both, each checked
+ *     ./examples/12_collective_matmul blocking     blocking only
+ *     ./examples/12_collective_matmul overlapped   overlapped only
  *   Add "big" to run a larger problem (M=N=256, K=1024) whose trace is
  *   easier to read; the checks are the same.
  *
@@ -50,11 +56,21 @@
  *   printed beside it as the largest difference, which is rounding only.
  *
  * Pictures: a trace for Perfetto
- *     SHMAP_TRACE=cm.json ./examples/12_collective_matmul big
- *   writes a Chrome trace; open it at https://ui.perfetto.dev ("Open trace
- *   file").  Each device is a track, and each map's body a slice on it;
- *   the ppermute slices sit between the matmuls (the gaps in the body), so
- *   the body is as long as the matmuls plus the transfers.
+ *     SHMAP_TRACE=cm.json ./examples/12_collective_matmul overlapped big
+ *   writes a Chrome trace of the whole run when the program exits; open it
+ *   at https://ui.perfetto.dev ("Open trace file").  The mesh is a process,
+ *   "mesh i=4", and each device a track with one slice per map, its body,
+ *   in which the matmuls run.  In the overlapped run each device has
+ *   tracks "device d requests (slot k)" beneath its own: every request is
+ *   a slice "ppermute request" from its start to its completion, with the
+ *   copy itself, "ppermute transfer", inside it.  They lie under the
+ *   device's body, that is under the matmuls: the bytes move while the
+ *   device computes.  Run it with "blocking" instead and the ppermute
+ *   slices sit on the device's own track inside the body, one after each
+ *   step, the matmuls being the gaps between them: the body lasts as long
+ *   as the matmuls plus the transfers.  On a machine with two cores the
+ *   copies and the matmuls share the cores, so overlap gains little there
+ *   (BENCHMARKS.md, "Collective matmul").
  */
 #include <shmap.h>
 
@@ -103,9 +119,13 @@ static void add(float *acc, const float *z, int64_t len)
 
 /* ---- transfers: start, compute, wait ----------------------------------- */
 
-/* A transfer of one step: its result block. */
+static int overlapped; /* 1: start/wait requests, 0: blocking ppermute */
+
+/* A transfer of one step: its result block and, when overlapped, the open
+ * request. */
 typedef struct xfer {
   shmap_block *out;
+  shmap_request *req;
 } xfer;
 
 /* Start sending x along the ring: rank q sends to q + dir (mod n). */
@@ -117,15 +137,17 @@ static int xfer_start(shmap_ctx *ctx, const shmap_block *x, int dir, xfer *t)
     pairs[q][0] = q;
     pairs[q][1] = ((q + dir) % n + n) % n;
   }
+  t->req = NULL;
+  if (overlapped)
+    return shmap_ppermute_start(ctx, x, "i", n, (const int(*)[2])pairs,
+                                &t->out, &t->req);
   return shmap_ppermute_new(ctx, x, "i", n, (const int(*)[2])pairs, &t->out);
 }
 
 /* Wait until t->out holds what the neighbour sent. */
 static int xfer_wait(shmap_ctx *ctx, xfer *t)
 {
-  (void)ctx;
-  (void)t;
-  return 0;
+  return overlapped ? shmap_wait(ctx, &t->req) : 0;
 }
 
 /* A block describing rows [r0, r0 + rows) of a row-major matrix with n
@@ -158,7 +180,7 @@ static int ag_uni(shmap_ctx *ctx, void *arg)
   const shmap_block *cur = rhs; /* the chunk this device holds now */
   for (int s = 0; s < n; s++) {
     int c = ((d - s) % n + n) % n;
-    xfer t = {NULL};
+    xfer t = {NULL, NULL};
     int rc = 0;
     if (s < n - 1 && (rc = xfer_start(ctx, cur, +1, &t)) < 0)
       return rc;
@@ -197,7 +219,7 @@ static int ag_bidi(shmap_ctx *ctx, void *arg)
   for (int s = 0; s < n; s++) {
     int cl = ((d - s) % n + n) % n; /* whose low half I hold */
     int ch = (d + s) % n;           /* whose high half I hold */
-    xfer up = {NULL}, dn = {NULL};
+    xfer up = {NULL, NULL}, dn = {NULL, NULL};
     int rc = 0;
     if (s < n - 1 && ((rc = xfer_start(ctx, lo, +1, &up)) < 0 ||
                       (rc = xfer_start(ctx, hi, -1, &dn)) < 0))
@@ -245,7 +267,7 @@ static int rs(shmap_ctx *ctx, void *arg)
          kb, nc);
   for (int s = 1; s < n; s++) {
     int blk = (d + s + 1) % n; /* the row block whose accumulator arrives */
-    xfer t = {NULL};
+    xfer t = {NULL, NULL};
     int rc = xfer_start(ctx, acc, -1, &t);
     if (rc < 0)
       return rc;
@@ -436,9 +458,9 @@ static int run(shmap_mesh *mesh, const char *name, shmap_body_fn body,
   float *got = malloc((size_t)len * sizeof *got);
   check(shmap_array_to_host(gout, got), "shmap_array_to_host");
   int ok = same_bits(got, ref, len);
-  printf("%-34s == serial in ring order: %s; vs one-loop serial: "
-         "max |diff| %.2g\n",
-         name,
+  printf("%-34s %-10s == serial in ring order: %s; vs one-loop "
+         "serial: max |diff| %.2g\n",
+         name, overlapped ? "overlapped" : "blocking",
          ok ? "yes, bit for bit" : "NO", max_diff(got, plain, len));
   free(got);
   shmap_array_destroy(gout);
@@ -449,11 +471,16 @@ static int run(shmap_mesh *mesh, const char *name, shmap_body_fn body,
 
 int main(int argc, char **argv)
 {
+  int want_blocking = 1, want_overlapped = 1;
   for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "big") == 0)
+    if (strcmp(argv[i], "blocking") == 0)
+      want_overlapped = 0;
+    else if (strcmp(argv[i], "overlapped") == 0)
+      want_blocking = 0;
+    else if (strcmp(argv[i], "big") == 0)
       M = 256, K = 1024, N = 256, verbose = 0;
     else {
-      fprintf(stderr, "usage: %s [big]\n", argv[0]);
+      fprintf(stderr, "usage: %s [blocking|overlapped] [big]\n", argv[0]);
       return 2;
     }
   }
@@ -484,12 +511,16 @@ int main(int argc, char **argv)
   shmap_mesh *mesh;
   check(shmap_mesh_create(&mesh, "i=4"), "shmap_mesh_create");
   int errors = 0;
-  {
-    /* Show the layouts once: lhs, rhs and out, then the other lhs. */
-    int show = 2;
+  for (int mode = 0; mode < 2; mode++) {
+    if (!(mode ? want_overlapped : want_blocking))
+      continue;
+    overlapped = mode;
+    /* Show the layouts in the first run: lhs, rhs and out, then the other
+     * lhs. */
+    int show = mode == (want_blocking ? 0 : 1) ? 2 : 0;
     errors += run(mesh, "all-gather matmul, one direction", ag_uni, a, b,
                   "P('i', None)", ref[0], plain, show);
-    show = 1;
+    show = show ? 1 : 0;
     errors += run(mesh, "all-gather matmul, both directions", ag_bidi, a, b,
                   "P('i', None)", ref[1], plain, 0);
     errors += run(mesh, "reduce-scatter matmul", rs, a, b, "P(None, 'i')",

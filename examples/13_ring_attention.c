@@ -136,16 +136,19 @@ static int ring_attention(shmap_ctx *ctx, void *arg)
   for (int s = 0; s < n; s++) {
     int c = ((d - s) % n + n) % n; /* whose keys and values I hold */
     shmap_block *next = NULL;
+    shmap_request *req = NULL;
     int rc;
-    /* Start passing the block on, then attend to it. */
-    if (s < n - 1 && (rc = shmap_ppermute_new(ctx, cur, "seq", n,
-                                              (const int(*)[2])pairs,
-                                              &next)) < 0)
+    /* Start passing the block on, attend to it, then wait for the next. */
+    if (s < n - 1 && (rc = shmap_ppermute_start(ctx, cur, "seq", n,
+                                                (const int(*)[2])pairs,
+                                                &next, &req)) < 0)
       return rc;
     if (c <= d) /* later blocks are in the future: masked entirely */
       for (int t = 0; t < TB; t++)
         attend_block((const float *)q->data + t * D, d * TB + t, cur->data,
                      c * TB, TB, &st[t]);
+    if (req != NULL && (rc = shmap_wait(ctx, &req)) < 0)
+      return rc;
     if (cur != kv && (rc = shmap_block_free(ctx, (shmap_block *)cur)) < 0)
       return rc;
     cur = next;
