@@ -12,7 +12,9 @@
  *               step's matmul and waited for after it.
  * Programs: ag (all-gather matmul, one direction), ag_bidi (both
  * directions, half chunks each way) and rs (reduce-scatter matmul).
- * BENCHMARKS.md, "Collective matmul", explains the figures.
+ * comm_roofline_us is the time the transfers alone would take at the
+ * measured memory bandwidth.  BENCHMARKS.md, "Collective matmul", explains
+ * the figures.
  */
 #include "cmatmul.h"
 
@@ -294,7 +296,8 @@ int cmatmul_measure(const int ps[], int nps, const int ns[], int nn, int reps,
   return count;
 }
 
-void cmatmul_print(FILE *f, const cm_result *res, int count)
+void cmatmul_print(FILE *f, const cm_result *res, int count,
+                   double bandwidth)
 {
   if (count > 0)
     fprintf(f, "# collective matmul: f32 N x N @ N x N on a ring of P; "
@@ -304,10 +307,14 @@ void cmatmul_print(FILE *f, const cm_result *res, int count)
     /* Bytes each device receives: all-gather (P-1) rhs chunks, or (P-1)
      * accumulators for rs; the same N/P x N floats either way. */
     double bytes = 4.0 * (double)(r->P - 1) * (r->N / r->P) * r->N;
+    /* The transfers' own floor: every device's bytes read and written
+     * once at the machine's memory bandwidth. */
+    double floor_us = 2.0 * bytes * r->P / bandwidth;
     fprintf(f, "op=%s P=%d N=%d local_us=%.0f blocking_us=%.0f "
-               "overlapped_us=%.0f overlapped_x=%.2f comm_bytes=%.0f\n",
+               "overlapped_us=%.0f overlapped_x=%.2f comm_bytes=%.0f "
+               "comm_roofline_us=%.1f\n",
             prog_names[r->prog], r->P, r->N, r->us[V_LOCAL],
             r->us[V_BLOCKING], r->us[V_OVERLAPPED],
-            r->us[V_BLOCKING] / r->us[V_OVERLAPPED], bytes);
+            r->us[V_BLOCKING] / r->us[V_OVERLAPPED], bytes, floor_us);
   }
 }

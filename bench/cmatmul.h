@@ -15,7 +15,9 @@ typedef struct cm_result cm_result;
  * number of results stored in *results (free() it), or -1. */
 int cmatmul_measure(const int ps[], int nps, const int ns[], int nn, int reps,
                     int verbose, cm_result **results);
-/* One line per result, after a '#' line saying what they are. */
-void cmatmul_print(FILE *f, const cm_result *results, int count);
+/* One line per result, after a '#' line saying what they are;
+ * `bandwidth` (bytes per microsecond) gives the transfers' roofline. */
+void cmatmul_print(FILE *f, const cm_result *results, int count,
+                   double bandwidth);
 
 #endif

@@ -1225,7 +1225,7 @@ int main(int argc, char **argv)
              chain_dev_b, NA, NA);
   print_line("chain_host", cP, cbytes, chain_host, NA, NA, NA, chain_roof,
              chain_host_b, NA, NA);
-  cmatmul_print(stdout, cm, ncm);
+  cmatmul_print(stdout, cm, ncm, B);
   free(cm);
   progress("done in %.0f s", (now_us() - t_start) * 1e-6);
   free(results);
