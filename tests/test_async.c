@@ -112,6 +112,381 @@ START_TEST(t_results)
 }
 END_TEST
 
+
+/* ---- mixing with blocking calls ------------------------------------------ */
+
+/* A blocking psum between a start and its wait, and several requests of
+ * different groups (mesh i=2, j=2) open at once. */
+static int mixed(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  const shmap_block *x = shmap_in(ctx, 0); /* i32[2] */
+  static const int swap[2][2] = {{0, 1}, {1, 0}};
+  shmap_block *pi, *pj, *bi, *bj;
+  shmap_request *ri, *rj;
+  int rc;
+  if ((rc = shmap_ppermute_start(ctx, x, "i", 2, swap, &pi, &ri)) ||
+      (rc = shmap_ppermute_start(ctx, x, "j", 2, swap, &pj, &rj)))
+    return rc;
+  shmap_block *s = shmap_block_alloc(ctx, SHMAP_I32, 1, (int64_t[]){2});
+  if (!s)
+    return -1;
+  memcpy(s->data, x->data, 8);
+  if ((rc = shmap_psum(ctx, s, "('i','j')")))
+    return rc;
+  int done = 0;
+  if ((rc = shmap_test(ctx, &rj, &done)) || (rc = shmap_wait(ctx, &rj)) ||
+      (rc = shmap_wait(ctx, &ri)))
+    return rc;
+  if ((rc = shmap_ppermute_new(ctx, x, "i", 2, swap, &bi)) ||
+      (rc = shmap_ppermute_new(ctx, x, "j", 2, swap, &bj)))
+    return rc;
+  if (!same(pi, bi) || !same(pj, bj))
+    return shmap_fail(ctx, "ppermute results differ");
+  return shmap_out_set(ctx, 0, s);
+}
+
+START_TEST(t_mixed)
+{
+  set_mode(_i);
+  shmap_mesh *mesh = tu_mesh_new("i=2, j=2");
+  int32_t host[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[2];
+  shmap_array *x = tu_array_from_host(SHMAP_I32, 1, (int64_t[]){8}, host);
+  shmap_array *y = NULL;
+  tu_map_ok(shmap_map(mesh, mixed, NULL, 1, &x,
+                      (const char *[]){"P(('i','j'))"}, 1, &y,
+                      (const char *[]){"P()"}),
+            "mixed");
+  ck_assert_int_eq(shmap_array_to_host(y, got), 0);
+  ck_assert_int_eq(got[0], 1 + 3 + 5 + 7);
+  ck_assert_int_eq(got[1], 2 + 4 + 6 + 8);
+  shmap_array_destroy(y);
+  shmap_array_destroy(x);
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
+/* ---- the rules ---------------------------------------------------------- */
+
+static shmap_mesh *rule_mesh;
+
+/* Runs body on mesh i=4 with an i32[8] input split over i; returns the
+ * map's code, the message in msg. */
+static int run4(shmap_body_fn body, void *arg, char *msg, size_t n)
+{
+  int32_t host[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  shmap_array *x = tu_array_from_host(SHMAP_I32, 1, (int64_t[]){8}, host);
+  int rc = shmap_map(rule_mesh, body, arg, 1, &x, (const char *[]){"P('i')"},
+                     0, NULL, NULL);
+  snprintf(msg, n, "%s", rc ? shmap_errmsg() : "");
+  shmap_array_destroy(x);
+  return rc;
+}
+
+static void expect(int rc, int code, const char *msg, const char *const parts[])
+{
+  ck_assert_msg(rc == code, "map = %d (%s), want %d (%s): %s", rc,
+                shmap_strerror(rc), code, shmap_strerror(code), msg);
+  for (int k = 0; parts[k]; k++)
+    ck_assert_msg(strstr(msg, parts[k]), "message lacks \"%s\": %s", parts[k],
+                  msg);
+}
+
+/* A correct map afterwards: the mesh and the helpers still work. */
+static int ring_ok(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  static const int ring[4][2] = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  const shmap_block *x = shmap_in(ctx, 0);
+  shmap_block *y;
+  shmap_request *r;
+  int rc = shmap_ppermute_start(ctx, x, "i", 4, ring, &y, &r);
+  if (rc || (rc = shmap_wait(ctx, &r)))
+    return rc;
+  int d = shmap_ctx_device(ctx), from = (d + 3) % 4;
+  const int32_t *v = y->data;
+  if (v[0] != 2 * from || v[1] != 2 * from + 1)
+    return shmap_fail(ctx, "got %d %d from %d", v[0], v[1], from);
+  return 0;
+}
+
+static void after(void)
+{
+  char msg[1024];
+  int rc = run4(ring_ok, NULL, msg, sizeof msg);
+  ck_assert_msg(rc == 0, "the map after: %d %s", rc, msg);
+}
+
+static void rule_setup(int i)
+{
+  set_mode(i);
+  rule_mesh = tu_mesh_new("i=4");
+}
+
+static void rule_teardown(void)
+{
+  after();
+  shmap_mesh_destroy(rule_mesh);
+  rule_mesh = NULL;
+}
+
+/* One more than SHMAP_MAX_REQUESTS open. */
+static int too_many(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  shmap_request *r[SHMAP_MAX_REQUESTS + 1];
+  shmap_block *y;
+  for (int k = 0; k <= SHMAP_MAX_REQUESTS; k++) {
+    int rc = shmap_all_gather_start(ctx, x, "i", 0, 1, &y, &r[k]);
+    if (rc) {
+      if (k != SHMAP_MAX_REQUESTS || r[k] || y)
+        return shmap_fail(ctx, "start %d failed: %d", k, rc);
+      return shmap_wait_all(ctx, k, r) ? rc : rc;
+    }
+  }
+  return 0;
+}
+
+START_TEST(t_limit)
+{
+  rule_setup(_i);
+  char msg[1024];
+  int rc = run4(too_many, NULL, msg, sizeof msg);
+  expect(rc, SHMAP_ESTATE, msg,
+         (const char *[]){"all_gather over 'i' on device",
+                          "at most SHMAP_MAX_REQUESTS (8) requests open",
+                          "shmap_all_gather_start", "#1 all_gather", NULL});
+  rule_teardown();
+}
+END_TEST
+
+/* The body of device `*arg` (or every device, -1) returns without waiting. */
+static int leaves_open(shmap_ctx *ctx, void *arg)
+{
+  int who = *(int *)arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  static const int ring[4][2] = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  shmap_block *y, *g;
+  shmap_request *r, *rg;
+  int rc = shmap_ppermute_start(ctx, x, "i", 4, ring, &y, &r);
+  if (rc || (rc = shmap_all_gather_start(ctx, x, "i", 0, 1, &g, &rg)))
+    return rc;
+  if (who < 0 || who == shmap_ctx_device(ctx))
+    return 0;
+  rc = shmap_wait(ctx, &r);
+  int rc2 = shmap_wait(ctx, &rg);
+  return rc ? rc : rc2;
+}
+
+START_TEST(t_unwaited)
+{
+  rule_setup(_i);
+  char msg[1024];
+  for (int who = -1; who < 4; who += 3) {
+    int rc = run4(leaves_open, &who, msg, sizeof msg);
+    char dev[64];
+    snprintf(dev, sizeof dev, "on device %d", who < 0 ? 0 : who);
+    expect(rc, SHMAP_ESTATE, msg,
+           (const char *[]){"ppermute over 'i'",
+                            "the body returned with this request open",
+                            "call #1", "shmap_ppermute_start",
+                            "2 requests open", who < 0 ? "on device" : dev,
+                            NULL});
+  }
+  rule_teardown();
+}
+END_TEST
+
+/* With SHMAP_ASYNC_CHECK=1, device 1 writes its input (arg 0) or its
+ * result (arg 1) before the wait. */
+static int writes(shmap_ctx *ctx, void *arg)
+{
+  int what = *(int *)arg;
+  const shmap_block *in = shmap_in(ctx, 0);
+  shmap_block *x = shmap_block_alloc(ctx, SHMAP_I32, 1, (int64_t[]){4});
+  if (!x)
+    return -1;
+  memcpy(x->data, in->data, 8);
+  memcpy((char *)x->data + 8, in->data, 8);
+  shmap_block *y;
+  shmap_request *r;
+  int rc = what == 2 ? shmap_psum_start(ctx, x, "i", &r)
+                     : shmap_psum_scatter_start(ctx, x, "i", 0, 1, &y, &r);
+  if (rc)
+    return rc;
+  if (shmap_ctx_device(ctx) == 1) {
+    if (what != 1) {
+      ((int32_t *)x->data)[0] += 1; /* the input (psum: in place) */
+    } else {
+      /* The result, once the transfer is done (so that the write does not
+       * race with it): the wait still finds it. */
+      int done = 0;
+      while (!done)
+        if ((rc = shmap_test(ctx, &r, &done)))
+          return rc;
+      ((int32_t *)y->data)[0] = 99;
+    }
+  }
+  return shmap_wait(ctx, &r);
+}
+
+START_TEST(t_check)
+{
+  rule_setup(_i);
+  ck_assert_int_eq(setenv("SHMAP_ASYNC_CHECK", "1", 1), 0);
+  char msg[1024];
+  for (int what = 0; what < 3; what++) {
+    int rc = run4(writes, &what, msg, sizeof msg);
+    expect(rc, SHMAP_ESTATE, msg,
+           (const char *[]){what == 2 ? "psum over 'i' on device 1"
+                                      : "psum_scatter over 'i' on device 1",
+                            what == 1 ? "the result was written"
+                                      : "the input was written",
+                            what == 2 ? "between shmap_psum_start and "
+                                        "shmap_wait (call #1)"
+                                      : "between shmap_psum_scatter_start "
+                                        "and shmap_wait (call #1)",
+                            NULL});
+  }
+  /* Without the check the same bodies pass (the results are then the
+   * caller's problem). */
+  unsetenv("SHMAP_ASYNC_CHECK");
+  int what = 0;
+  ck_assert_int_eq(run4(writes, &what, msg, sizeof msg), 0);
+  rule_teardown();
+}
+END_TEST
+
+/* Device 2 makes another call as call #1: all_gather started against the
+ * others' ppermute (arg 0), or a blocking psum (arg 1). */
+static int mismatched(shmap_ctx *ctx, void *arg)
+{
+  int how = *(int *)arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  static const int ring[4][2] = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  shmap_block *y;
+  shmap_request *r;
+  int rc;
+  if (shmap_ctx_device(ctx) != 2)
+    rc = shmap_ppermute_start(ctx, x, "i", 4, ring, &y, &r);
+  else if (how == 0)
+    rc = shmap_all_gather_start(ctx, x, "i", 0, 1, &y, &r);
+  else {
+    shmap_block *s = shmap_block_alloc(ctx, SHMAP_I32, 1, (int64_t[]){2});
+    return s ? shmap_psum(ctx, s, "i") : -1;
+  }
+  return rc ? rc : shmap_wait(ctx, &r);
+}
+
+START_TEST(t_mismatch)
+{
+  rule_setup(_i);
+  char msg[1024];
+  for (int how = 0; how < 2; how++) {
+    int rc = run4(mismatched, &how, msg, sizeof msg);
+    expect(rc, SHMAP_EMISMATCH, msg,
+           (const char *[]){"collective call #1 differs",
+                            how ? "psum(i32[2]" : "all_gather(i32[2]",
+                            "ppermute(i32[2]", NULL});
+  }
+  rule_teardown();
+}
+END_TEST
+
+/* Device 3 fails while the others wait for requests it never joins. */
+static int one_fails(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  static const int ring[4][2] = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  if (shmap_ctx_device(ctx) == 3) {
+    tu_sleep_ms(20);
+    return shmap_fail(ctx, "device three gives up");
+  }
+  shmap_block *y, *g;
+  shmap_request *r[2];
+  int rc = shmap_ppermute_start(ctx, x, "i", 4, ring, &y, &r[0]);
+  if (rc || (rc = shmap_all_gather_start(ctx, x, "i", 0, 1, &g, &r[1])))
+    return rc;
+  rc = shmap_wait_all(ctx, 2, r);
+  if (rc != SHMAP_ECANCELED || r[0] || r[1] ||
+      !strstr(shmap_errmsg(), "device three gives up"))
+    return shmap_fail(ctx, "wait_all = %d: %s", rc, shmap_errmsg());
+  return rc;
+}
+
+START_TEST(t_failure)
+{
+  rule_setup(_i);
+  char msg[1024];
+  int rc = run4(one_fails, NULL, msg, sizeof msg);
+  expect(rc, SHMAP_EBODY, msg,
+         (const char *[]){"device 3", "device three gives up", NULL});
+  rule_teardown();
+}
+END_TEST
+
+/* Bad handles and arguments, each failing the map with its message. */
+static int bad_args(shmap_ctx *ctx, void *arg)
+{
+  int which = *(int *)arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  static const int ring[4][2] = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  shmap_block *y;
+  shmap_request *r = NULL, *copy;
+  int done;
+  switch (which) {
+  case 0: return shmap_wait(ctx, NULL);
+  case 1: return shmap_wait(ctx, &r);
+  case 2: {
+    int rc = shmap_ppermute_start(ctx, x, "i", 4, ring, &y, &r);
+    copy = r;
+    if (rc || (rc = shmap_wait(ctx, &r)))
+      return rc;
+    return shmap_wait(ctx, &copy);
+  }
+  case 3: {
+    int rc = shmap_ppermute_start(ctx, x, "i", 4, ring, &y, &r);
+    if (rc)
+      return rc;
+    rc = shmap_test(ctx, &r, NULL);
+    shmap_wait(ctx, &r);
+    return rc;
+  }
+  case 4: return shmap_wait_all(ctx, -1, NULL);
+  case 5: return shmap_ppermute_start(ctx, x, "i", 4, ring, &y, NULL);
+  case 6: return shmap_psum_start(ctx, NULL, "i", &r);
+  default: return shmap_all_gather_start(ctx, x, "k", 0, 1, &y, &r);
+  }
+  (void)done;
+}
+
+START_TEST(t_bad_args)
+{
+  rule_setup(_i);
+  static const struct {
+    int code;
+    const char *parts[3];
+  } want[] = {
+      {SHMAP_EINVAL, {"shmap_wait on device", "req is NULL", NULL}},
+      {SHMAP_EINVAL, {"shmap_wait on device", "*req is NULL", NULL}},
+      {SHMAP_EINVAL, {"shmap_wait on device", "not an open request", NULL}},
+      {SHMAP_EINVAL, {"shmap_test on device", "done is NULL", NULL}},
+      {SHMAP_EINVAL, {"shmap_wait_all on device", "n is negative", NULL}},
+      {SHMAP_EINVAL, {"ppermute over 'i' on device", "req is NULL", NULL}},
+      {SHMAP_EINVAL, {"psum", "NULL", NULL}},
+      {SHMAP_EAXIS, {"all_gather", "'k'", NULL}},
+  };
+  char msg[1024];
+  for (int k = 0; k < (int)(sizeof want / sizeof want[0]); k++) {
+    int rc = run4(bad_args, &k, msg, sizeof msg);
+    expect(rc, want[k].code, msg, want[k].parts);
+  }
+  rule_teardown();
+}
+END_TEST
+
 Suite *async_suite(void);
 Suite *async_suite(void)
 {
@@ -119,6 +494,16 @@ Suite *async_suite(void)
   TCase *tc = tcase_create("results");
   tcase_set_timeout(tc, 60);
   tcase_add_loop_test(tc, t_results, 0, 2 * NMODES);
+  tcase_add_loop_test(tc, t_mixed, 0, NMODES);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("rules");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, t_limit, 0, NMODES);
+  tcase_add_loop_test(tc, t_unwaited, 0, NMODES);
+  tcase_add_loop_test(tc, t_check, 0, NMODES);
+  tcase_add_loop_test(tc, t_mismatch, 0, NMODES);
+  tcase_add_loop_test(tc, t_failure, 0, NMODES);
+  tcase_add_loop_test(tc, t_bad_args, 0, NMODES);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -37,6 +37,7 @@
 #include "runtime/progress.h"
 #include "settings.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -463,6 +464,20 @@ SHMAP_EXTERN int shmap_wait_all(shmap_ctx *ctx, int n, shmap_request *reqs[])
   return first;
 }
 
+/* A fiber gives its worker to the others once; a thread its core. */
+static bool second_look(void *arg) { return (*(int *)arg)++ > 0; }
+
+static void yield(shmap_ctx *ctx)
+{
+  shmap__runtime *rt = ctx->rt;
+  if (rt->mode == SHMAP__FIBERS) {
+    int looks = 0;
+    shmap__dev_wait(rt, &rt->devs[ctx->dev], second_look, &looks, NULL);
+  } else {
+    sched_yield();
+  }
+}
+
 SHMAP_EXTERN int shmap_test(shmap_ctx *ctx, shmap_request *const *req,
                             int *done)
 {
@@ -477,6 +492,10 @@ SHMAP_EXTERN int shmap_test(shmap_ctx *ctx, shmap_request *const *req,
   if (!r)
     return ctx->err;
   *done = is_done(r);
+  /* A body may poll in a loop: let the devices it may be waiting for run
+   * (in fiber mode they may share its worker). */
+  if (!*done)
+    yield(ctx);
   return 0;
 }
 
