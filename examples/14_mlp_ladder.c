@@ -34,7 +34,7 @@
  *      mesh with a 'stage' axis and every device runs every tick;
  *      examples/10_pipeline.c runs the stages as sub-meshes of their own,
  *      with a 1F1B schedule and data parallelism inside each stage.
- *   Examples 03, 04 and 09 show TP and DP on their own in more detail.
+ *   Examples 03, 04 and 09 show TP, 08 and 09 DP, in more detail.
  *
  * Checking, bit for bit
  *   The rungs add up their sums in different orders (DP sums gradients
