@@ -20,9 +20,23 @@
  *          with the same message;
  *   DONE - a device of that process returned from its body after this
  *          many collective calls: a device waiting for it in a later call
- *          would wait forever, which is a mismatch.
+ *          would wait forever, which is a mismatch.  The notice also says
+ *          how many calls the device entered (sent its descriptor for),
+ *          which settles who may give up a call after a failure (below).
  * A process that dies is the launcher's business: Open MPI's mpirun and
  * MPICH's mpiexec kill the job when one of its processes dies.
+ *
+ * Giving up a call after a failure.  comm.h promises that a call whose
+ * every member passed arrive completes, so its data waits are not released
+ * by failures.  Then either every member of a group must pass arrive or
+ * none: a member that gave up on the map's failure while a peer, holding
+ * every descriptor already, went on to wait for its data would leave that
+ * peer waiting for ever.  So the failure alone releases no member from
+ * arrive.  A member gives up only when a peer whose descriptor it lacks
+ * has returned from its body without entering the call: that descriptor
+ * will never come, so no member of the group can pass.  Every member that
+ * enters posts its descriptor to every peer at once, so when all enter,
+ * all pass.  (Without a failure, such a peer is a mismatch.)
  *
  * Quiescence.  Notices are never awaited one by one, and a failed map
  * leaves sends nobody receives.  MPI may give a freed communicator's
@@ -40,6 +54,7 @@
 #include "proc.h"
 #include "transport/comm.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,14 +66,16 @@
 enum { N_FAIL = 1, N_DONE = 2 };
 #define TAG_NOTICE 0
 
-/* A notice as sent; a DONE notice is the first 16 bytes, its code the
- * device's number of collective calls. */
-#define DONE_LEN 16
+/* A notice as sent; a DONE notice is the part before msg, its code the
+ * device's number of collective calls (UINT32_MAX: it left on the map's
+ * failure) and `entered` the number of calls it sent descriptors for. */
 typedef struct notice {
   uint32_t kind, epoch;
   int32_t dev, code;
+  uint32_t entered;
   char msg[SHMAP__MSG_MAX];
 } notice;
+#define DONE_LEN offsetof(notice, msg)
 
 /* What this process learnt about one map (two kept: a faster process may
  * already send notices of the next map). */
@@ -66,6 +83,7 @@ typedef struct eslot {
   uint32_t epoch;
   char *done;        /* ndev: the device returned from its body ... */
   uint32_t *counts;  /* ... after this many collective calls */
+  uint32_t *entered; /* ... having entered this many */
   int fail_dev;      /* first FAIL notice, -1: none */
   int fail_code;
   char fail_msg[SHMAP__MSG_MAX];
@@ -112,11 +130,13 @@ int shmap__mpi_mesh_init(shmap_mesh *mesh)
   for (int s = 0; s < 2; s++) {
     m->slot[s].done = shmap__calloc((size_t)mesh->ndev, 1);
     m->slot[s].counts = shmap__calloc((size_t)mesh->ndev, sizeof(uint32_t));
+    m->slot[s].entered = shmap__calloc((size_t)mesh->ndev, sizeof(uint32_t));
     m->slot[s].fail_dev = -1;
     m->slot[s].epoch = s ? 1 : 2; /* maps are numbered from 1 */
     m->out[s] = shmap__calloc(1, sizeof(notice));
     m->dout[s] = shmap__calloc((size_t)mesh->ndev, sizeof(notice));
-    ok = ok && m->slot[s].done && m->slot[s].counts && m->out[s] && m->dout[s];
+    ok = ok && m->slot[s].done && m->slot[s].counts && m->slot[s].entered &&
+         m->out[s] && m->dout[s];
   }
   m->in = shmap__malloc(sizeof(notice));
   m->sent = shmap__calloc((size_t)m->nproc, sizeof *m->sent);
@@ -147,6 +167,7 @@ int shmap__mpi_mesh_init(shmap_mesh *mesh)
   for (int s = 0; s < 2; s++) {
     free(m->slot[s].done);
     free(m->slot[s].counts);
+    free(m->slot[s].entered);
     free(m->out[s]);
     free(m->dout[s]);
   }
@@ -207,6 +228,7 @@ void shmap__mpi_mesh_free(shmap_mesh *mesh)
   for (int s = 0; s < 2; s++) {
     free(m->slot[s].done);
     free(m->slot[s].counts);
+    free(m->slot[s].entered);
     free(m->out[s]);
     free(m->dout[s]);
   }
@@ -255,7 +277,7 @@ static void drain(shmap__mpimesh *m)
     atomic_fetch_add(&m->got[st.MPI_SOURCE], 1);
     const notice *n = (const notice *)m->in;
     eslot *s = &m->slot[n->epoch & 1];
-    if (len < DONE_LEN || n->epoch != s->epoch || n->dev < 0 ||
+    if ((size_t)len < DONE_LEN || n->epoch != s->epoch || n->dev < 0 ||
         n->dev >= m->ndev)
       continue; /* a map that already ended */
     if (n->kind == N_FAIL && s->fail_dev < 0 && (size_t)len == sizeof *n) {
@@ -265,6 +287,7 @@ static void drain(shmap__mpimesh *m)
       s->fail_msg[sizeof s->fail_msg - 1] = '\0';
     } else if (n->kind == N_DONE) {
       s->counts[n->dev] = (uint32_t)n->code;
+      s->entered[n->dev] = n->entered;
       s->done[n->dev] = 1;
     }
   }
@@ -322,6 +345,7 @@ void shmap__mpi_dev_done(shmap__runtime *rt, int dev, uint32_t calls)
   n->epoch = m->epoch;
   n->dev = dev;
   n->code = (int32_t)calls;
+  n->entered = atomic_load(&rt->devs[dev].coll.arrive);
   send_notice(m, n, DONE_LEN);
 }
 
@@ -348,6 +372,7 @@ typedef struct waitarg {
   uint32_t short_calls;
   int polls;
   bool done;
+  bool cancel;        /* a watched member left without entering the call */
 } waitarg;
 
 static bool requests_done(void *arg)
@@ -371,15 +396,27 @@ static bool requests_done(void *arg)
     poll_notices(w->rt, w->m);
     eslot *s = &w->m->slot[w->m->epoch & 1];
     const shmap__place *pl = w->rt->mesh->place;
+    bool failed = atomic_load(&w->rt->abort) != 0;
     for (int i = 0; i < w->nwatch; i++) {
       int d = w->watch[i];
       bool local = pl->owner[d] == pl->self;
       const shmap__dev *dv = &w->rt->devs[d];
       bool gone = local ? atomic_load(&dv->coll.finished) != 0 : s->done[d];
+      if (!gone)
+        continue;
       uint32_t calls = local ? atomic_load(&dv->coll.arrive) : s->counts[d];
-      if (gone && calls < w->k && !atomic_load(&w->rt->abort)) {
+      uint32_t entered = local ? calls : s->entered[d];
+      if (!failed && calls < w->k) {
         w->short_dev = d;
         w->short_calls = calls;
+        return true;
+      }
+      /* Its descriptor will never come, so no member passes this call
+       * (see "Giving up a call after a failure").  A member that left on a
+       * failure this process has not heard of yet (calls UINT32_MAX) is
+       * waited for until the failure notice arrives. */
+      if (failed && entered < w->k) {
+        w->cancel = true;
         return true;
       }
     }
@@ -436,9 +473,12 @@ static void orphan(shmap__mpimesh *m, void *buf)
   uv_mutex_unlock(&m->orphan_lock);
 }
 
-/* 0: every request completed; SHMAP_ECANCELED; SHMAP_EMISMATCH (a watched
- * member returned early, *w set).  On an error the requests are the
- * caller's to abandon. */
+/* The descriptor exchange of arrive.  0: every request completed;
+ * SHMAP_ECANCELED (the map failed and a watched member left without
+ * entering the call); SHMAP_EMISMATCH (a watched member returned early,
+ * *w set).  The map's failure alone does not end the wait (see "Giving up
+ * a call after a failure").  On an error the requests are the caller's to
+ * abandon. */
 static int wait_all(shmap_ctx *ctx, waitarg *w)
 {
   shmap__runtime *rt = ctx->rt;
@@ -446,25 +486,24 @@ static int wait_all(shmap_ctx *ctx, waitarg *w)
   w->rt = rt;
   w->short_dev = -1;
   w->done = false;
-  bool ok;
+  w->cancel = false;
   if (rt->mode == SHMAP__FIBERS) {
     /* The worker tests again on its rounds, which stay short while a
      * device waits for MPI (runtime.c). */
     atomic_fetch_add(&rt->mpi_waiters, 1);
-    ok = shmap__dev_wait(rt, self, requests_done, w, &rt->abort);
+    while (!shmap__dev_wait(rt, self, requests_done, w, NULL))
+      ;
     atomic_fetch_sub(&rt->mpi_waiters, 1);
   } else {
     uint64_t nap = 20000; /* 20 us, doubling up to 1 ms */
-    int r;
-    while ((r = shmap__wait_until(rt, &self->waiter, requests_done, w,
-                                  &rt->abort, shmap__now() + nap)) < 0)
+    while (shmap__wait_until(rt, &self->waiter, requests_done, w, NULL,
+                             shmap__now() + nap) != 1)
       if (nap < 1000000)
         nap *= 2;
-    ok = r == 1;
   }
-  if (ok && w->done)
+  if (w->done)
     return 0;
-  return ok ? SHMAP_EMISMATCH : SHMAP_ECANCELED;
+  return w->cancel ? SHMAP_ECANCELED : SHMAP_EMISMATCH;
 }
 
 static int tag_of(const shmap__mpimesh *m, int from, int to)
@@ -609,12 +648,16 @@ static int mpi_arrive(shmap__coll *c)
   shmap__dev *self = &rt->devs[ctx->dev];
   mcall *mc = shmap__calloc(1, sizeof *mc);
   memcpy(c->priv, &mc, sizeof mc);
-  atomic_store(&self->coll.arrive, c->k);
+  /* coll.arrive counts the calls whose descriptor went to every peer: a
+   * call that fails before that was never entered (see "Giving up a call
+   * after a failure"). */
   if (!mc)
     return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
                            "out of memory");
-  if (c->n == 1)
+  if (c->n == 1) {
+    atomic_store(&self->coll.arrive, c->k);
     return 0;
+  }
   int n = c->n;
   shmap__call *theirs = shmap__malloc(sizeof *theirs * (size_t)n);
   MPI_Request *reqs = shmap__malloc(sizeof *reqs * 2 * (size_t)n);
@@ -648,6 +691,7 @@ static int mpi_arrive(shmap__coll *c)
     procs[nwatch] = p;
     watch[nwatch++] = d;
   }
+  atomic_store(&self->coll.arrive, c->k);
   waitarg w = {.m = m, .reqs = reqs, .nreq = nreq, .watch = watch,
                .nwatch = nwatch, .k = c->k};
   int rc = wait_all(ctx, &w);
@@ -899,6 +943,7 @@ int shmap__mpi_map_end(shmap_mesh *mesh, int rc, const uint32_t *calls)
   s->fail_dev = -1;
   memset(s->done, 0, (size_t)m->ndev);
   memset(s->counts, 0, sizeof(uint32_t) * (size_t)m->ndev);
+  memset(s->entered, 0, sizeof(uint32_t) * (size_t)m->ndev);
   uv_mutex_unlock(&m->lock);
   (void)rt;
   return rc;
