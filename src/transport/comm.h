@@ -84,6 +84,10 @@
  * arrive, the call completes: depart waits for the group's data movement
  * to finish (no buffer may change while a peer still reads it), and a
  * transport that can lose a peer there reports the loss from depart.
+ * So the members of a group must agree: either every one passes arrive
+ * or none does.  A transport whose members decide apart (mpi.c) releases
+ * arrive only for a member that will not come, never for the failure
+ * alone, lest one member give up while a peer waits for its data.
  * A transport that learns of a failure in another address space records
  * it here with shmap__fail(rt, failing device, code, message), so that
  * local waiters are released and the map reports that message; failed()

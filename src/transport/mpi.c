@@ -20,9 +20,25 @@
  *          with the same message;
  *   DONE - a device of that process returned from its body after this
  *          many collective calls: a device waiting for it in a later call
- *          would wait forever, which is a mismatch.
+ *          would wait forever, which is a mismatch.  The notice also says
+ *          how many calls the device entered (sent its descriptor for),
+ *          which settles who may give up a call after a failure (below);
+ *   ASK, STATUS - a question about one device's progress in the map and
+ *          its answer (see Cross-group agreement).
  * A process that dies is the launcher's business: Open MPI's mpirun and
  * MPICH's mpiexec kill the job when one of its processes dies.
+ *
+ * Giving up a call after a failure.  comm.h promises that a call whose
+ * every member passed arrive completes, so its data waits are not released
+ * by failures.  Then either every member of a group must pass arrive or
+ * none: a member that gave up on the map's failure while a peer, holding
+ * every descriptor already, went on to wait for its data would leave that
+ * peer waiting for ever.  So the failure alone releases no member from
+ * arrive.  A member gives up only when a peer whose descriptor it lacks
+ * has returned from its body without entering the call: that descriptor
+ * will never come, so no member of the group can pass.  Every member that
+ * enters posts its descriptor to every peer at once, so when all enter,
+ * all pass.  (Without a failure, such a peer is a mismatch.)
  *
  * Quiescence.  Notices are never awaited one by one, and a failed map
  * leaves sends nobody receives.  MPI may give a freed communicator's
@@ -40,6 +56,7 @@
 #include "proc.h"
 #include "transport/comm.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,17 +65,48 @@
 #ifdef SHMAP_HAVE_MPI
 #include <mpi.h>
 
-enum { N_FAIL = 1, N_DONE = 2 };
+enum { N_FAIL = 1, N_DONE = 2, N_ASK = 3, N_STATUS = 4 };
 #define TAG_NOTICE 0
 
-/* A notice as sent; a DONE notice is the first 16 bytes, its code the
- * device's number of collective calls. */
-#define DONE_LEN 16
+/* A notice as sent; a DONE notice is the part before msg, its code the
+ * device's number of collective calls (UINT32_MAX: it left on the map's
+ * failure) and `entered` the number of calls it sent descriptors for. */
 typedef struct notice {
   uint32_t kind, epoch;
   int32_t dev, code;
+  uint32_t entered;
   char msg[SHMAP__MSG_MAX];
 } notice;
+#define DONE_LEN offsetof(notice, msg)
+
+/* A question about one device's progress in the current map (N_ASK, from
+ * the asker's process to the device's) and its answer (N_STATUS, back):
+ * how many calls the device has published, whether it left its body, and
+ * its descriptor of call k when still kept (see Cross-group agreement). */
+enum { ST_FINISHED = 1, ST_RELEASED = 2, ST_HAS_CALL = 4 };
+typedef struct smsg {
+  uint32_t kind, epoch;
+  int32_t asker, about;
+  uint32_t k, id, count, flags;
+  shmap__call call;
+} smsg;
+_Static_assert(sizeof(smsg) <= sizeof(notice), "a status fits a notice");
+
+/* The descriptors a device published in the current map, the last RING
+ * by call number, with their count and whether it left its body. */
+#define RING 64
+typedef struct mdev {
+  uv_mutex_t lock;
+  uint32_t published;
+  int finished;        /* ST_FINISHED, | ST_RELEASED: by the map's failure */
+  shmap__call ring[RING];
+} mdev;
+
+/* A send left to complete on its own, with its buffer (status notices). */
+typedef struct pend {
+  MPI_Request req;
+  void *buf;
+} pend;
 
 /* What this process learnt about one map (two kept: a faster process may
  * already send notices of the next map). */
@@ -66,6 +114,7 @@ typedef struct eslot {
   uint32_t epoch;
   char *done;        /* ndev: the device returned from its body ... */
   uint32_t *counts;  /* ... after this many collective calls */
+  uint32_t *entered; /* ... having entered this many */
   int fail_dev;      /* first FAIL notice, -1: none */
   int fail_code;
   char fail_msg[SHMAP__MSG_MAX];
@@ -88,6 +137,12 @@ typedef struct shmap__mpimesh {
   uv_mutex_t orphan_lock;
   void **orphans;           /* buffers of sends a failed call left behind */
   int norphans, caporphans;
+  mdev *dev;                /* ndev: the local devices' published calls */
+  smsg *reply;              /* ndev: the last status a local device asked
+                               for, as received (under lock) */
+  uint32_t *ask_id;         /* ndev: the asker's last question */
+  pend *pend;               /* status notices still being sent (lock) */
+  int npend, cappend;
 } shmap__mpimesh;
 
 static _Thread_local bool applying_remote;
@@ -112,13 +167,19 @@ int shmap__mpi_mesh_init(shmap_mesh *mesh)
   for (int s = 0; s < 2; s++) {
     m->slot[s].done = shmap__calloc((size_t)mesh->ndev, 1);
     m->slot[s].counts = shmap__calloc((size_t)mesh->ndev, sizeof(uint32_t));
+    m->slot[s].entered = shmap__calloc((size_t)mesh->ndev, sizeof(uint32_t));
     m->slot[s].fail_dev = -1;
     m->slot[s].epoch = s ? 1 : 2; /* maps are numbered from 1 */
     m->out[s] = shmap__calloc(1, sizeof(notice));
     m->dout[s] = shmap__calloc((size_t)mesh->ndev, sizeof(notice));
-    ok = ok && m->slot[s].done && m->slot[s].counts && m->out[s] && m->dout[s];
+    ok = ok && m->slot[s].done && m->slot[s].counts && m->slot[s].entered &&
+         m->out[s] && m->dout[s];
   }
   m->in = shmap__malloc(sizeof(notice));
+  m->dev = shmap__calloc((size_t)mesh->ndev, sizeof *m->dev);
+  m->reply = shmap__calloc((size_t)mesh->ndev, sizeof *m->reply);
+  m->ask_id = shmap__calloc((size_t)mesh->ndev, sizeof *m->ask_id);
+  ok = ok && m->dev && m->reply && m->ask_id;
   m->sent = shmap__calloc((size_t)m->nproc, sizeof *m->sent);
   m->got = shmap__calloc((size_t)m->nproc, sizeof *m->got);
   int *ub = NULL, flag = 0;
@@ -140,6 +201,8 @@ int shmap__mpi_mesh_init(shmap_mesh *mesh)
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
     uv_mutex_init(&m->lock);
     uv_mutex_init(&m->orphan_lock);
+    for (int d = 0; d < m->ndev; d++)
+      uv_mutex_init(&m->dev[d].lock);
     atomic_init(&m->remote_fail, 0);
     pl->mpi = m;
     return 0;
@@ -147,10 +210,14 @@ int shmap__mpi_mesh_init(shmap_mesh *mesh)
   for (int s = 0; s < 2; s++) {
     free(m->slot[s].done);
     free(m->slot[s].counts);
+    free(m->slot[s].entered);
     free(m->out[s]);
     free(m->dout[s]);
   }
   free(m->in);
+  free(m->dev);
+  free(m->reply);
+  free(m->ask_id);
   free(m->sent);
   free(m->got);
   free(m);
@@ -197,8 +264,19 @@ void shmap__mpi_mesh_free(shmap_mesh *mesh)
   MPI_Finalized(&fin);
   if (!fin) {
     quiesce(m);
+    /* Every message was received: the last status notices are sent. */
+    for (int i = 0; i < m->npend; i++)
+      MPI_Wait(&m->pend[i].req, MPI_STATUS_IGNORE);
     MPI_Comm_free(&m->comm);
   }
+  for (int i = 0; i < m->npend; i++)
+    free(m->pend[i].buf);
+  free(m->pend);
+  for (int d = 0; d < m->ndev; d++)
+    uv_mutex_destroy(&m->dev[d].lock);
+  free(m->dev);
+  free(m->reply);
+  free(m->ask_id);
   for (int i = 0; i < m->norphans; i++)
     free(m->orphans[i]);
   free(m->orphans);
@@ -207,6 +285,7 @@ void shmap__mpi_mesh_free(shmap_mesh *mesh)
   for (int s = 0; s < 2; s++) {
     free(m->slot[s].done);
     free(m->slot[s].counts);
+    free(m->slot[s].entered);
     free(m->out[s]);
     free(m->dout[s]);
   }
@@ -236,9 +315,61 @@ static void send_notice(shmap__mpimesh *m, const void *buf, size_t len)
   }
 }
 
+/* Send a status notice to process p; its buffer (malloc'd, taken over)
+ * lives until the send completes (caller holds the lock). */
+static void send_pending(shmap__mpimesh *m, int p, smsg *msg)
+{
+  if (m->npend == m->cappend) {
+    int cap = m->cappend ? 2 * m->cappend : 8;
+    pend *n = shmap__realloc(m->pend, sizeof *n * (size_t)cap);
+    if (!n)
+      abort(); /* a few words: the allocator is gone */
+    m->pend = n;
+    m->cappend = cap;
+  }
+  MPI_Request r;
+  if (MPI_Isend(msg, (int)sizeof *msg, MPI_BYTE, p, TAG_NOTICE, m->comm, &r) !=
+      MPI_SUCCESS) {
+    free(msg);
+    return;
+  }
+  atomic_fetch_add(&m->sent[p], 1);
+  m->pend[m->npend++] = (pend){r, msg};
+}
+
+/* Free the buffers of status notices that are out (caller holds the lock). */
+static void reap_pending(shmap__mpimesh *m)
+{
+  for (int i = 0; i < m->npend;) {
+    int flag = 0;
+    MPI_Test(&m->pend[i].req, &flag, MPI_STATUS_IGNORE);
+    if (!flag) {
+      i++;
+      continue;
+    }
+    free(m->pend[i].buf);
+    m->pend[i] = m->pend[--m->npend];
+  }
+}
+
+/* Local device d's progress in the current map, and its call k if kept. */
+static void status_of(shmap__mpimesh *m, int d, uint32_t k, smsg *out)
+{
+  mdev *v = &m->dev[d];
+  uv_mutex_lock(&v->lock);
+  out->count = v->published;
+  out->flags = (uint32_t)v->finished;
+  if (k >= 1 && k <= v->published && v->published - k < RING) {
+    out->call = v->ring[k % RING];
+    out->flags |= ST_HAS_CALL;
+  }
+  uv_mutex_unlock(&v->lock);
+}
+
 /* Receive every notice that has arrived (caller holds the lock). */
 static void drain(shmap__mpimesh *m)
 {
+  reap_pending(m);
   for (;;) {
     int flag = 0;
     MPI_Message msg;
@@ -254,8 +385,31 @@ static void drain(shmap__mpimesh *m)
       return;
     atomic_fetch_add(&m->got[st.MPI_SOURCE], 1);
     const notice *n = (const notice *)m->in;
+    if (n->kind == N_ASK || n->kind == N_STATUS) {
+      const smsg *q = (const smsg *)m->in;
+      if ((size_t)len != sizeof *q || q->epoch != m->epoch || q->asker < 0 ||
+          q->asker >= m->ndev || q->about < 0 || q->about >= m->ndev)
+        continue; /* another map's: its asker has moved on */
+      if (n->kind == N_STATUS) {
+        m->reply[q->asker] = *q;
+        continue;
+      }
+      smsg *a = shmap__malloc(sizeof *a);
+      if (!a)
+        continue; /* the asker asks again */
+      memset(a, 0, sizeof *a);
+      a->kind = N_STATUS;
+      a->epoch = q->epoch;
+      a->asker = q->asker;
+      a->about = q->about;
+      a->k = q->k;
+      a->id = q->id;
+      status_of(m, q->about, q->k, a);
+      send_pending(m, st.MPI_SOURCE, a);
+      continue;
+    }
     eslot *s = &m->slot[n->epoch & 1];
-    if (len < DONE_LEN || n->epoch != s->epoch || n->dev < 0 ||
+    if ((size_t)len < DONE_LEN || n->epoch != s->epoch || n->dev < 0 ||
         n->dev >= m->ndev)
       continue; /* a map that already ended */
     if (n->kind == N_FAIL && s->fail_dev < 0 && (size_t)len == sizeof *n) {
@@ -265,6 +419,7 @@ static void drain(shmap__mpimesh *m)
       s->fail_msg[sizeof s->fail_msg - 1] = '\0';
     } else if (n->kind == N_DONE) {
       s->counts[n->dev] = (uint32_t)n->code;
+      s->entered[n->dev] = n->entered;
       s->done[n->dev] = 1;
     }
   }
@@ -322,6 +477,7 @@ void shmap__mpi_dev_done(shmap__runtime *rt, int dev, uint32_t calls)
   n->epoch = m->epoch;
   n->dev = dev;
   n->code = (int32_t)calls;
+  n->entered = atomic_load(&rt->devs[dev].coll.arrive);
   send_notice(m, n, DONE_LEN);
 }
 
@@ -330,7 +486,14 @@ void shmap__mpi_map_begin(shmap_mesh *mesh)
   shmap__mpimesh *m = mm_of(mesh);
   if (!m)
     return;
+  uv_mutex_lock(&m->lock);
   m->epoch++;
+  for (int d = 0; d < m->ndev; d++) {
+    m->dev[d].published = 0;
+    m->dev[d].finished = 0;
+    m->reply[d].epoch = 0;
+  }
+  uv_mutex_unlock(&m->lock);
   atomic_store(&m->remote_fail, 0);
 }
 
@@ -348,11 +511,35 @@ typedef struct waitarg {
   uint32_t short_calls;
   int polls;
   bool done;
+  bool cancel;        /* a watched member left without entering the call */
+  /* Descriptor exchange only (arrive, see Cross-group agreement): */
+  shmap__coll *c;
+  const struct mwire *theirs; /* by index i of watch */
+  char *settled;       /* by i: its descriptor is known to be on its way */
+  uint64_t next_check, interval;
+  int asking;          /* index asked about, -1: none */
+  uint32_t ask_id;
+  uint64_t asked_at;
+  int rr;              /* where the next question starts looking */
+  bool await_fail;     /* a member was released by a failure not yet here */
+  char *why;           /* the mismatch found, if any */
+  size_t nwhy;
 } waitarg;
+
+/* A descriptor as sent, with its call number (see Cross-group
+ * agreement). */
+typedef struct mwire {
+  uint32_t k, pad;
+  shmap__call call;
+} mwire;
+
+static bool arrive_check(waitarg *w);
 
 static bool requests_done(void *arg)
 {
   waitarg *w = arg;
+  if (w->c)
+    return arrive_check(w);
   /* One MPI_Test per request rather than MPI_Testall: MPICH declares
    * MPI_STATUSES_IGNORE as a zero-length array, which GCC's
    * -Wstringop-overflow takes for a too-small status buffer.  A completed
@@ -371,15 +558,27 @@ static bool requests_done(void *arg)
     poll_notices(w->rt, w->m);
     eslot *s = &w->m->slot[w->m->epoch & 1];
     const shmap__place *pl = w->rt->mesh->place;
+    bool failed = atomic_load(&w->rt->abort) != 0;
     for (int i = 0; i < w->nwatch; i++) {
       int d = w->watch[i];
       bool local = pl->owner[d] == pl->self;
       const shmap__dev *dv = &w->rt->devs[d];
       bool gone = local ? atomic_load(&dv->coll.finished) != 0 : s->done[d];
+      if (!gone)
+        continue;
       uint32_t calls = local ? atomic_load(&dv->coll.arrive) : s->counts[d];
-      if (gone && calls < w->k && !atomic_load(&w->rt->abort)) {
+      uint32_t entered = local ? calls : s->entered[d];
+      if (!failed && calls < w->k) {
         w->short_dev = d;
         w->short_calls = calls;
+        return true;
+      }
+      /* Its descriptor will never come, so no member passes this call
+       * (see "Giving up a call after a failure").  A member that left on a
+       * failure this process has not heard of yet (calls UINT32_MAX) is
+       * waited for until the failure notice arrives. */
+      if (failed && entered < w->k) {
+        w->cancel = true;
         return true;
       }
     }
@@ -436,9 +635,12 @@ static void orphan(shmap__mpimesh *m, void *buf)
   uv_mutex_unlock(&m->orphan_lock);
 }
 
-/* 0: every request completed; SHMAP_ECANCELED; SHMAP_EMISMATCH (a watched
- * member returned early, *w set).  On an error the requests are the
- * caller's to abandon. */
+/* The descriptor exchange of arrive.  0: every request completed;
+ * SHMAP_ECANCELED (the map failed and a watched member left without
+ * entering the call); SHMAP_EMISMATCH (a watched member returned early,
+ * *w set).  The map's failure alone does not end the wait (see "Giving up
+ * a call after a failure").  On an error the requests are the caller's to
+ * abandon. */
 static int wait_all(shmap_ctx *ctx, waitarg *w)
 {
   shmap__runtime *rt = ctx->rt;
@@ -446,25 +648,268 @@ static int wait_all(shmap_ctx *ctx, waitarg *w)
   w->rt = rt;
   w->short_dev = -1;
   w->done = false;
-  bool ok;
+  w->cancel = false;
   if (rt->mode == SHMAP__FIBERS) {
     /* The worker tests again on its rounds, which stay short while a
      * device waits for MPI (runtime.c). */
     atomic_fetch_add(&rt->mpi_waiters, 1);
-    ok = shmap__dev_wait(rt, self, requests_done, w, &rt->abort);
+    while (!shmap__dev_wait(rt, self, requests_done, w, NULL))
+      ;
     atomic_fetch_sub(&rt->mpi_waiters, 1);
   } else {
     uint64_t nap = 20000; /* 20 us, doubling up to 1 ms */
-    int r;
-    while ((r = shmap__wait_until(rt, &self->waiter, requests_done, w,
-                                  &rt->abort, shmap__now() + nap)) < 0)
+    while (shmap__wait_until(rt, &self->waiter, requests_done, w, NULL,
+                             shmap__now() + nap) != 1)
       if (nap < 1000000)
         nap *= 2;
-    ok = r == 1;
   }
-  if (ok && w->done)
+  if (w->done)
     return 0;
-  return ok ? SHMAP_EMISMATCH : SHMAP_ECANCELED;
+  return w->cancel ? SHMAP_ECANCELED : SHMAP_EMISMATCH;
+}
+
+/*
+ * Cross-group agreement.  Descriptors travel only within the caller's
+ * group, so a member that makes call k with another group (other axes,
+ * other axis_index_groups, a group of one) never sends this device its
+ * descriptor, and nothing above would end the wait: each device of a
+ * cycle may wait in a different group, or the awaited member may have
+ * completed call k with its own group long ago.  So a device still
+ * waiting for some members' descriptors after CHECK_AFTER asks about them
+ * (less and less often): a member of this process it reads directly
+ * (mdev), one of another process answers through a status notice (N_ASK,
+ * N_STATUS, one question at a time per device; whichever thread takes in
+ * notices there replies, including the end-of-map wait).  Each device
+ * keeps its last RING descriptors, written when its sends are posted.
+ * The answer decides:
+ *   - the member published call k and it equals ours: its descriptor is
+ *     on its way; wait for it and ask no more about it;
+ *   - it published call k and it differs: SHMAP_EMISMATCH naming both;
+ *   - it published calls beyond k and call k is no longer kept (RING
+ *     calls ago): its descriptor has still not come, so it made call k
+ *     with a group without this device.  This is the one answer that
+ *     rests on timing: a descriptor so late that its sender made RING
+ *     further calls meanwhile would be taken for a mismatch;
+ *   - it returned from its body before call k: a mismatch, unless the
+ *     map's failure released it (then the failure is reported, as above);
+ *   - it is behind: ask again later.
+ * Descriptors carry their call number.  One of another number is one
+ * the sender meant for a call of ours that did not include it (an earlier
+ * number: ours is in our own history) or shows that it made our call k
+ * without us (a later number: ask it for its call k).
+ *
+ * These answers keep "every member of a group passes arrive or none"
+ * (Giving up a call after a failure): each is about a member that never
+ * sends this device its call-k descriptor, so no member of the group
+ * gets them all.  A member with all n - 1 descriptors, numbered k and
+ * equal to its own, knows every member sent them to every member.
+ *
+ * Why a mismatch never hangs, whatever the call sequences.  Let k be the
+ * first call number at which some device's call differs from one of its
+ * group's (or which a member never makes).  Every call before it is the
+ * same on every member of its group, so each completes (its members all
+ * publish, no answer finds a difference) and every device publishes call
+ * k or leaves its body.  A device waiting at k for a member that never
+ * sends to it asks about that member until the member has published k or
+ * left: both happen, and the answer is a difference, a pass without it,
+ * or an early return, so the device fails the map.  Its failure notice
+ * sets every process's abort flag, after which no device enters a further
+ * call; every device still waiting asks until each member it waits for
+ * has sent, differs, or left its body, which each does.  The common case
+ * costs nothing: no question before a descriptor is CHECK_AFTER late.
+ */
+#define CHECK_AFTER 1000000ull   /* 1 ms */
+#define CHECK_MAX 32000000ull    /* questions at least this often */
+#define REASK_AFTER 200000000ull /* an unanswered question is asked again */
+
+/* Decide about member i from its status s.  true: the wait is over
+ * (w->why set, or w->cancel). */
+static bool decide(waitarg *w, int i, const smsg *s)
+{
+  shmap__coll *c = w->c;
+  shmap__runtime *rt = w->rt;
+  int d = w->watch[i], me = c->ctx->dev;
+  uint32_t k = w->k;
+  bool failed = atomic_load(&rt->abort) != 0;
+  bool later = false;
+  int flag = 0;
+  if (w->reqs[2 * i] != MPI_REQUEST_NULL)
+    MPI_Test(&w->reqs[2 * i], &flag, MPI_STATUS_IGNORE);
+  if (w->reqs[2 * i] == MPI_REQUEST_NULL) {
+    if (w->theirs[i].k == k)
+      return false; /* it came meanwhile */
+    later = true;   /* it made call k without us */
+  }
+  if (s->count >= k) {
+    if ((s->flags & ST_HAS_CALL) && shmap__call_equal(&c->call, &s->call) &&
+        !later) {
+      w->settled[i] = 1;
+      return false;
+    }
+    if (failed) {
+      w->cancel = true;
+      return true;
+    }
+    shmap__call_mismatch(rt->mesh, me, &c->call, d,
+                         (s->flags & ST_HAS_CALL) ? &s->call : NULL, k,
+                         s->count, w->why, w->nwhy);
+    return true;
+  }
+  if (!(s->flags & ST_FINISHED))
+    return false; /* behind: ask again later */
+  if (failed) {
+    w->cancel = true;
+    return true;
+  }
+  if (s->flags & ST_RELEASED) {
+    /* Released by a failure whose notice has not come yet. */
+    w->await_fail = true;
+    return false;
+  }
+  w->short_dev = d;
+  w->short_calls = s->count;
+  shmap__call_mismatch(rt->mesh, me, &c->call, d, NULL, k, s->count, w->why,
+                       w->nwhy);
+  return true;
+}
+
+/* The predicate of a device waiting for its group's descriptors. */
+static bool arrive_check(waitarg *w)
+{
+  shmap__mpimesh *m = w->m;
+  shmap__runtime *rt = w->rt;
+  uint32_t k = w->k;
+  int me = w->c->ctx->dev;
+  /* A verdict stands: a fiber's worker may ask again before resuming it. */
+  if (w->done || w->cancel || w->why[0])
+    return true;
+  int flag = 1;
+  for (int i = 0; i < w->nreq; i++) {
+    int one = 0;
+    MPI_Test(&w->reqs[i], &one, MPI_STATUS_IGNORE);
+    flag &= one;
+  }
+  bool later = false;
+  for (int i = 0; i < w->nwatch; i++) {
+    if (w->reqs[2 * i] != MPI_REQUEST_NULL || w->theirs[i].k == k)
+      continue;
+    if (w->theirs[i].k > k) {
+      later = true;
+      continue;
+    }
+    /* An earlier number: we made that call without the sender, which
+     * made it with us; our own history holds ours. */
+    if (atomic_load(&rt->abort)) {
+      w->cancel = true;
+      return true;
+    }
+    uint32_t j = w->theirs[i].k;
+    smsg mine;
+    memset(&mine, 0, sizeof mine);
+    status_of(m, me, j, &mine);
+    if (mine.flags & ST_HAS_CALL)
+      shmap__call_mismatch(rt->mesh, me, &mine.call, w->watch[i],
+                           &w->theirs[i].call, j, j, w->why, w->nwhy);
+    else
+      shmap__call_mismatch(rt->mesh, w->watch[i], &w->theirs[i].call, me,
+                           NULL, j, j, w->why, w->nwhy);
+    return true;
+  }
+  if (flag && !later) {
+    w->done = true;
+    return true;
+  }
+  if ((w->polls++ & 7) != 0 && !later)
+    return false;
+  poll_notices(rt, m);
+  bool failed = atomic_load(&rt->abort) != 0;
+  if (w->await_fail && failed) {
+    w->cancel = true;
+    return true;
+  }
+  /* Members of other processes that returned from their bodies (DONE). */
+  eslot *es = &m->slot[m->epoch & 1];
+  const shmap__place *pl = rt->mesh->place;
+  for (int i = 0; i < w->nwatch; i++) {
+    int d = w->watch[i];
+    if (pl->owner[d] == pl->self || w->reqs[2 * i] == MPI_REQUEST_NULL ||
+        !es->done[d])
+      continue;
+    if (!failed && es->counts[d] < k) {
+      w->short_dev = d;
+      w->short_calls = es->counts[d];
+      shmap__call_mismatch(rt->mesh, me, &w->c->call, d, NULL, k,
+                           es->counts[d], w->why, w->nwhy);
+      return true;
+    }
+    if (failed && es->entered[d] < k) {
+      w->cancel = true;
+      return true;
+    }
+  }
+  uint64_t now = shmap__now();
+  /* The answer to our question. */
+  if (w->asking >= 0) {
+    smsg s;
+    bool got = false;
+    uv_mutex_lock(&m->lock);
+    if (m->reply[me].epoch == m->epoch && m->reply[me].id == w->ask_id) {
+      s = m->reply[me];
+      m->reply[me].epoch = 0;
+      got = true;
+    }
+    uv_mutex_unlock(&m->lock);
+    if (got) {
+      int i = w->asking;
+      w->asking = -1;
+      if (decide(w, i, &s))
+        return true;
+    } else if (now - w->asked_at < REASK_AFTER) {
+      return false;
+    } else {
+      w->asking = -1; /* unanswered (a process between maps): ask again */
+    }
+  }
+  if (!later && now < w->next_check)
+    return false;
+  if (w->next_check)
+    w->interval = w->interval < CHECK_MAX ? 2 * w->interval : CHECK_MAX;
+  w->next_check = now + w->interval;
+  /* Members of this process: read directly.  Others: one question. */
+  for (int t = 0; t < w->nwatch; t++) {
+    int i = (w->rr + t) % w->nwatch;
+    int d = w->watch[i];
+    bool pending = w->reqs[2 * i] != MPI_REQUEST_NULL || w->theirs[i].k != k;
+    if (!pending || w->settled[i])
+      continue;
+    if (pl->owner[d] == pl->self) {
+      smsg s;
+      memset(&s, 0, sizeof s);
+      status_of(m, d, k, &s);
+      if (decide(w, i, &s))
+        return true;
+      continue;
+    }
+    if (w->asking >= 0)
+      continue;
+    smsg *q = shmap__malloc(sizeof *q);
+    if (!q)
+      continue;
+    memset(q, 0, sizeof *q);
+    q->kind = N_ASK;
+    q->asker = me;
+    q->about = d;
+    q->k = k;
+    q->id = w->ask_id = ++m->ask_id[me];
+    uv_mutex_lock(&m->lock);
+    q->epoch = m->epoch;
+    send_pending(m, pl->owner[d], q);
+    uv_mutex_unlock(&m->lock);
+    w->asking = i;
+    w->asked_at = now;
+    w->rr = i + 1;
+  }
+  return false;
 }
 
 static int tag_of(const shmap__mpimesh *m, int from, int to)
@@ -590,6 +1035,11 @@ static void mpi_finish(shmap__comm *comm, int dev)
    * the failure rather than blame this device for leaving early. */
   if (atomic_load(&rt->abort))
     calls = UINT32_MAX;
+  shmap__mpimesh *m = comm->priv;
+  mdev *v = &m->dev[dev];
+  uv_mutex_lock(&v->lock);
+  v->finished = ST_FINISHED | (calls == UINT32_MAX ? ST_RELEASED : 0);
+  uv_mutex_unlock(&v->lock);
   shmap__mpi_dev_done(rt, dev, calls);
   atomic_store(&rt->devs[dev].coll.finished, 1);
   shmap__wake_all(rt);
@@ -601,6 +1051,19 @@ static void mpi_failed(shmap__runtime *rt)
   shmap__wake_all(rt);
 }
 
+/* This device published call c->k (its sends are posted): peers' questions
+ * may now learn it (see Cross-group agreement). */
+static void publish(shmap__mpimesh *m, const shmap__coll *c)
+{
+  mdev *v = &m->dev[c->ctx->dev];
+  uv_mutex_lock(&v->lock);
+  v->ring[c->k % RING] = c->call;
+  v->ring[c->k % RING].src = NULL;
+  v->ring[c->k % RING].dst = NULL;
+  v->published = c->k;
+  uv_mutex_unlock(&v->lock);
+}
+
 static int mpi_arrive(shmap__coll *c)
 {
   shmap_ctx *ctx = c->ctx;
@@ -609,38 +1072,47 @@ static int mpi_arrive(shmap__coll *c)
   shmap__dev *self = &rt->devs[ctx->dev];
   mcall *mc = shmap__calloc(1, sizeof *mc);
   memcpy(c->priv, &mc, sizeof mc);
-  atomic_store(&self->coll.arrive, c->k);
+  /* coll.arrive counts the calls whose descriptor went to every peer: a
+   * call that fails before that was never entered (see "Giving up a call
+   * after a failure"). */
   if (!mc)
     return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
                            "out of memory");
-  if (c->n == 1)
+  if (c->n == 1) {
+    publish(m, c);
+    atomic_store(&self->coll.arrive, c->k);
     return 0;
+  }
   int n = c->n;
-  shmap__call *theirs = shmap__malloc(sizeof *theirs * (size_t)n);
+  mwire *theirs = shmap__malloc(sizeof *theirs * (size_t)n);
   MPI_Request *reqs = shmap__malloc(sizeof *reqs * 2 * (size_t)n);
   int *watch = shmap__malloc(sizeof *watch * (size_t)n);
   int *procs = shmap__malloc(sizeof *procs * (size_t)n);
+  char *settled = shmap__calloc((size_t)n, 1);
   /* On the heap: a failed call may leave its sends behind (abandon). */
-  shmap__call *wire = shmap__malloc(sizeof *wire);
-  if (!theirs || !reqs || !watch || !procs || !wire) {
+  mwire *wire = shmap__malloc(sizeof *wire);
+  if (!theirs || !reqs || !watch || !procs || !settled || !wire) {
     free(theirs);
     free(reqs);
     free(watch);
     free(procs);
+    free(settled);
     free(wire);
     return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
                            "out of memory");
   }
-  *wire = c->call;
-  wire->src = NULL;
-  wire->dst = NULL;
+  memset(wire, 0, sizeof *wire);
+  wire->k = c->k;
+  wire->call = c->call;
+  wire->call.src = NULL;
+  wire->call.dst = NULL;
   int nreq = 0, nwatch = 0;
   for (int r = 0; r < n; r++) {
     if (r == c->rank)
       continue;
     int d, p = peer_proc(c, r, &d);
     atomic_fetch_add(&m->got[p], 1);
-    MPI_Irecv(&theirs[r], (int)sizeof *theirs, MPI_BYTE, p,
+    MPI_Irecv(&theirs[nwatch], (int)sizeof *theirs, MPI_BYTE, p,
               tag_of(m, d, ctx->dev), m->comm, &reqs[nreq++]);
     atomic_fetch_add(&m->sent[p], 1);
     MPI_Isend(wire, (int)sizeof *wire, MPI_BYTE, p, tag_of(m, ctx->dev, d),
@@ -648,24 +1120,28 @@ static int mpi_arrive(shmap__coll *c)
     procs[nwatch] = p;
     watch[nwatch++] = d;
   }
+  publish(m, c);
+  atomic_store(&self->coll.arrive, c->k);
+  char why[SHMAP__MSG_MAX - 200];
+  why[0] = '\0';
   waitarg w = {.m = m, .reqs = reqs, .nreq = nreq, .watch = watch,
-               .nwatch = nwatch, .k = c->k};
+               .nwatch = nwatch, .k = c->k, .c = c, .theirs = theirs,
+               .settled = settled, .interval = CHECK_AFTER, .asking = -1,
+               .why = why, .nwhy = sizeof why};
+  w.next_check = shmap__now() + CHECK_AFTER;
   int rc = wait_all(ctx, &w);
   if (rc && abandon(m, reqs, nreq, procs))
     orphan(m, wire);
   else
     free(wire);
   free(procs);
-  char why[SHMAP__MSG_MAX - 200];
-  why[0] = '\0';
-  if (rc == SHMAP_EMISMATCH && !atomic_load(&rt->abort))
-    shmap__call_mismatch(rt->mesh, ctx->dev, &c->call, w.short_dev, NULL,
-                         c->k, w.short_calls, why, sizeof why);
-  for (int r = 0; rc == 0 && r < n && !why[0]; r++)
-    if (r != c->rank && !shmap__call_equal(&c->call, &theirs[r]))
-      shmap__call_mismatch(rt->mesh, ctx->dev, &c->call,
-                           shmap__comm_member(c, r), &theirs[r], c->k, c->k,
-                           why, sizeof why);
+  free(settled);
+  if (atomic_load(&rt->abort))
+    why[0] = '\0';
+  for (int i = 0; rc == 0 && i < nwatch && !why[0]; i++)
+    if (!shmap__call_equal(&c->call, &theirs[i].call))
+      shmap__call_mismatch(rt->mesh, ctx->dev, &c->call, watch[i],
+                           &theirs[i].call, c->k, c->k, why, sizeof why);
   free(theirs);
   free(reqs);
   free(watch);
@@ -899,6 +1375,7 @@ int shmap__mpi_map_end(shmap_mesh *mesh, int rc, const uint32_t *calls)
   s->fail_dev = -1;
   memset(s->done, 0, (size_t)m->ndev);
   memset(s->counts, 0, sizeof(uint32_t) * (size_t)m->ndev);
+  memset(s->entered, 0, sizeof(uint32_t) * (size_t)m->ndev);
   uv_mutex_unlock(&m->lock);
   (void)rt;
   return rc;
