@@ -8,7 +8,9 @@
 # Runs: tests/mpi/test_mpi_proc (placement, maps over processes, host
 # data, a failure on another process's device), tests/mpi/test_mpi_coll
 # (random collectives against the serial model, failures on a device of
-# another process), tests/mpi/test_mpi_level
+# another process), tests/mpi/test_mpi_parts (resharding, the replication
+# check, sub-meshes, transfers, partial-manual and nested maps over
+# processes), tests/mpi/test_mpi_level
 # (a program that initialised MPI itself, with enough and too low a thread
 # level), and the example that runs unchanged with and without mpirun,
 # whose output must equal the single-process output byte for byte.
@@ -37,6 +39,8 @@ for sched in threads fibers; do
   export SHMAP_SCHED=$sched
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_proc"
   launch "$b/tests/mpi/test_mpi_proc" || { echo "FAIL: test_mpi_proc (np=$np, $sched)"; fail=1; }
+  echo "== np=$np SHMAP_SCHED=$sched: test_mpi_parts"
+  launch "$b/tests/mpi/test_mpi_parts" || { echo "FAIL: test_mpi_parts (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_coll"
   launch "$b/tests/mpi/test_mpi_coll" || { echo "FAIL: test_mpi_coll (np=$np, $sched)"; fail=1; }
   for level in multiple funneled; do
