@@ -4,6 +4,7 @@
  * each call. */
 #include "transport/comm.h"
 
+#include "coll/async.h"
 #include "map.h"
 #include "proc.h"
 #include "transport/mpi.h"
@@ -58,7 +59,11 @@ static int leave(shmap__coll *c, uint64_t bytes, int rc)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__dev *self = &ctx->rt->devs[ctx->dev];
-  uint64_t t1 = shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
+  /* A progress helper leaves the device's state alone: the device runs
+   * its body meanwhile (coll/async.c). */
+  uint64_t t1 = shmap__helper_for
+                    ? shmap__now()
+                    : shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
   if (shmap__tracing())
     shmap__trace_event(self, c->t0, t1, c->packed, bytes, c->k);
   return rc;
@@ -70,12 +75,19 @@ int shmap__comm_arrive(shmap__coll *c)
   shmap__runtime *rt = ctx->rt;
   if (atomic_load(&rt->abort))
     return shmap__canceled(ctx, shmap__coll_opname(c));
+  /* Calls the device started run first, on its progress helper
+   * (coll/async.c); the helper itself makes them here. */
+  if (!shmap__helper_for && atomic_load_explicit(&rt->async,
+                                                 memory_order_relaxed))
+    shmap__async_drain(ctx);
   shmap__dev *self = &rt->devs[ctx->dev];
   c->comm = ctx->comm;
   /* The dtype rides in the top byte, for traces. */
   c->packed = shmap__pack_op(c->call.kind, c->call.axes, c->call.naxes) |
               (uint64_t)(c->call.dtype + 1) << 56;
-  c->t0 = shmap__set_state(self, SHMAP__ST_COLL, c->packed, shmap__now());
+  c->t0 = shmap__helper_for
+              ? shmap__now()
+              : shmap__set_state(self, SHMAP__ST_COLL, c->packed, shmap__now());
   c->k = ++ctx->seq;
   int rc = c->comm->tp->arrive(c);
   return rc ? leave(c, 0, rc) : 0;
