@@ -404,6 +404,7 @@ static void trace_requests(strbuf *b, shmap__runtime *rt, int d)
 {
   shmap__dev *dev = &rt->devs[d];
   const shmap_mesh *mesh = rt->mesh;
+  int pid = trace_pid(rt);
   bool named[SHMAP_MAX_REQUESTS] = {false};
   for (size_t i = 0; i < dev->dbg.nrtev; i++) {
     const shmap__tev *e = &dev->dbg.rtev[i];
@@ -417,12 +418,12 @@ static void trace_requests(strbuf *b, shmap__runtime *rt, int d)
       sb_printf(b, "{\"name\":\"thread_name\",\"cat\":\"__metadata\","
                    "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
                    "\"args\":{\"name\":\"%s requests (slot %d)\"}}",
-                rt->id, tid, coords, e->track);
+                pid, tid, coords, e->track);
       sep(b);
       sb_printf(b, "{\"name\":\"thread_sort_index\",\"cat\":\"__metadata\","
                    "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
                    "\"args\":{\"sort_index\":%d}}",
-                rt->id, tid, tid - 1);
+                pid, tid, tid - 1);
       named[e->track] = true;
     }
     char when[96], o[360];
@@ -437,7 +438,7 @@ static void trace_requests(strbuf *b, shmap__runtime *rt, int d)
                  "\"bytes\":%llu,\"call\":%u}}",
               shmap__kind_name((int)(e->op & 0xff)),
               e->job ? " request" : " transfer", e->job ? "request" : "transfer",
-              rt->id, tid, when, over ? over + 6 : "",
+              pid, tid, when, over ? over + 6 : "",
               shmap_dtype_name((shmap_dtype)dt), (unsigned long long)e->bytes,
               e->seq);
   }
