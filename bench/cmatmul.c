@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * cmatmul.c - the collective matmul of examples/12_collective_matmul.c in
+ * cmatmul.c - the collective matmul of examples/15_collective_matmul.c in
  * bench/run: out = lhs @ rhs for square f32 matrices of side N on a ring of
  * P devices, each program timed three ways in the same map:
  *   local       the device's P matmul steps alone, no transfer at all

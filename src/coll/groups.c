@@ -270,100 +270,7 @@ int shmap__algo_reduce_scatter_groups(shmap__plan *p, shmap_block *res)
   return shmap__comm_depart(c, shmap_block_nbytes(x));
 }
 
-/* ---- all_gather and all_to_all within groups --------------------------- */
-
-/* The block of the member at position k of the group lands at position k
- * along the gathered axis. */
-int shmap__algo_all_gather_groups(shmap__plan *p, shmap_block *res)
-{
-  shmap__coll *c = &p->c;
-  const shmap_block *x = p->x;
-  int rc = shmap__comm_arrive(c);
-  if (rc)
-    return rc;
-  int a = c->call.p1, tiled = c->call.tiled, orank = p->orank, g = p->gn;
-  size_t es = c->esize;
-  int64_t ostr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK], xstr[SHMAP_MAX_RANK];
-  shmap__strides(orank, p->oshape, ostr);
-  shmap__strides(x->rank, x->shape, xstr);
-  for (int i = 0, j = 0; i < orank; i++)
-    if (tiled || i != a)
-      dstr[j++] = ostr[i];
-  int64_t step = tiled ? x->shape[a] * ostr[a] : ostr[a];
-  shmap__box mine = {0, x->rank, x->shape, xstr};
-  bool any = shmap_block_numel(x) > 0;
-  if (any && shmap__comm_two_sided(c))
-    for (int k = 0; k < g; k++)
-      if (k != p->grank)
-        shmap__comm_send(c, p->gmem[k], &mine);
-  if (any)
-    for (int k = 0; k < g; k++)
-      shmap__comm_get(c, p->gmem[k], &mine,
-                      (char *)res->data + (size_t)(k * step) * es, dstr);
-  return shmap__comm_depart(c, shmap_block_nbytes(x));
-}
-
-/* The member at position r takes chunk r (along split_axis) of the block
- * of the member at position k and puts it at position k along
- * concat_axis. */
-int shmap__algo_all_to_all_groups(shmap__plan *p, shmap_block *res)
-{
-  shmap__coll *c = &p->c;
-  const shmap_block *x = p->x;
-  int rc = shmap__comm_arrive(c);
-  if (rc)
-    return rc;
-  int sa = c->call.p1, ca = c->call.p2, tiled = c->call.tiled;
-  int rank = x->rank, g = p->gn;
-  size_t es = c->esize;
-  int64_t cshape[SHMAP_MAX_RANK], xstr[SHMAP_MAX_RANK], sstr[SHMAP_MAX_RANK];
-  shmap__strides(rank, x->shape, xstr);
-  int crank = 0;
-  for (int i = 0; i < rank; i++) {
-    if (!tiled && i == sa)
-      continue;
-    cshape[crank] = i == sa ? x->shape[i] / g : x->shape[i];
-    sstr[crank++] = xstr[i];
-  }
-  int64_t ostr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK];
-  shmap__strides(rank, p->oshape, ostr);
-  for (int i = 0, j = 0; i < rank; i++)
-    if (tiled || i != ca)
-      dstr[j++] = ostr[i];
-  int64_t src_step = (tiled ? x->shape[sa] / g : 1) * xstr[sa];
-  int64_t dst_step = (tiled ? cshape[ca] : 1) * ostr[ca];
-  bool any = shmap__numel(crank, cshape) > 0;
-  if (any && shmap__comm_two_sided(c))
-    for (int k = 0; k < g; k++)
-      if (k != p->grank) {
-        shmap__box piece = {(size_t)(k * src_step) * es, crank, cshape, sstr};
-        shmap__comm_send(c, p->gmem[k], &piece);
-      }
-  shmap__box from = {(size_t)(p->grank * src_step) * es, crank, cshape, sstr};
-  if (any)
-    for (int k = 0; k < g; k++)
-      shmap__comm_get(c, p->gmem[k], &from,
-                      (char *)res->data + (size_t)(k * dst_step) * es, dstr);
-  return shmap__comm_depart(c, shmap_block_nbytes(x));
-}
-
 /* ---- entry points ---------------------------------------------------------- */
-
-int shmap__into_new_block(shmap__plan *p,
-                          int (*algo)(shmap__plan *, shmap_block *),
-                          shmap_block **out)
-{
-  shmap_block *res = shmap__plan_result(p);
-  if (!res)
-    return p->c.ctx->err;
-  int rc = algo(p, res);
-  if (rc) {
-    shmap__arena_free(p->c.ctx, shmap__arena_find(p->c.ctx, res));
-    return rc;
-  }
-  *out = res;
-  return 0;
-}
 
 static int reduce_groups(shmap_ctx *ctx, shmap_block *x, const char *axes,
                          const shmap_groups *groups, int kind,
@@ -466,10 +373,7 @@ SHMAP_EXTERN int shmap_all_gather_groups(shmap_ctx *ctx, const shmap_block *x,
                                          out != NULL, &p);
   if (rc)
     return rc;
-  return shmap__into_new_block(&p,
-                               p.gmem ? shmap__algo_all_gather_groups
-                                      : shmap__algo_all_gather,
-                               out);
+  return shmap__into_new_block(&p, shmap__algo_all_gather, out);
 }
 
 SHMAP_EXTERN int shmap_psum_scatter_groups(shmap_ctx *ctx,
@@ -506,8 +410,5 @@ SHMAP_EXTERN int shmap_all_to_all_groups(shmap_ctx *ctx, const shmap_block *x,
                                          concat_axis, tiled, out != NULL, &p);
   if (rc)
     return rc;
-  return shmap__into_new_block(&p,
-                               p.gmem ? shmap__algo_all_to_all_groups
-                                      : shmap__algo_all_to_all,
-                               out);
+  return shmap__into_new_block(&p, shmap__algo_all_to_all, out);
 }

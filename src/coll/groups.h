@@ -28,9 +28,5 @@ int shmap__staged_allreduce(shmap__plan *p, const shmap__stage_fold *sf,
 /* The same in place: the result goes to x once the call completes. */
 int shmap__staged_inplace(shmap__plan *p, const shmap__stage_fold *sf,
                           shmap_block *x);
-/* Allocate the plan's result block, run algo into it, hand it over. */
-int shmap__into_new_block(shmap__plan *p,
-                          int (*algo)(shmap__plan *, shmap_block *),
-                          shmap_block **out);
 
 #endif /* SHMAP_GROUPS_H */

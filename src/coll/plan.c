@@ -142,6 +142,22 @@ shmap_block *shmap__plan_result(shmap__plan *p)
   return &c->block;
 }
 
+int shmap__into_new_block(shmap__plan *p,
+                          int (*algo)(shmap__plan *, shmap_block *),
+                          shmap_block **out)
+{
+  shmap_block *res = shmap__plan_result(p);
+  if (!res)
+    return p->c.ctx->err;
+  int rc = algo(p, res);
+  if (rc) {
+    shmap__arena_free(p->c.ctx, shmap__arena_find(p->c.ctx, res));
+    return rc;
+  }
+  *out = res;
+  return 0;
+}
+
 /* ---- queries ---------------------------------------------------------- */
 
 int shmap__plan_group(shmap_ctx *ctx, const char *name, const char *axes,

@@ -31,6 +31,12 @@ typedef struct shmap__plan {
   const int *gmem;
 } shmap__plan;
 
+/* The transport rank of the member at position k of this member's group. */
+static inline int shmap__plan_member(const shmap__plan *p, int k)
+{
+  return p->gmem ? p->gmem[k] : k;
+}
+
 /* What every plan checks first (the context, the axes, the input, the
  * groups; NULL groups for the whole group) and the descriptor's common
  * fields.  0 or an error code (message set). */
@@ -89,6 +95,11 @@ int shmap__plan_group(shmap_ctx *ctx, const char *name, const char *axes,
 /* A new block of the plan's result shape in the device's arena, its data
  * the call's dst; NULL (the map failed, message set) when out of memory. */
 shmap_block *shmap__plan_result(shmap__plan *p);
+/* Allocate the plan's result block, run algo into it, hand it over (the
+ * block goes back to the arena if algo fails). */
+int shmap__into_new_block(shmap__plan *p,
+                          int (*algo)(shmap__plan *, shmap_block *),
+                          shmap_block **out);
 
 /* Algorithms (algo.c): arrive, move the data, depart.  0 or an error
  * code (message set). */
@@ -107,7 +118,5 @@ int shmap__algo_ppermute_new(shmap__plan *p, shmap_block *res);
 int shmap__algo_allreduce_groups(shmap__plan *p, shmap_block *x);
 int shmap__algo_allreduce_groups_new(shmap__plan *p, shmap_block *res);
 int shmap__algo_reduce_scatter_groups(shmap__plan *p, shmap_block *res);
-int shmap__algo_all_gather_groups(shmap__plan *p, shmap_block *res);
-int shmap__algo_all_to_all_groups(shmap__plan *p, shmap_block *res);
 
 #endif /* SHMAP_PLAN_H */
