@@ -87,6 +87,12 @@ bool shmap__valid_axis_name(const char *name, size_t len);
  * it came from, for messages (may be NULL). */
 int shmap__mesh_build(shmap_mesh **out, int naxes, const char *const names[],
                       const size_t lens[], const int sizes[], const char *src);
+/* The same for a sub-mesh over devices pdev[] of `parent`, placed on the
+ * processes where those devices run (proc.c). */
+int shmap__mesh_build_over(shmap_mesh **out, int naxes,
+                           const char *const names[], const size_t lens[],
+                           const int sizes[], const char *src,
+                           const shmap_mesh *parent, const int pdev[]);
 /* Parse mesh text ("i=4, j=2") into names (pointers into text), lengths and
  * sizes; returns the number of axes or a negative error. */
 int shmap__mesh_parse(const char *text, const char *names[], size_t lens[],

@@ -20,6 +20,7 @@ src_libshmap_core_la_SOURCES = \
 	src/map.c \
 	src/proc.c \
 	src/spmd.c \
+	src/stage.c \
 	src/runtime/runtime.c \
 	src/runtime/debug.c \
 	src/runtime/fiber.c \

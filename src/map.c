@@ -524,8 +524,8 @@ static void run_device(shmap__job *job, int dev)
   shmap__set_state(self, SHMAP__ST_INPUTS, 0, shmap__now());
   bool ok = true;
   for (int k = 0; k < job->nin && ok; k++) {
-    shmap_array *a = job->in[k];
     const shmap__in_info *ii = &job->ins[k];
+    shmap_array *a = ii->view ? ii->view : job->in[k];
     if (ii->borrow) {
       ctx->in[k] = &a->blocks[dev];
       ctx->shared++;
@@ -588,6 +588,20 @@ static void format_index(int rank, const int64_t shape[], int64_t flat,
   shmap__cat(buf, n, "]");
 }
 
+/* An out spec no longer than output k's rank. */
+static int check_spec_rank(int k, const char *text, const shmap__spec *spec,
+                           const shmap_block *b0)
+{
+  if (spec->ndims <= b0->rank)
+    return 0;
+  char s0[128];
+  shmap__shape_format(b0->dtype, b0->rank, b0->shape, s0, sizeof s0);
+  return shmap__err(SHMAP_ESHAPE,
+                    "out_specs[%d] \"%.200s\" has length %d but output %d has "
+                    "rank %d (blocks are %s)",
+                    k, text, spec->ndims, k, b0->rank, s0);
+}
+
 /* Outputs: every device declared the same count, dtypes and shapes. */
 static int check_outputs(shmap__job *job, const char *const out_specs[],
                          const shmap__spec *ospec)
@@ -627,43 +641,50 @@ static int check_outputs(shmap__job *job, const char *const out_specs[],
                           n0, s0, nd, sd);
       }
     }
-    char what[32];
-    snprintf(what, sizeof what, "out_specs[%d]", k);
-    if (ospec[k].ndims > b0->rank)
-      return shmap__err(SHMAP_ESHAPE,
-                        "%s \"%.200s\" has length %d but output %d has rank %d "
-                        "(blocks are %s)",
-                        what, out_specs[k], ospec[k].ndims, k, b0->rank, s0);
+    int rc;
+    if ((rc = check_spec_rank(k, out_specs[k], &ospec[k], b0)))
+      return rc;
   }
   return 0;
 }
 
+/* Devices along free axes ran the same body on the same blocks; only the
+ * manual axes the spec leaves out are promised equal by the body. */
+static unsigned rep_mask(const shmap__job *job, const shmap__spec *spec)
+{
+  return shmap__spec_axes_mask(spec) |
+         (shmap__mesh_all(job->mesh) & ~job->manual);
+}
+
+/* repdata[d]: the block of d's representative as this process has it
+ * (under MPI possibly a copy received from another process), for every
+ * device d of this process.  *bad: the first device whose block differs. */
 static int check_replicated(shmap__job *job, int k, const char *spec_text,
-                            const shmap__spec *spec)
+                            const shmap__spec *spec,
+                            const void *const repdata[], int *bad)
 {
   shmap_mesh *mesh = job->mesh;
-  /* Devices along free axes ran the same body on the same blocks; only the
-   * manual axes the spec leaves out are promised equal by the body. */
-  unsigned mask = shmap__spec_axes_mask(spec) |
-                  (shmap__mesh_all(mesh) & ~job->manual);
+  unsigned mask = rep_mask(job, spec);
   for (int d = 0; d < mesh->ndev; d++) {
     int rep = shmap__representative(mesh, mask, d);
-    /* Copies held by other processes are not compared (shmap-mpi(7)). */
-    if (rep == d || !shmap__dev_local(mesh, d) || !shmap__dev_local(mesh, rep))
+    if (rep == d || !shmap__dev_local(mesh, d))
       continue;
-    const shmap_block *a = job->ctx[rep].out[k], *b = job->ctx[d].out[k];
-    size_t es = shmap_dtype_size(a->dtype);
-    size_t bytes = shmap_block_nbytes(a);
-    if (memcmp(a->data, b->data, bytes) == 0)
+    const shmap_block *b = job->ctx[d].out[k];
+    const char *ad = repdata[d];
+    size_t es = shmap_dtype_size(b->dtype);
+    size_t bytes = shmap_block_nbytes(b);
+    if (bytes == 0 || memcmp(ad, b->data, bytes) == 0)
       continue;
+    *bad = d;
     int64_t i = 0;
-    while (memcmp((const char *)a->data + i * (int64_t)es,
-                  (const char *)b->data + i * (int64_t)es, es) == 0)
+    while (memcmp(ad + i * (int64_t)es, (const char *)b->data + i * (int64_t)es,
+                  es) == 0)
       i++;
+    const shmap_block *a = b; /* same dtype and shape as the copy */
     char na[96], nb[96], va[64], vb[64], idx[96], axes[160] = "";
     shmap__mesh_devname(mesh, rep, na, sizeof na);
     shmap__mesh_devname(mesh, d, nb, sizeof nb);
-    shmap__dtype_format(a->dtype, (const char *)a->data + i * (int64_t)es, va, sizeof va);
+    shmap__dtype_format(a->dtype, ad + i * (int64_t)es, va, sizeof va);
     shmap__dtype_format(a->dtype, (const char *)b->data + i * (int64_t)es, vb, sizeof vb);
     format_index(a->rank, a->shape, i, idx, sizeof idx);
     int n = 0;
@@ -684,11 +705,10 @@ static int check_replicated(shmap__job *job, int k, const char *spec_text,
 
 /* Output k becomes a sharded array that keeps each device's block. */
 static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
-                        unsigned flags, shmap_array **res)
+                        const shmap_block *b0, const void *const repdata[],
+                        shmap_array **res)
 {
   shmap_mesh *mesh = job->mesh;
-  int first = mesh->place ? mesh->place->local[0] : 0;
-  const shmap_block *b0 = job->ctx[first].out[k];
   int64_t gshape[SHMAP_MAX_RANK];
   char what[32];
   snprintf(what, sizeof what, "output %d", k);
@@ -732,18 +752,60 @@ static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
     a->blocks[d] = c->block;
   }
   /* Unchecked outputs: the copy at coordinate 0 of the unnamed axes is the
-   * value, so every holder gets that copy. */
-  if ((flags & SHMAP_NO_CHECK_REP) && !(flags & SHMAP__TRUSTED_REP)) {
-    unsigned mask = shmap__spec_axes_mask(spec);
-    size_t bytes = shmap_block_nbytes(&a->blocks[0]);
-    for (int d = 0; d < mesh->ndev; d++) {
-      int rep = shmap__representative(mesh, mask, d);
-      if (rep != d && a->blocks[d].data && a->blocks[rep].data)
-        memcpy(a->blocks[d].data, a->blocks[rep].data, bytes);
-    }
+   * value, so every holder gets that copy (repdata, also from other
+   * processes). */
+  if (repdata) {
+    size_t bytes = shmap_block_nbytes(b0);
+    for (int d = 0; d < mesh->ndev; d++)
+      if (a->blocks[d].data && repdata[d] && repdata[d] != a->blocks[d].data)
+        memcpy(a->blocks[d].data, repdata[d], bytes);
   }
   *res = a;
   return 0;
+}
+
+/* Output k: the replication check (or, unchecked, the copy at coordinate
+ * 0 for every holder), then the sharded array.  b0 describes every
+ * device's block.  Under MPI every process calls this with the same
+ * arguments and returns the same result. */
+static int finish_output(shmap__job *job, int k, const char *spec_text,
+                         const shmap__spec *spec, unsigned flags,
+                         const shmap_block *b0, shmap_array **res)
+{
+  shmap_mesh *mesh = job->mesh;
+  bool multi = mesh->place && mesh->place->nproc > 1;
+  bool check = !(flags & (SHMAP_NO_CHECK_REP | SHMAP__TRUSTED_REP));
+  bool copy = (flags & SHMAP_NO_CHECK_REP) && !(flags & SHMAP__TRUSTED_REP);
+  if (!check && !copy)
+    return adopt_output(job, k, spec, b0, NULL, res);
+  const void **data = shmap__calloc((size_t)mesh->ndev * 2, sizeof *data);
+  if (!data) {
+    /* Under MPI the others would wait for this process: stop instead. */
+    if (multi)
+      abort();
+    return shmap__err(SHMAP_ENOMEM, "out of memory checking output %d", k);
+  }
+  const void **repdata = data + mesh->ndev;
+  for (int d = 0; d < mesh->ndev; d++)
+    if (shmap__dev_local(mesh, d))
+      data[d] = job->ctx[d].out[k]->data;
+  void *owned = NULL;
+  uint64_t received = 0;
+  int rc = shmap__proc_rep_blocks(mesh, rep_mask(job, spec), data,
+                                  shmap_block_nbytes(b0), repdata, &owned,
+                                  &received);
+  mesh->stats.bytes_remote += received; /* the runtime lock is held */
+  if (rc == 0 && check) {
+    int bad = -1;
+    rc = check_replicated(job, k, spec_text, spec, repdata, &bad);
+    if (multi)
+      rc = shmap__proc_agree_first(mesh, bad, rc);
+  }
+  if (rc == 0)
+    rc = adopt_output(job, k, spec, b0, copy ? repdata : NULL, res);
+  free(owned);
+  free(data);
+  return rc;
 }
 
 static int prepare_inputs(shmap__job *job, const char *const in_specs[])
@@ -771,7 +833,11 @@ static int prepare_inputs(shmap__job *job, const char *const in_specs[])
       return rc;
     shmap__block_shape(job->mesh, &ii->spec, a->rank, a->shape, ii->bshape);
     ii->borrow = a->mesh && shmap__spec_same(&a->spec, &ii->spec, a->rank);
-    if (a->mesh && !ii->borrow && (rc = shmap__proc_reshard_check(a, what)))
+    /* Pieces of another layout that other processes hold come over
+     * before the devices start (stage.c). */
+    if (a->mesh && !ii->borrow && shmap__stage_needed(a, job->mesh) &&
+        (rc = shmap__stage(a, job->mesh, &ii->spec, ii->bshape, what,
+                           &ii->view)))
       return rc;
   }
   return 0;
@@ -783,6 +849,9 @@ static void free_job(shmap__job *job)
     for (int d = 0; d < job->mesh->ndev; d++)
       shmap__arena_clear(&job->ctx[d]);
   shmap__runtime_give(job->mesh->rt, 0, job->ctx);
+  if (job->ins)
+    for (int k = 0; k < job->nin; k++)
+      shmap__stage_free(job->ins[k].view);
   free(job->ins);
 }
 
@@ -920,18 +989,46 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
     rc = rt->fail_code;
     shmap__err_set(rt->fail_msg);
   }
-  /* The lock stays held until the clean-up (see above). */
-  if (rc == 0)
+  /* The lock stays held until the clean-up (see above).  Under MPI a
+   * process may run no device of a sub-mesh: the others check. */
+  const shmap__place *pl = mesh->place;
+  bool multi = pl && pl->nproc > 1;
+  if (rc == 0 && !multi)
     rc = check_outputs(&job, out_specs, ospec);
-  for (int k = 0; k < nout && rc == 0; k++)
-    if (!(flags & (SHMAP_NO_CHECK_REP | SHMAP__TRUSTED_REP)))
-      rc = check_replicated(&job, k, out_specs[k], &ospec[k]);
   /* Every process of the job returns the same result (proc.c). */
   if ((rc = shmap__mpi_map_end(mesh, rc, NULL)))
     goto done;
-  for (int k = 0; k < nout; k++)
-    if ((rc = adopt_output(&job, k, &ospec[k], flags, &res[k])))
-      goto done;
+  /* Every device's block description: this process's first device's,
+   * compared with the other processes' under MPI (spmd.c). */
+  shmap_block *b0 = shmap__calloc((size_t)nout + 1, sizeof *b0);
+  if (!b0) {
+    if (multi)
+      abort(); /* the others would wait for this process */
+    rc = shmap__err(SHMAP_ENOMEM, "shmap_map: out of memory");
+    goto done;
+  }
+  for (int k = 0; k < nout && !multi; k++)
+    b0[k] = *job.ctx[0].out[k];
+  if (multi) {
+    const shmap_block **tab =
+        shmap__calloc((size_t)mesh->ndev * (size_t)nout + 1, sizeof *tab);
+    if (!tab)
+      abort(); /* the others would wait for this process */
+    for (int i = 0; i < pl->nlocal; i++)
+      for (int k = 0; k < nout; k++)
+        tab[(size_t)pl->local[i] * (size_t)nout + (size_t)k] =
+            job.ctx[pl->local[i]].out[k];
+    rc = shmap__proc_outputs(mesh, nout, tab, b0);
+    free(tab);
+    for (int k = 0; k < nout && rc == 0; k++)
+      rc = check_spec_rank(k, out_specs[k], &ospec[k], &b0[k]);
+  }
+  for (int k = 0; k < nout && rc == 0; k++)
+    rc = finish_output(&job, k, out_specs[k], &ospec[k], flags, &b0[k],
+                       &res[k]);
+  free(b0);
+  if (rc)
+    goto done;
   for (int k = 0; k < nout; k++) {
     out[k] = res[k];
     res[k] = NULL;

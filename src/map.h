@@ -15,6 +15,7 @@ typedef struct shmap__in_info {
   shmap__spec spec;
   int64_t bshape[SHMAP_MAX_RANK];
   bool borrow; /* the array's blocks already have this layout */
+  shmap_array *view; /* the array with other processes' pieces (stage.c) */
 } shmap__in_info;
 
 /* One map call: the body, its arrays, one context per device, and the

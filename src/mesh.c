@@ -31,6 +31,15 @@ bool shmap__valid_axis_name(const char *name, size_t len)
 int shmap__mesh_build(shmap_mesh **out, int naxes, const char *const names[],
                       const size_t lens[], const int sizes[], const char *src)
 {
+  return shmap__mesh_build_over(out, naxes, names, lens, sizes, src, NULL,
+                                NULL);
+}
+
+int shmap__mesh_build_over(shmap_mesh **out, int naxes,
+                           const char *const names[], const size_t lens[],
+                           const int sizes[], const char *src,
+                           const shmap_mesh *parent, const int pdev[])
+{
   char where[160] = "";
   if (src)
     snprintf(where, sizeof where, " in mesh \"%.120s\"", src);
@@ -79,7 +88,8 @@ int shmap__mesh_build(shmap_mesh **out, int naxes, const char *const names[],
     stride *= m->sizes[a];
   }
   atomic_init(&m->refs, 1);
-  int rc = shmap__place_default(m);
+  /* A sub-mesh's devices run where its parent's devices run. */
+  int rc = parent ? shmap__place_sub(m, parent, pdev) : shmap__place_default(m);
   if (rc == 0 && (rc = shmap__mpi_mesh_init(m)))
     shmap__place_free(m->place);
   if (rc) {

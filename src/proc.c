@@ -268,6 +268,34 @@ int shmap__place_default(shmap_mesh *mesh)
   return shmap__place_new(mesh, axes, mesh->naxes, &mesh->place);
 }
 
+int shmap__place_sub(shmap_mesh *mesh, const shmap_mesh *parent,
+                     const int pdev[])
+{
+  if (!parent->place)
+    return 0;
+  const shmap__place *pp = parent->place;
+  shmap__place *p = shmap__calloc(1, sizeof *p);
+  if (p) {
+    p->owner = shmap__calloc((size_t)mesh->ndev, sizeof *p->owner);
+    p->local = shmap__calloc((size_t)mesh->ndev, sizeof *p->local);
+  }
+  if (!p || !p->owner || !p->local) {
+    shmap__place_free(p);
+    return shmap__err(SHMAP_ENOMEM, "out of memory placing %d devices",
+                      mesh->ndev);
+  }
+  p->nproc = pp->nproc;
+  p->self = pp->self;
+  p->naxes = 0; /* chosen by the parent's placement, not by axes */
+  for (int d = 0; d < mesh->ndev; d++) {
+    p->owner[d] = pp->owner[pdev[d]];
+    if (p->owner[d] == p->self)
+      p->local[p->nlocal++] = d;
+  }
+  mesh->place = p;
+  return 0;
+}
+
 /* ---- waiting for one request --------------------------------------------- */
 
 #ifdef SHMAP_HAVE_MPI
@@ -298,20 +326,6 @@ int shmap__mpi_wait(void *request)
 
 #endif
 
-int shmap__proc_reshard_check(const shmap_array *a, const char *what)
-{
-  if (!a->mesh->place || a->mesh->place->nproc == 1)
-    return 0;
-  char spec[256];
-  shmap__spec_format(a->mesh, &a->spec, spec, sizeof spec);
-  return shmap__err(SHMAP_EINVAL,
-                    "%s: the input is sharded as %s over %d processes; "
-                    "reading it with another spec would move blocks between "
-                    "processes, which this version cannot do (pass the same "
-                    "spec, or start from a host array)",
-                    what, spec, a->mesh->place->nproc);
-}
-
 /* ---- public --------------------------------------------------------------- */
 
 SHMAP_EXTERN int shmap_process_rank(void)
@@ -335,6 +349,11 @@ SHMAP_EXTERN int shmap_mesh_set_process_axes(shmap_mesh *mesh, const char *axes)
   int rc = shmap__axes_parse(mesh, op, axes, ax, &n);
   if (rc)
     return rc;
+  if (mesh->parent)
+    return shmap__err(SHMAP_ESTATE,
+                      "%s: a sub-mesh's devices run in the processes of its "
+                      "parent's devices; choose the process axes of the root "
+                      "mesh before slicing it", op);
   shmap__runtime *rt = mesh->rt;
   shmap__runtime_lock(rt);
   if (rt->devs || atomic_load(&mesh->refs) > 1) {

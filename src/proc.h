@@ -51,6 +51,10 @@ void shmap__place_free(shmap__place *p);
 /* Place a new mesh by default (contiguous device numbers per process) when
  * MPI is in use; initialises the process runtime first. */
 int shmap__place_default(shmap_mesh *mesh);
+/* Place sub-mesh `mesh` over devices pdev[] of `parent`: each device runs
+ * in the process of its parent device (a process may run none). */
+int shmap__place_sub(shmap_mesh *mesh, const shmap_mesh *parent,
+                     const int pdev[]);
 /* The library's communicator (an MPI_Comm *) under MPI. */
 void *shmap__proc_comm(void);
 
@@ -63,9 +67,6 @@ static inline bool shmap__dev_local(const shmap_mesh *mesh, int dev)
 /* " on process 1 (host node2)" when the job has several processes, else "". */
 void shmap__proc_suffix(const shmap_mesh *mesh, int dev, char *buf, size_t n);
 
-/* Reading sharded array `a` with another spec (`what` names the input):
- * 0 when every piece is in this process, else SHMAP_EINVAL. */
-int shmap__proc_reshard_check(const shmap_array *a, const char *what);
 /* Wait for one MPI request (an MPI_Request *) without a blocking call:
  * 0 or SHMAP_ESYS with a message. */
 int shmap__mpi_wait(void *request);
@@ -76,5 +77,39 @@ void shmap__array_assemble_local(const shmap_array *a, void *dst);
 /* Give every process the blocks the others hold: dst already holds this
  * process's (shmap__array_assemble_local); 0 or an error. */
 int shmap__array_exchange(const shmap_array *a, void *dst);
+
+/* A map's outputs over processes (spmd.c); every process calls these with
+ * the same arguments after the map's result was agreed (success). */
+/* Compare the outputs' descriptions over every process (tab[d*nout+k]:
+ * device d's output k, NULL when not declared or not in this process)
+ * and set out[k] to the lowest device's: 0, or the error one process
+ * would report for the lowest device that differs. */
+int shmap__proc_outputs(const shmap_mesh *mesh, int nout,
+                        const shmap_block *const tab[], shmap_block *out);
+/* For blocks data[] (per device, this process's), equal along the axes
+ * outside `mask`: rep[d] = the block of d's representative for every local
+ * d, received from its process when that is another one (*owned is then
+ * the memory to free, *received the bytes received).  0 or an error. */
+int shmap__proc_rep_blocks(const shmap_mesh *mesh, unsigned mask,
+                           const void *const data[], size_t bytes,
+                           const void **rep, void **owned,
+                           uint64_t *received);
+/* Every process returns the error of the lowest device `dev` any process
+ * reports with rc != 0 (message set), or 0. */
+int shmap__proc_agree_first(const shmap_mesh *mesh, int dev, int rc);
+
+/* Pieces of a sharded array for a new layout (stage.c). */
+/* Whether building blocks of `a` on mesh `tmesh` may need pieces that
+ * other processes hold. */
+bool shmap__stage_needed(const shmap_array *a, const shmap_mesh *tmesh);
+/* Receive the pieces this process's devices of `tmesh` need for blocks of
+ * shape tbshape under tspec and other processes hold; *view is then read
+ * in place of `a` (NULL when nothing had to move: read `a`).  Every
+ * process calls it with the same arguments.  0 or an error (the same in
+ * every process). */
+int shmap__stage(const shmap_array *a, shmap_mesh *tmesh,
+                 const shmap__spec *tspec, const int64_t tbshape[],
+                 const char *op, shmap_array **view);
+void shmap__stage_free(shmap_array *view);
 
 #endif /* SHMAP_PROC_H */

@@ -11,10 +11,14 @@
  */
 #include "proc.h"
 #include "runtime/runtime.h"
+#include "transport/mpi.h"
 
 #include <limits.h>
+#include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef SHMAP_HAVE_MPI
 #include <mpi.h>
@@ -164,4 +168,303 @@ SHMAP_EXTERN int shmap_array_to_host_local(const shmap_array *array, void *data)
   }
   shmap__array_assemble_local(array, data);
   return 0;
+}
+
+/* ---- a map's outputs over processes ---------------------------------------- */
+
+#ifdef SHMAP_HAVE_MPI
+/* Wait without a blocking MPI call, yielding the core. */
+static int test_all(int n, MPI_Request *reqs, const char *what)
+{
+  for (int i = 0;; i++) {
+    /* One MPI_Test per request: MPICH declares MPI_STATUSES_IGNORE as a
+     * zero-length array, which GCC's -Wstringop-overflow rejects in
+     * MPI_Testall.  A completed request tests as complete again. */
+    int done = 1, bad = 0;
+    for (int k = 0; k < n; k++) {
+      int one = 0;
+      bad |= MPI_Test(&reqs[k], &one, MPI_STATUS_IGNORE) != MPI_SUCCESS;
+      done &= one;
+    }
+    if (bad)
+      return shmap__err(SHMAP_ESYS, "%s between processes failed", what);
+    if (done)
+      return 0;
+    if (i < 100) {
+      sched_yield();
+      continue;
+    }
+    struct timespec ts = {0, i < 1000 ? 20000 : 500000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* One device's description of one output (rank -1: none declared). */
+typedef struct odesc {
+  int32_t dev; /* -1: no such device in that process */
+  int32_t dtype, rank;
+  int64_t shape[SHMAP_MAX_RANK];
+} odesc;
+
+static void odesc_set(odesc *e, int dev, const shmap_block *b)
+{
+  e->dev = dev;
+  e->rank = b ? b->rank : -1;
+  e->dtype = b ? (int32_t)b->dtype : 0;
+  if (b)
+    memcpy(e->shape, b->shape, sizeof(int64_t) * (size_t)b->rank);
+}
+
+static bool odesc_same(const odesc *a, const odesc *b)
+{
+  return a->rank == b->rank && a->dtype == b->dtype &&
+         (a->rank <= 0 ||
+          !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->rank));
+}
+
+static void odesc_text(const odesc *e, char *buf, size_t n)
+{
+  shmap__shape_format((shmap_dtype)e->dtype, e->rank, e->shape, buf, n);
+}
+#endif
+
+int shmap__proc_outputs(const shmap_mesh *mesh, int nout,
+                        const shmap_block *const tab[], shmap_block *out)
+{
+#ifdef SHMAP_HAVE_MPI
+  int tag;
+  MPI_Comm *comm = shmap__mpi_mesh_comm(mesh, &tag);
+  const shmap__place *pl = mesh->place;
+  if (!comm || nout == 0)
+    return 0;
+  (void)tag;
+  /* Per process and output: its lowest device's block, and its first
+   * device whose block differs from that one. */
+  size_t per = 2 * (size_t)nout;
+  odesc *all = shmap__calloc(per * (size_t)pl->nproc, sizeof *all);
+  if (!all) /* the others would wait for this process: stop instead */
+    MPI_Abort(*comm, 1);
+  odesc *mine = all + per * (size_t)pl->self;
+  for (int k = 0; k < nout; k++) {
+    mine[2 * k].dev = mine[2 * k + 1].dev = -1;
+    if (pl->nlocal == 0)
+      continue;
+    int f = pl->local[0];
+    odesc_set(&mine[2 * k], f, tab[(size_t)f * (size_t)nout + (size_t)k]);
+    for (int i = 1; i < pl->nlocal; i++) {
+      int d = pl->local[i];
+      odesc e;
+      odesc_set(&e, d, tab[(size_t)d * (size_t)nout + (size_t)k]);
+      if (!odesc_same(&e, &mine[2 * k])) {
+        mine[2 * k + 1] = e;
+        break;
+      }
+    }
+  }
+  MPI_Request req;
+  int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all,
+                          (int)(sizeof *all * per), MPI_BYTE, *comm,
+                          &req) == MPI_SUCCESS
+               ? test_all(1, &req, "agreeing on a map's outputs")
+               : shmap__err(SHMAP_ESYS, "MPI_Iallgather failed at the end of "
+                            "a map");
+  for (int k = 0; k < nout && rc == 0; k++) {
+    /* The lowest device's block, then the lowest device whose block
+     * differs, as one process checks them in device order. */
+    const odesc *f = NULL, *declared = NULL;
+    for (int p = 0; p < pl->nproc; p++) {
+      const odesc *e = &all[per * (size_t)p + 2 * (size_t)k];
+      if (e->dev >= 0 && (!f || e->dev < f->dev))
+        f = e;
+      for (int x = 0; x < 2; x++)
+        if (e[x].dev >= 0 && e[x].rank >= 0 &&
+            (!declared || e[x].dev < declared->dev))
+          declared = &e[x];
+    }
+    if (!declared) {
+      rc = shmap__err(SHMAP_EINVAL,
+                      "output %d was not declared by any device (the map "
+                      "has %d outputs; declare each with shmap_out)",
+                      k, nout);
+      break;
+    }
+    const odesc *bad = NULL;
+    for (int p = 0; p < pl->nproc; p++) {
+      const odesc *e = &all[per * (size_t)p + 2 * (size_t)k];
+      const odesc *c = e->dev < 0 ? NULL
+                       : !odesc_same(e, f) ? e
+                       : e[1].dev >= 0 ? &e[1] : NULL;
+      if (c && (!bad || c->dev < bad->dev))
+        bad = c;
+    }
+    if (bad) {
+      /* Named as one process names them: a declared block first. */
+      const odesc *a = f->rank >= 0 ? f : bad, *b = f->rank >= 0 ? bad : f;
+      char na[96], nb[96], sa[128], sb[128];
+      shmap__mesh_devname(mesh, a->dev, na, sizeof na);
+      shmap__mesh_devname(mesh, b->dev, nb, sizeof nb);
+      odesc_text(a, sa, sizeof sa);
+      if (b->rank < 0)
+        rc = shmap__err(SHMAP_EMISMATCH,
+                        "output %d: %s declared %s but %s declared no "
+                        "output %d", k, na, sa, nb, k);
+      else {
+        odesc_text(b, sb, sizeof sb);
+        rc = shmap__err(SHMAP_EMISMATCH, "output %d: %s returned %s but %s "
+                        "returned %s", k, na, sa, nb, sb);
+      }
+      break;
+    }
+    memset(&out[k], 0, sizeof out[k]);
+    out[k].dtype = (shmap_dtype)f->dtype;
+    out[k].rank = f->rank;
+    memcpy(out[k].shape, f->shape, sizeof(int64_t) * (size_t)f->rank);
+  }
+  free(all);
+  return rc;
+#else
+  (void)mesh; (void)nout; (void)tab; (void)out;
+  return 0;
+#endif
+}
+
+int shmap__proc_rep_blocks(const shmap_mesh *mesh, unsigned mask,
+                           const void *const data[], size_t bytes,
+                           const void **rep, void **owned,
+                           uint64_t *received)
+{
+  /* Local representatives first; the others are filled below. */
+  for (int d = 0; d < mesh->ndev; d++) {
+    int r = shmap__representative(mesh, mask, d);
+    rep[d] = shmap__dev_local(mesh, d) ? data[r] : NULL;
+  }
+  *owned = NULL;
+  *received = 0;
+#ifdef SHMAP_HAVE_MPI
+  int tag;
+  MPI_Comm *comm = shmap__mpi_mesh_comm(mesh, &tag);
+  const shmap__place *pl = mesh->place;
+  if (!comm || bytes == 0)
+    return 0;
+  /* The classes this process needs from elsewhere, and the processes
+   * each class of this process goes to, in device order everywhere. */
+  int nrecv = 0, nsend = 0;
+  for (int c = 0; c < mesh->ndev; c++) {
+    if (shmap__representative(mesh, mask, c) != c)
+      continue;
+    for (int p = 0; p < pl->nproc; p++) {
+      if (p == pl->owner[c])
+        continue;
+      bool needs = false;
+      for (int d = 0; d < mesh->ndev && !needs; d++)
+        needs = pl->owner[d] == p && shmap__representative(mesh, mask, d) == c;
+      if (!needs)
+        continue;
+      if (p == pl->self)
+        nrecv++;
+      if (pl->owner[c] == pl->self)
+        nsend++;
+    }
+  }
+  char *buf = shmap__alloc(bytes * (size_t)nrecv + 1, false);
+  MPI_Request *reqs = shmap__malloc(sizeof *reqs * (size_t)(nrecv + nsend + 1));
+  int ok = buf && reqs, all = ok;
+  MPI_Request req;
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, *comm,
+                          &req) == MPI_SUCCESS
+               ? test_all(1, &req, "agreeing on a map's outputs")
+               : shmap__err(SHMAP_ESYS, "MPI_Iallreduce failed at the end of "
+                            "a map");
+  if (rc == 0 && !all)
+    rc = shmap__err(SHMAP_ENOMEM, "out of memory for the copies of outputs "
+                    "that other processes hold (in %s)",
+                    ok ? "another process" : "this process");
+  int n = 0;
+  char *at = buf;
+  for (int c = 0; rc == 0 && c < mesh->ndev; c++) {
+    if (shmap__representative(mesh, mask, c) != c)
+      continue;
+    for (int p = 0; p < pl->nproc; p++) {
+      if (p == pl->owner[c] || (p != pl->self && pl->owner[c] != pl->self))
+        continue;
+      bool needs = false;
+      for (int d = 0; d < mesh->ndev && !needs; d++)
+        needs = pl->owner[d] == p && shmap__representative(mesh, mask, d) == c;
+      if (!needs)
+        continue;
+      if (p == pl->self) {
+        MPI_Irecv(at, (int)bytes, MPI_BYTE, pl->owner[c], tag, *comm,
+                  &reqs[n++]);
+        for (int d = 0; d < mesh->ndev; d++)
+          if (pl->owner[d] == p && shmap__representative(mesh, mask, d) == c)
+            rep[d] = at;
+        at += bytes;
+      } else {
+        MPI_Isend(data[c], (int)bytes, MPI_BYTE, p, tag, *comm, &reqs[n++]);
+      }
+    }
+  }
+  if (rc == 0 && n)
+    rc = test_all(n, reqs, "moving copies of outputs");
+  free(reqs);
+  if (rc) {
+    free(buf);
+    return rc;
+  }
+  *owned = buf;
+  *received = (uint64_t)nrecv * bytes;
+  return 0;
+#else
+  (void)bytes;
+  return 0;
+#endif
+}
+
+int shmap__proc_agree_first(const shmap_mesh *mesh, int dev, int rc)
+{
+#ifdef SHMAP_HAVE_MPI
+  int tag;
+  MPI_Comm *comm = shmap__mpi_mesh_comm(mesh, &tag);
+  if (!comm)
+    return rc;
+  (void)tag;
+  const shmap__place *pl = mesh->place;
+  typedef struct first {
+    int32_t dev, code;
+    char msg[SHMAP__MSG_MAX];
+  } first;
+  first *all = shmap__calloc((size_t)pl->nproc, sizeof *all);
+  if (!all) /* the others would wait for this process: stop instead */
+    MPI_Abort(*comm, 1);
+  all[pl->self].dev = rc ? dev : -1;
+  all[pl->self].code = rc;
+  if (rc)
+    snprintf(all[pl->self].msg, sizeof all[0].msg, "%s", shmap__errbuf());
+  MPI_Request req;
+  int err = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all,
+                           (int)sizeof *all, MPI_BYTE, *comm, &req) == MPI_SUCCESS
+                ? test_all(1, &req, "agreeing on a map's outputs")
+                : shmap__err(SHMAP_ESYS, "MPI_Iallgather failed at the end "
+                             "of a map");
+  if (err) {
+    free(all);
+    return err;
+  }
+  int pick = -1;
+  for (int p = 0; p < pl->nproc; p++)
+    if (all[p].code && (pick < 0 || all[p].dev < all[pick].dev))
+      pick = p;
+  rc = 0;
+  if (pick >= 0) {
+    rc = all[pick].code;
+    all[pick].msg[sizeof all[pick].msg - 1] = '\0';
+    shmap__err_set(all[pick].msg);
+  }
+  free(all);
+  return rc;
+#else
+  (void)mesh;
+  (void)dev;
+  return rc;
+#endif
 }

@@ -47,7 +47,8 @@ static int build_over(shmap_mesh **out, shmap_mesh *parent, int naxes,
                       const int sizes[], const char *src, const int devs[])
 {
   shmap_mesh *sub;
-  int rc = shmap__mesh_build(&sub, naxes, names, lens, sizes, src);
+  int rc = shmap__mesh_build_over(&sub, naxes, names, lens, sizes, src,
+                                  parent, devs);
   if (rc)
     return rc;
   int *pdev = shmap__calloc((size_t)sub->ndev, sizeof *pdev);

@@ -9,6 +9,7 @@
  * there is one, else the copy at coordinate 0 of the axes the source spec
  * leaves out.  Source arrays never change, so the source mesh may run other
  * maps meanwhile. */
+#include "proc.h"
 #include "runtime/runtime.h"
 
 #include <stdio.h>
@@ -94,9 +95,19 @@ SHMAP_EXTERN int shmap_array_transfer(shmap_array **out,
   }
   shmap__block_shape(mesh, &x->spec, array->rank, array->shape, x->bshape);
   atomic_init(&x->bytes, 0);
+  /* Pieces held only by other processes come over first (stage.c). */
+  shmap_array *view = NULL;
+  if (shmap__stage_needed(array, mesh) &&
+      (rc = shmap__stage(array, mesh, &x->spec, x->bshape, op, &view))) {
+    free(x);
+    return rc;
+  }
+  if (view)
+    x->src = view;
   /* Copies of one target block come from the same source values. */
   rc = shmap__map(mesh, xfer_body, x, 0, NULL, NULL, 1, out, &spec,
                   SHMAP__TRUSTED_REP);
+  shmap__stage_free(view);
   if (rc) {
     free(x);
     return shmap__err_prefix(rc, "%s", op);

@@ -9,6 +9,7 @@
 #include "coll/async.h"
 #include "coll/desc.h"
 #include "map.h"
+#include "proc.h"
 #include "settings.h"
 
 #include <errno.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <uv.h>
 
 uint64_t shmap__now(void) { return uv_hrtime(); }
@@ -310,6 +312,18 @@ void shmap__debug_fork(int phase)
 static _Atomic int tracing;
 static int trace_state;
 static uint64_t trace_t0;
+/* The wall clock at trace_t0, for aligning the files of several processes
+ * on several hosts (shmap-trace-merge). */
+static uint64_t trace_wall0;
+
+/* Under MPI each process writes its own file, whose meshes are numbered
+ * apart from the other processes' (pid = rank * 1000 + mesh number), so
+ * that merged files keep one track group per mesh and process. */
+static int trace_pid(const shmap__runtime *rt)
+{
+  const shmap__proc *p = shmap__proc_self();
+  return p->size > 1 ? p->rank * 1000 + rt->id : rt->id;
+}
 static char *trace_path;
 static strbuf trace_done; /* events of meshes destroyed while tracing */
 static int trace_first;   /* no event written yet */
@@ -390,6 +404,7 @@ static void trace_requests(strbuf *b, shmap__runtime *rt, int d)
 {
   shmap__dev *dev = &rt->devs[d];
   const shmap_mesh *mesh = rt->mesh;
+  int pid = trace_pid(rt);
   bool named[SHMAP_MAX_REQUESTS] = {false};
   for (size_t i = 0; i < dev->dbg.nrtev; i++) {
     const shmap__tev *e = &dev->dbg.rtev[i];
@@ -403,12 +418,12 @@ static void trace_requests(strbuf *b, shmap__runtime *rt, int d)
       sb_printf(b, "{\"name\":\"thread_name\",\"cat\":\"__metadata\","
                    "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
                    "\"args\":{\"name\":\"%s requests (slot %d)\"}}",
-                rt->id, tid, coords, e->track);
+                pid, tid, coords, e->track);
       sep(b);
       sb_printf(b, "{\"name\":\"thread_sort_index\",\"cat\":\"__metadata\","
                    "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
                    "\"args\":{\"sort_index\":%d}}",
-                rt->id, tid, tid - 1);
+                pid, tid, tid - 1);
       named[e->track] = true;
     }
     char when[96], o[360];
@@ -423,7 +438,7 @@ static void trace_requests(strbuf *b, shmap__runtime *rt, int d)
                  "\"bytes\":%llu,\"call\":%u}}",
               shmap__kind_name((int)(e->op & 0xff)),
               e->job ? " request" : " transfer", e->job ? "request" : "transfer",
-              rt->id, tid, when, over ? over + 6 : "",
+              pid, tid, when, over ? over + 6 : "",
               shmap_dtype_name((shmap_dtype)dt), (unsigned long long)e->bytes,
               e->seq);
   }
@@ -441,6 +456,12 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
   for (int a = 0; a < mesh->naxes; a++)
     shmap__cat(axes, sizeof axes, "%s%s=%d", a ? ", " : "", mesh->names[a],
                mesh->sizes[a]);
+  int pid = trace_pid(rt);
+  char where[128] = "";
+  const shmap__proc *proc = shmap__proc_self();
+  if (proc->size > 1)
+    snprintf(where, sizeof where, " on process %d (host %s)", proc->rank,
+             proc->host);
   sep(b);
   /* Metadata as Chrome writes it: category "__metadata", ts 0, and the
    * process-wide names on tid 0, which no device uses (device d is tid
@@ -448,25 +469,28 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
    * drop or merge its track). */
   sb_printf(b, "{\"name\":\"process_name\",\"cat\":\"__metadata\","
                "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":0,"
-               "\"args\":{\"name\":\"mesh %s (#%d)\"}}",
-            rt->id, axes, rt->id);
+               "\"args\":{\"name\":\"mesh %s (#%d)%s\"}}",
+            pid, axes, rt->id, where);
   sep(b);
   sb_printf(b, "{\"name\":\"process_sort_index\",\"cat\":\"__metadata\","
                "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":0,"
-               "\"args\":{\"sort_index\":%d}}", rt->id, rt->id);
+               "\"args\":{\"sort_index\":%d}}", pid, pid);
   for (int d = 0; d < rt->ndev; d++) {
     shmap__dev *dev = &rt->devs[d];
+    /* Another process runs this device and writes its track. */
+    if (!shmap__dev_local(mesh, d))
+      continue;
     char coords[96];
     shmap__mesh_devname(mesh, d, coords, sizeof coords);
     int tid = d + 1;
     sep(b);
     sb_printf(b, "{\"name\":\"thread_name\",\"cat\":\"__metadata\","
                  "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
-                 "\"args\":{\"name\":\"%s\"}}", rt->id, tid, coords);
+                 "\"args\":{\"name\":\"%s\"}}", pid, tid, coords);
     sep(b);
     sb_printf(b, "{\"name\":\"thread_sort_index\",\"cat\":\"__metadata\","
                  "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
-                 "\"args\":{\"sort_index\":%d}}", rt->id, tid, d);
+                 "\"args\":{\"sort_index\":%d}}", pid, tid, d);
     for (size_t i = 0; i < dev->dbg.ntev; i++) {
       const shmap__tev *e = &dev->dbg.tev[i];
       if (e->t1 < trace_t0)
@@ -491,7 +515,7 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
                      "\"pid\":%d,\"tid\":%d,%s,"
                      "\"args\":{\"collectives\":%u}}",
                   e->job ? e->job : "body", e->job ? "placement" : "body",
-                  rt->id, tid, when, e->seq);
+                  pid, tid, when, e->seq);
       } else if ((e->op & 0xff) == SHMAP__NESTED_BODY) {
         /* A nested map's body, inside the outer body on the same track. */
         char o[360];
@@ -500,7 +524,7 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
         sb_printf(b, "{\"name\":\"nested body\",\"cat\":\"body\","
                      "\"ph\":\"X\",\"pid\":%d,\"tid\":%d,%s,"
                      "\"args\":{\"axes\":\"%s\",\"collectives\":%u}}",
-                  rt->id, tid, when, over ? over + 6 : "", e->seq);
+                  pid, tid, when, over ? over + 6 : "", e->seq);
       } else {
         char o[360], ax[360];
         op_format(mesh, e->op, o, sizeof o);
@@ -512,7 +536,7 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
                      "\"pid\":%d,\"tid\":%d,%s,"
                      "\"args\":{\"axes\":\"%s\",\"dtype\":\"%s\","
                      "\"bytes\":%llu,\"call\":%u}}",
-                  shmap__kind_name((int)(e->op & 0xff)), rt->id, tid, when, ax,
+                  shmap__kind_name((int)(e->op & 0xff)), pid, tid, when, ax,
                   shmap_dtype_name((shmap_dtype)dt),
                   (unsigned long long)e->bytes, e->seq);
       }
@@ -557,15 +581,30 @@ SHMAP_EXTERN int shmap_trace_start(const char *path)
   }
   /* Fail now, not at the end of a long run, when the file cannot be
    * written. */
+  /* Under MPI each process writes path.RANK (merged by
+   * shmap-trace-merge); initialising the processes first tells. */
+  char *own = NULL;
+  if (shmap__proc_init() == 0 && shmap__proc_self()->size > 1) {
+    size_t n = strlen(path) + 16;
+    own = malloc(n);
+    if (!own) {
+      pthread_mutex_unlock(&trace_lock);
+      return shmap__err(SHMAP_ENOMEM, "shmap_trace_start: out of memory");
+    }
+    snprintf(own, n, "%s.%d", path, shmap__proc_self()->rank);
+    path = own;
+  }
   FILE *probe = fopen(path, "w");
   if (!probe) {
     int e = errno;
     pthread_mutex_unlock(&trace_lock);
-    return shmap__err(SHMAP_ESYS, "shmap_trace_start: cannot write %s: %s",
-                      path, strerror(e));
+    int rc = shmap__err(SHMAP_ESYS, "shmap_trace_start: cannot write %s: %s",
+                        path, strerror(e));
+    free(own);
+    return rc;
   }
   fclose(probe);
-  char *p = strdup(path);
+  char *p = own ? own : strdup(path);
   if (!p) {
     pthread_mutex_unlock(&trace_lock);
     return shmap__err(SHMAP_ENOMEM, "shmap_trace_start: out of memory");
@@ -577,6 +616,9 @@ SHMAP_EXTERN int shmap_trace_start(const char *path)
   trace_first = 1;
   trace_dropped = 0;
   trace_t0 = shmap__now();
+  struct timespec wall;
+  clock_gettime(CLOCK_REALTIME, &wall);
+  trace_wall0 = (uint64_t)wall.tv_sec * 1000000000u + (uint64_t)wall.tv_nsec;
   trace_state = 1;
   atomic_store(&tracing, 1);
   pthread_mutex_unlock(&trace_lock);
@@ -634,7 +676,17 @@ SHMAP_EXTERN int shmap_trace_stop(void)
     rc = shmap__err(SHMAP_ESYS, "shmap_trace_stop: cannot write %s: %s",
                     trace_path, strerror(errno));
   } else {
-    fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", f);
+    const shmap__proc *proc = shmap__proc_self();
+    if (proc->size > 1)
+      /* What shmap-trace-merge needs to align the processes' clocks. */
+      fprintf(f, "{\"displayTimeUnit\":\"ms\",\"otherData\":{"
+                 "\"shmap_rank\":%d,\"shmap_nproc\":%d,\"shmap_host\":\"%s\","
+                 "\"shmap_clock0_ns\":%llu,\"shmap_wall0_ns\":%llu},"
+                 "\"traceEvents\":[",
+              proc->rank, proc->size, proc->host,
+              (unsigned long long)trace_t0, (unsigned long long)trace_wall0);
+    else
+      fputs("{\"displayTimeUnit\":\"ms\",\"traceEvents\":[", f);
     if (b.s)
       fwrite(b.s, 1, b.len, f);
     fputs("\n]}\n", f);

@@ -124,6 +124,7 @@ typedef struct shmap__mpimesh {
   MPI_Comm comm;
   int nproc, self, ndev;
   int tagk;                 /* epochs the tags tell apart */
+  int tag_free;             /* above every map's tags: host-side exchanges */
   uint32_t epoch;           /* the current map */
   uv_mutex_t lock;          /* receiving notices, the slots */
   eslot slot[2];
@@ -195,7 +196,8 @@ int shmap__mpi_mesh_init(shmap_mesh *mesh)
                     "a mesh of %d devices over several processes needs MPI "
                     "tags up to %lld; this MPI offers %d",
                     mesh->ndev, 2 * pairs, flag && ub ? *ub : 0);
-  else if (MPI_Comm_dup(world, &m->comm) != MPI_SUCCESS)
+  else if ((m->tag_free = *ub) <= 0 ||
+           MPI_Comm_dup(world, &m->comm) != MPI_SUCCESS)
     rc = shmap__err(SHMAP_ESYS, "MPI_Comm_dup failed for a new mesh");
   if (rc == 0) {
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
@@ -294,6 +296,16 @@ void shmap__mpi_mesh_free(shmap_mesh *mesh)
   free(m->got);
   free(m);
   mesh->place->mpi = NULL;
+}
+
+void *shmap__mpi_mesh_comm(const shmap_mesh *mesh, int *tag)
+{
+  shmap__mpimesh *m = mm_of(mesh);
+  if (!m)
+    return NULL;
+  /* Map tags end at tagk * ndev^2 <= MPI_TAG_UB - 1 (tag_of). */
+  *tag = m->tag_free;
+  return &m->comm;
 }
 
 /* ---- notices -------------------------------------------------------------- */
@@ -1384,6 +1396,12 @@ int shmap__mpi_map_end(shmap_mesh *mesh, int rc, const uint32_t *calls)
 #else /* no MPI */
 
 int shmap__mpi_mesh_init(shmap_mesh *mesh) { (void)mesh; return 0; }
+void *shmap__mpi_mesh_comm(const shmap_mesh *mesh, int *tag)
+{
+  (void)mesh;
+  (void)tag;
+  return NULL;
+}
 void shmap__mpi_mesh_free(shmap_mesh *mesh) { (void)mesh; }
 void shmap__mpi_map_begin(shmap_mesh *mesh) { (void)mesh; }
 void shmap__mpi_dev_done(shmap__runtime *rt, int dev, uint32_t calls)

@@ -17,6 +17,10 @@ struct shmap__mpimesh;
  * in the same order).  0 or an error. */
 int shmap__mpi_mesh_init(shmap_mesh *mesh);
 void shmap__mpi_mesh_free(shmap_mesh *mesh);
+/* The mesh's communicator (an MPI_Comm *) and a tag that no map's messages
+ * use, for exchanges the caller of a map makes between maps (stage.c,
+ * spmd.c); NULL when the mesh is not spread over processes. */
+void *shmap__mpi_mesh_comm(const shmap_mesh *mesh, int *tag);
 
 /* The caller of a map, before its devices start and after they finish:
  * the end exchanges every process's result and returns the agreed code

@@ -8,11 +8,13 @@
 # Runs: tests/mpi/test_mpi_proc (placement, maps over processes, host
 # data, a failure on another process's device), tests/mpi/test_mpi_coll
 # (random collectives against the serial model, failures on a device of
-# another process), tests/mpi/test_mpi_groups (grouped collectives,
-# pbroadcast, ragged_all_to_all, preduce), tests/mpi/test_mpi_mismatch
-# (the randomized mismatch test over processes), tests/mpi/test_mpi_async
-# (started collectives, their
-# failures and mismatches over processes), tests/mpi/test_mpi_level
+# another process), tests/mpi/test_mpi_parts (resharding, the replication
+# check, sub-meshes, transfers, partial-manual and nested maps over
+# processes, traced and the traces merged), tests/mpi/test_mpi_groups
+# (grouped collectives, pbroadcast, ragged_all_to_all, preduce),
+# tests/mpi/test_mpi_mismatch (the randomized mismatch test over
+# processes), tests/mpi/test_mpi_async (started collectives, their failures
+# and mismatches over processes), tests/mpi/test_mpi_level
 # (a program that initialised MPI itself, with enough and too low a thread
 # level), and the example that runs unchanged with and without mpirun,
 # whose output must equal the single-process output byte for byte.
@@ -36,11 +38,30 @@ launch() {
   timeout -k 10 "$limit" "$MPIRUN" "$@"
 }
 
+s=${top_srcdir:-.}
+tmp=$(mktemp -d) || exit 99
+trap 'rm -rf "$tmp"' EXIT
 fail=0
 for sched in threads fibers; do
   export SHMAP_SCHED=$sched
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_proc"
   launch "$b/tests/mpi/test_mpi_proc" || { echo "FAIL: test_mpi_proc (np=$np, $sched)"; fail=1; }
+  echo "== np=$np SHMAP_SCHED=$sched: test_mpi_parts, traced"
+  # Traced: each process writes its file; tools/shmap-trace-merge makes
+  # one trace of them, which must be valid, hold every device's track in
+  # its process's group, and have the processes' clocks aligned.
+  trace=$tmp/trace-$sched.json
+  SHMAP_TRACE=$trace launch "$b/tests/mpi/test_mpi_parts" || { echo "FAIL: test_mpi_parts (np=$np, $sched)"; fail=1; }
+  if ! command -v python3 >/dev/null; then
+    echo "SKIP: trace checks (no python3)"
+  elif [ "$np" = 1 ]; then
+    python3 "$s/tests/check-trace.py" "$trace" || { echo "FAIL: trace (np=1, $sched)"; fail=1; }
+  else
+    { python3 "$s/tools/shmap-trace-merge" "$trace.merged" "$trace" &&
+      python3 "$s/tests/check-trace.py" "$trace.merged" &&
+      python3 "$s/tests/mpi/check-merged-trace.py" "$trace.merged" "$np" 3; } ||
+      { echo "FAIL: merged trace (np=$np, $sched)"; fail=1; }
+  fi
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_coll"
   launch "$b/tests/mpi/test_mpi_coll" || { echo "FAIL: test_mpi_coll (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_groups"
