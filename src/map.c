@@ -461,7 +461,8 @@ static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
 {
   shmap_mesh *mesh = job->mesh;
   int first = mesh->place ? mesh->place->local[0] : 0;
-  const shmap_block *b0 = job->ctx[first].out[k];
+  /* A copy: settling a chunk below may free the block it describes. */
+  const shmap_block b0v = *job->ctx[first].out[k], *b0 = &b0v;
   int64_t gshape[SHMAP_MAX_RANK];
   char what[32];
   snprintf(what, sizeof what, "output %d", k);
@@ -501,6 +502,7 @@ static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
     }
     shmap__chunk *c = shmap__arena_find(ctx, ctx->out[k]);
     shmap__arena_unlink(ctx, c);
+    c = shmap__arena_settle(ctx, c);
     a->mem[d] = c;
     a->blocks[d] = c->block;
   }

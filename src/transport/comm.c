@@ -86,3 +86,18 @@ int shmap__comm_depart(shmap__coll *c, uint64_t bytes)
   int rc = c->comm->tp->depart(c);
   return leave(c, rc ? 0 : bytes, rc);
 }
+
+int shmap__comm_depart_deferred(shmap__coll *c, uint64_t bytes, bool *deferred)
+{
+  const shmap__transport *tp = c->comm->tp;
+  *deferred = tp->depart_deferred != NULL;
+  int rc = *deferred ? tp->depart_deferred(c) : tp->depart(c);
+  return leave(c, rc ? 0 : bytes, rc);
+}
+
+void shmap__comm_src_wait(shmap_ctx *ctx, int reader, uint32_t k)
+{
+  const shmap__transport *tp = ctx->comm ? ctx->comm->tp : NULL;
+  if (tp && tp->src_wait)
+    tp->src_wait(ctx, reader, k);
+}
