@@ -28,7 +28,12 @@
 int shmap__algo_allreduce(shmap__plan *p, shmap_block *x)
 {
   shmap__coll *c = &p->c;
-  int rc = shmap__comm_arrive(c);
+  /* A few hundred bytes: one round trip, each member folding them all. */
+  int rc = shmap__comm_allreduce_small(c, (size_t)shmap_block_numel(x),
+                                       &p->fold, shmap_block_nbytes(x));
+  if (rc <= 0)
+    return rc;
+  rc = shmap__comm_arrive(c);
   if (rc)
     return rc;
   size_t es = c->esize;

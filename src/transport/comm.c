@@ -64,19 +64,42 @@ static int leave(shmap__coll *c, uint64_t bytes, int rc)
   return rc;
 }
 
-int shmap__comm_arrive(shmap__coll *c)
+/* Entering a call: the device's state, trace and call number. */
+static void enter(shmap__coll *c)
 {
   shmap_ctx *ctx = c->ctx;
-  shmap__runtime *rt = ctx->rt;
-  if (atomic_load(&rt->abort))
-    return shmap__canceled(ctx, shmap__coll_opname(c));
-  shmap__dev *self = &rt->devs[ctx->dev];
+  shmap__dev *self = &ctx->rt->devs[ctx->dev];
   c->comm = ctx->comm;
   /* The dtype rides in the top byte, for traces. */
   c->packed = shmap__pack_op(c->call.kind, c->call.axes, c->call.naxes) |
               (uint64_t)(c->call.dtype + 1) << 56;
   c->t0 = shmap__set_state(self, SHMAP__ST_COLL, c->packed, shmap__now());
   c->k = ++ctx->seq;
+}
+
+int shmap__comm_allreduce_small(shmap__coll *c, size_t count,
+                                const shmap__fold *fold, uint64_t bytes)
+{
+  const shmap__transport *tp = c->ctx->comm->tp;
+  size_t es = c->esize > fold->out_esize ? c->esize : fold->out_esize;
+  if (!tp->allreduce_small || c->n > tp->small_max_n ||
+      count * es > SHMAP__SMALL_BYTES)
+    return 1;
+  shmap_ctx *ctx = c->ctx;
+  if (atomic_load(&ctx->rt->abort))
+    return shmap__canceled(ctx, shmap__coll_opname(c));
+  enter(c);
+  int rc = tp->allreduce_small(c, count, fold);
+  return leave(c, rc ? 0 : bytes, rc);
+}
+
+int shmap__comm_arrive(shmap__coll *c)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  if (atomic_load(&rt->abort))
+    return shmap__canceled(ctx, shmap__coll_opname(c));
+  enter(c);
   int rc = c->comm->tp->arrive(c);
   return rc ? leave(c, 0, rc) : 0;
 }

@@ -240,7 +240,22 @@ typedef struct shmap__transport {
    * may change.  Called by the device of ctx, inside its body or (map
    * over, every device done) by the map's caller. */
   void (*src_wait)(struct shmap_ctx *ctx, int reader, uint32_t k);
+
+  /* ---- small reductions (optional) ------------------------------------ */
+  /* psum, pmax, pmin, pmean of at most SHMAP__SMALL_BYTES bytes (terms and
+   * result) in a group of at most small_max_n members: the whole call in
+   * one operation, instead of arrive, allreduce and depart.  Publish the
+   * call and this device's src (c->k set, as for arrive), agree with every
+   * member exactly as arrive would (same errors, same messages, the same
+   * verdict on every member), then write the left fold in rank order of
+   * every member's src[0..count) (with fold) into this device's dst.
+   * 0, or an error code with the message set. */
+  int (*allreduce_small)(shmap__coll *c, size_t count, const shmap__fold *fold);
+  int small_max_n;
 } shmap__transport;
+
+/* The most bytes of a small reduction (allreduce_small). */
+#define SHMAP__SMALL_BYTES 512
 
 /* How a reduction combines: fn is the fused kernel of the operation and
  * dtype (dtype.h, coll/ops.c).  It takes every member's term at once, in
@@ -280,6 +295,11 @@ int shmap__comm_arrive(shmap__coll *c);
 /* Leave the call: the transport's depart, then the device's state and
  * trace (`bytes` moved, for the trace).  0 or an error code. */
 int shmap__comm_depart(shmap__coll *c, uint64_t bytes);
+/* A small reduction in one operation when the transport has one for this
+ * size and group (0 or an error code, the call entered and left as by
+ * arrive and depart), or 1 when it has not: then use arrive/depart. */
+int shmap__comm_allreduce_small(shmap__coll *c, size_t count,
+                                const shmap__fold *fold, uint64_t bytes);
 /* Leave the call like shmap__comm_depart, but without waiting for the
  * member reading this device's src when the transport can defer that:
  * *deferred is then true, and the caller calls shmap__comm_src_wait(ctx,

@@ -39,6 +39,21 @@ typedef struct bslot {
   _Atomic uint64_t gkey;
 } bslot;
 
+/* A small reduction's publication (see "Small reductions"): the call
+ * number and a hash of the call in one word, then the device's terms,
+ * starting on the same cache line. */
+typedef struct sbox {
+  alignas(SHMAP__CACHELINE) _Atomic uint64_t word;
+  unsigned char data[SHMAP__SMALL_BYTES];
+} sbox;
+
+/* The group a box was last published to (the owner's own notes). */
+typedef struct sgroup {
+  uint32_t k; /* 0: none yet in this map */
+  int naxes, base, n;
+  int axes[SHMAP_MAX_AXES];
+} sgroup;
+
 /* What shm keeps per device: written by the device and read by its
  * peers (calls), or shared by a group it leads (slots). */
 typedef struct shm_dev {
@@ -53,6 +68,9 @@ typedef struct shm_dev {
    * who waits for that (see "Pairs" below). */
   alignas(SHMAP__CACHELINE) _Atomic uint32_t left;
   _Atomic uint32_t lwatch;
+  /* Small reductions, by the parity of the call number. */
+  sbox box[2];
+  sgroup boxg[2];
 } shm_dev;
 
 /* What shm keeps per mesh (rt->tstate). */
@@ -128,8 +146,14 @@ static int shm_open(shmap__comm *comm)
       for (int i = 0; i < SLOTS; i++)
         atomic_store(&st->devs[d].slot[i].word, 0);
   st->dirty = 0;
-  for (int d = 0; d < rt->ndev; d++)
-    atomic_store_explicit(&st->devs[d].left, 0, memory_order_relaxed);
+  for (int d = 0; d < rt->ndev; d++) {
+    shm_dev *sd = &st->devs[d];
+    atomic_store_explicit(&sd->left, 0, memory_order_relaxed);
+    for (int i = 0; i < 2; i++) {
+      atomic_store_explicit(&sd->box[i].word, 0, memory_order_relaxed);
+      sd->boxg[i].k = 0;
+    }
+  }
   comm->priv = st;
   return 0;
 }
@@ -604,6 +628,155 @@ static int shm_depart(shmap__coll *c)
   return 0;
 }
 
+/*
+ * Small reductions.  A psum of a few floats is all latency: the group-wide
+ * protocol costs several dependent round trips between cores (successor,
+ * slot, departures).  Here each member writes its terms into a box of its
+ * own, then one word holding the call number and a hash of the call (a
+ * release store); waits until every member's word shows call k (acquire
+ * loads); and folds every member's terms in rank order itself, into its
+ * own dst.  One round trip, no atomic read-modify-write, and the result is
+ * the serial left fold bit for bit, like every fold.
+ *
+ * Agreement.  Each member compares every member's hash with its own;
+ * only when one differs (or a member published call k by another protocol,
+ * or left its body) does it compare the full descriptors, which gives the
+ * mismatch message of any other call.  A difference anywhere in the group
+ * is seen by every member, so all reach the same verdict.
+ *
+ * Reuse.  Boxes alternate by the parity of the call number.  A member at
+ * call k + 1 has finished reading every box of call k, but a box of call
+ * k - 2 may have been read by a group this device has not met since (the
+ * calls in between can be over other axes).  So before writing its box
+ * for call k the device waits until every member of the group it last
+ * published that box to has left that call: in a loop of calls, they
+ * long have.
+ */
+static uint32_t call_hash(const shmap__call *a)
+{
+  uint64_t h = 1469598103934665603ull;
+#define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
+  MIX(a->kind);
+  MIX(a->naxes);
+  for (int i = 0; i < a->naxes; i++)
+    MIX(a->axes[i]);
+  MIX(a->dtype);
+  MIX(a->rank);
+  for (int i = 0; i < a->rank; i++)
+    MIX(a->shape[i]);
+  MIX(a->p1);
+  MIX(a->p2);
+  MIX(a->tiled);
+  MIX(a->npairs);
+  MIX(a->pairs_hash);
+#undef MIX
+  return (uint32_t)(h ^ h >> 32);
+}
+
+typedef struct swait {
+  shmap__coll *c;
+  int next; /* members before this rank have published */
+} swait;
+
+/* Whether member m has published call k: in its box, by another
+ * protocol, or left its body. */
+static bool box_ready(const shmap__coll *c, int m)
+{
+  const shm_call *g = CS(c);
+  uint64_t w = atomic_load(&g->sdevs[m].box[c->k & 1].word);
+  return (uint32_t)(w >> 32) == c->k ||
+         atomic_load(&g->devs[m].coll.arrive) >= c->k ||
+         atomic_load(&g->devs[m].coll.finished);
+}
+
+static bool boxes_ready(void *arg)
+{
+  swait *sw = arg;
+  shmap__coll *c = sw->c;
+  shm_call *g = S(c);
+  for (; sw->next < c->n; sw->next++) {
+    if (sw->next == c->rank)
+      continue;
+    int m = g->members[sw->next];
+    if (box_ready(c, m))
+      continue;
+    watch_word(&g->sdevs[m].watch, g->me); /* then look again */
+    if (!box_ready(c, m))
+      return false;
+  }
+  return true;
+}
+
+static int shm_allreduce_small(shmap__coll *c, size_t count,
+                               const shmap__fold *fold)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shm_state *st = c->comm->priv;
+  shmap__dev *self = &rt->devs[ctx->dev];
+  shm_dev *sd = &st->devs[ctx->dev];
+  shm_call *g = S(c);
+  g->devs = rt->devs;
+  g->sdevs = st->devs;
+  g->members = sd->members;
+  g->srcs = sd->srcs;
+  g->filled = false;
+  g->me = (uint32_t)ctx->dev + 1;
+  g->base = ctx->dev;
+  for (int i = 0; i < c->call.naxes; i++) {
+    int a = c->call.axes[i];
+    g->base -= ctx->coords[a] * rt->mesh->strides[a];
+  }
+  /* The box's readers from its last use must be done with it. */
+  sbox *box = &sd->box[c->k & 1];
+  sgroup *bg = &sd->boxg[c->k & 1];
+  if (bg->k)
+    for (int r = 0; r < bg->n; r++) {
+      int m = shmap__group_member(rt->mesh, bg->axes, bg->naxes, bg->base, r);
+      if (m != ctx->dev)
+        wait_left(rt, ctx->dev, m, bg->k);
+    }
+  bg->k = c->k;
+  bg->naxes = c->call.naxes;
+  memcpy(bg->axes, c->call.axes, sizeof bg->axes);
+  bg->base = g->base;
+  bg->n = c->n;
+  memcpy(box->data, c->call.src, count * c->esize);
+  sd->calls[c->k % HIST] = c->call;
+  uint32_t hash = call_hash(&c->call);
+  atomic_store_explicit(&box->word, (uint64_t)c->k << 32 | hash,
+                        memory_order_release);
+  atomic_store(&self->coll.arrive, c->k);
+  wake_watchers(rt, sd);
+  fill_members(c);
+  swait sw = {c, 0};
+  int rc = 0;
+  if (!boxes_ready(&sw) &&
+      !shmap__dev_wait_on(rt, self, NULL, boxes_ready, &sw, &rt->abort))
+    rc = shmap__canceled(ctx, shmap__coll_opname(c));
+  for (int r = 0; r < c->n && !rc; r++) {
+    int m = g->members[r];
+    uint64_t w = atomic_load_explicit(&st->devs[m].box[c->k & 1].word,
+                                      memory_order_acquire);
+    if (m == ctx->dev || w == ((uint64_t)c->k << 32 | hash))
+      continue;
+    char why[SHMAP__MSG_MAX - 200];
+    if (!member_agrees(c, m, why, sizeof why))
+      rc = atomic_load(&rt->abort)
+               ? shmap__canceled(ctx, shmap__coll_opname(c))
+               : shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH,
+                                 "%s", why);
+  }
+  if (!rc) {
+    const void **srcs = g->srcs;
+    for (int r = 0; r < c->n; r++)
+      srcs[r] = st->devs[g->members[r]].box[c->k & 1].data;
+    fold->fn(c->call.dst, srcs, c->n, count, fold->count);
+  }
+  left_call(rt, sd, c->k);
+  return rc;
+}
+
 /* ---- data -------------------------------------------------------------- */
 
 /* Bytes of the stack buffer allreduce folds one piece into. */
@@ -667,4 +840,6 @@ const shmap__transport shmap__shm_transport = {
     .depart = shm_depart,
     .depart_deferred = shm_depart_deferred,
     .src_wait = shm_src_wait,
+    .allreduce_small = shm_allreduce_small,
+    .small_max_n = 64,
 };
