@@ -84,6 +84,9 @@
  * arrive, the call completes: depart waits for the group's data movement
  * to finish (no buffer may change while a peer still reads it), and a
  * transport that can lose a peer there reports the loss from depart.
+ * (depart_deferred moves the wait for a ppermute's one reader to the
+ * owner's next use of its buffer; allreduce_small does a whole small
+ * reduction with the same guarantees as arrive, allreduce and depart.)
  * A transport that learns of a failure in another address space records
  * it here with shmap__fail(rt, failing device, code, message), so that
  * local waiters are released and the map reports that message; failed()
