@@ -23,6 +23,15 @@
  *          would wait forever, which is a mismatch.
  * A process that dies is the launcher's business: Open MPI's mpirun and
  * MPICH's mpiexec kill the job when one of its processes dies.
+ *
+ * Quiescence.  Notices are never awaited one by one, and a failed map
+ * leaves sends nobody receives.  MPI may give a freed communicator's
+ * context to the next one made (MPICH does), where such leftovers would
+ * match the receives of a new mesh.  So each process counts the messages
+ * it sends to and receives from each process on a mesh's communicator;
+ * destroying the mesh (collective, like MPI_Comm_free) exchanges the
+ * counts, receives whatever is still on its way, and only then frees the
+ * communicator.
  */
 #include "transport/mpi.h"
 
@@ -71,8 +80,14 @@ typedef struct shmap__mpimesh {
   eslot slot[2];
   char *in;                 /* a received notice */
   char *out[2];             /* our FAIL notice of a map, per slot */
-  notice *dout;             /* our DONE notices, per device */
+  notice *dout[2];          /* our DONE notices of a map, per slot and device */
   _Atomic int remote_fail;  /* the map's failure came from another process */
+  _Atomic int64_t *sent;    /* nproc: messages sent to each process */
+  _Atomic int64_t *got;     /* nproc: messages received (or posted to be)
+                               from each process */
+  uv_mutex_t orphan_lock;
+  void **orphans;           /* buffers of sends a failed call left behind */
+  int norphans, caporphans;
 } shmap__mpimesh;
 
 static _Thread_local bool applying_remote;
@@ -94,23 +109,25 @@ int shmap__mpi_mesh_init(shmap_mesh *mesh)
   m->self = pl->self;
   m->ndev = mesh->ndev;
   bool ok = true;
-  m->dout = shmap__calloc((size_t)mesh->ndev, sizeof *m->dout);
   for (int s = 0; s < 2; s++) {
     m->slot[s].done = shmap__calloc((size_t)mesh->ndev, 1);
     m->slot[s].counts = shmap__calloc((size_t)mesh->ndev, sizeof(uint32_t));
     m->slot[s].fail_dev = -1;
     m->slot[s].epoch = s ? 1 : 2; /* maps are numbered from 1 */
     m->out[s] = shmap__calloc(1, sizeof(notice));
-    ok = ok && m->slot[s].done && m->slot[s].counts && m->out[s];
+    m->dout[s] = shmap__calloc((size_t)mesh->ndev, sizeof(notice));
+    ok = ok && m->slot[s].done && m->slot[s].counts && m->out[s] && m->dout[s];
   }
   m->in = shmap__malloc(sizeof(notice));
+  m->sent = shmap__calloc((size_t)m->nproc, sizeof *m->sent);
+  m->got = shmap__calloc((size_t)m->nproc, sizeof *m->got);
   int *ub = NULL, flag = 0;
   MPI_Comm world = *(MPI_Comm *)shmap__proc_comm();
   MPI_Comm_get_attr(world, MPI_TAG_UB, &ub, &flag);
   long long pairs = (long long)mesh->ndev * mesh->ndev;
   m->tagk = flag && ub ? (int)((*ub - 1LL) / pairs) : 0;
   int rc = 0;
-  if (!ok || !m->in || !m->dout)
+  if (!ok || !m->in || !m->sent || !m->got)
     rc = shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
   else if (m->tagk < 2)
     rc = shmap__err(SHMAP_EINVAL,
@@ -122,6 +139,7 @@ int shmap__mpi_mesh_init(shmap_mesh *mesh)
   if (rc == 0) {
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
     uv_mutex_init(&m->lock);
+    uv_mutex_init(&m->orphan_lock);
     atomic_init(&m->remote_fail, 0);
     pl->mpi = m;
     return 0;
@@ -130,11 +148,44 @@ int shmap__mpi_mesh_init(shmap_mesh *mesh)
     free(m->slot[s].done);
     free(m->slot[s].counts);
     free(m->out[s]);
+    free(m->dout[s]);
   }
   free(m->in);
-  free(m->dout);
+  free(m->sent);
+  free(m->got);
   free(m);
   return rc;
+}
+
+/* Receive every message still addressed to this process on the mesh's
+ * communicator (see Quiescence above); every process calls it. */
+static void quiesce(shmap__mpimesh *m)
+{
+  int64_t *mine = shmap__malloc(sizeof *mine * (size_t)m->nproc);
+  int64_t *theirs = shmap__malloc(sizeof *theirs * (size_t)m->nproc);
+  if (!mine || !theirs)
+    MPI_Abort(m->comm, 1); /* cannot take part: stop rather than hang */
+  for (int p = 0; p < m->nproc; p++)
+    mine[p] = atomic_load(&m->sent[p]);
+  MPI_Alltoall(mine, 1, MPI_INT64_T, theirs, 1, MPI_INT64_T, m->comm);
+  for (int p = 0; p < m->nproc; p++)
+    while (atomic_load(&m->got[p]) < theirs[p]) {
+      MPI_Message msg;
+      MPI_Status st;
+      int len = 0;
+      MPI_Mprobe(p, MPI_ANY_TAG, m->comm, &msg, &st);
+      MPI_Get_count(&st, MPI_BYTE, &len);
+      char *buf = shmap__malloc(len > 0 ? (size_t)len : 1);
+      if (!buf)
+        MPI_Abort(m->comm, 1);
+      MPI_Mrecv(buf, len, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+      free(buf);
+      atomic_fetch_add(&m->got[p], 1);
+    }
+  /* Until every process has its messages, senders keep theirs moving. */
+  MPI_Barrier(m->comm);
+  free(mine);
+  free(theirs);
 }
 
 void shmap__mpi_mesh_free(shmap_mesh *mesh)
@@ -144,16 +195,24 @@ void shmap__mpi_mesh_free(shmap_mesh *mesh)
     return;
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin)
+  if (!fin) {
+    quiesce(m);
     MPI_Comm_free(&m->comm);
+  }
+  for (int i = 0; i < m->norphans; i++)
+    free(m->orphans[i]);
+  free(m->orphans);
+  uv_mutex_destroy(&m->orphan_lock);
   uv_mutex_destroy(&m->lock);
   for (int s = 0; s < 2; s++) {
     free(m->slot[s].done);
     free(m->slot[s].counts);
     free(m->out[s]);
+    free(m->dout[s]);
   }
   free(m->in);
-  free(m->dout);
+  free(m->sent);
+  free(m->got);
   free(m);
   mesh->place->mpi = NULL;
 }
@@ -170,8 +229,10 @@ static void send_notice(shmap__mpimesh *m, const void *buf, size_t len)
       continue;
     MPI_Request r;
     if (MPI_Isend(buf, (int)len, MPI_BYTE, p, TAG_NOTICE, m->comm, &r) ==
-        MPI_SUCCESS)
+        MPI_SUCCESS) {
+      atomic_fetch_add(&m->sent[p], 1);
       MPI_Request_free(&r);
+    }
   }
 }
 
@@ -191,6 +252,7 @@ static void drain(shmap__mpimesh *m)
     if (MPI_Mrecv(m->in, (int)sizeof(notice), MPI_BYTE, &msg, MPI_STATUS_IGNORE) !=
         MPI_SUCCESS)
       return;
+    atomic_fetch_add(&m->got[st.MPI_SOURCE], 1);
     const notice *n = (const notice *)m->in;
     eslot *s = &m->slot[n->epoch & 1];
     if (len < DONE_LEN || n->epoch != s->epoch || n->dev < 0 ||
@@ -251,7 +313,11 @@ void shmap__mpi_dev_done(shmap__runtime *rt, int dev, uint32_t calls)
   shmap__mpimesh *m = mm_of(rt->mesh);
   if (!m)
     return;
-  notice *n = &m->dout[dev];
+  /* A send buffer must not change before its send completes.  One buffer
+   * per device and map slot: a process begins the map after next only once
+   * every process has received this map's notices (it ended this map, and
+   * the next, which needed them), so the buffer is idle by then. */
+  notice *n = &m->dout[m->epoch & 1][dev];
   n->kind = N_DONE;
   n->epoch = m->epoch;
   n->dev = dev;
@@ -321,24 +387,58 @@ static bool requests_done(void *arg)
   return false;
 }
 
-/* Leave the requests: receives are cancelled, sends left to finish (their
- * tags belong to this map only, so nothing will match them later). */
-static void abandon(MPI_Request *reqs, int n)
+/* Leave the requests of a call that failed while exchanging descriptors:
+ * reqs[2i] receives from process procs[i], reqs[2i+1] sends to it.  A
+ * receive is cancelled and completed (it may have matched already, and its
+ * buffer is about to go); one that was cancelled no longer counts as
+ * received.  A send is left to finish, its tag belongs to this map only;
+ * whether its buffer (*buf) must outlive the call is returned. */
+static bool abandon(shmap__mpimesh *m, MPI_Request *reqs, int n,
+                    const int *procs)
 {
+  bool orphan = false;
   for (int i = 0; i < n; i++) {
     if (reqs[i] == MPI_REQUEST_NULL)
       continue;
     int flag = 0;
     MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE);
-    if (!flag) {
+    if (flag)
+      continue;
+    if (i % 2 == 0) {
+      MPI_Status st;
+      int cancelled = 0;
       MPI_Cancel(&reqs[i]);
+      MPI_Wait(&reqs[i], &st);
+      MPI_Test_cancelled(&st, &cancelled);
+      if (cancelled)
+        atomic_fetch_sub(&m->got[procs[i / 2]], 1);
+    } else {
       MPI_Request_free(&reqs[i]);
+      orphan = true;
     }
   }
+  return orphan;
+}
+
+/* Keep a send buffer until the mesh goes (see abandon). */
+static void orphan(shmap__mpimesh *m, void *buf)
+{
+  uv_mutex_lock(&m->orphan_lock);
+  if (m->norphans == m->caporphans) {
+    int cap = m->caporphans ? 2 * m->caporphans : 8;
+    void **n = shmap__realloc(m->orphans, sizeof *n * (size_t)cap);
+    if (!n)
+      abort(); /* a few pointers: the allocator is gone */
+    m->orphans = n;
+    m->caporphans = cap;
+  }
+  m->orphans[m->norphans++] = buf;
+  uv_mutex_unlock(&m->orphan_lock);
 }
 
 /* 0: every request completed; SHMAP_ECANCELED; SHMAP_EMISMATCH (a watched
- * member returned early, *w set). */
+ * member returned early, *w set).  On an error the requests are the
+ * caller's to abandon. */
 static int wait_all(shmap_ctx *ctx, waitarg *w)
 {
   shmap__runtime *rt = ctx->rt;
@@ -364,7 +464,6 @@ static int wait_all(shmap_ctx *ctx, waitarg *w)
   }
   if (ok && w->done)
     return 0;
-  abandon(w->reqs, w->nreq);
   return ok ? SHMAP_EMISMATCH : SHMAP_ECANCELED;
 }
 
@@ -520,30 +619,43 @@ static int mpi_arrive(shmap__coll *c)
   shmap__call *theirs = shmap__malloc(sizeof *theirs * (size_t)n);
   MPI_Request *reqs = shmap__malloc(sizeof *reqs * 2 * (size_t)n);
   int *watch = shmap__malloc(sizeof *watch * (size_t)n);
-  if (!theirs || !reqs || !watch) {
+  int *procs = shmap__malloc(sizeof *procs * (size_t)n);
+  /* On the heap: a failed call may leave its sends behind (abandon). */
+  shmap__call *wire = shmap__malloc(sizeof *wire);
+  if (!theirs || !reqs || !watch || !procs || !wire) {
     free(theirs);
     free(reqs);
     free(watch);
+    free(procs);
+    free(wire);
     return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
                            "out of memory");
   }
-  shmap__call wire = c->call;
-  wire.src = NULL;
-  wire.dst = NULL;
+  *wire = c->call;
+  wire->src = NULL;
+  wire->dst = NULL;
   int nreq = 0, nwatch = 0;
   for (int r = 0; r < n; r++) {
     if (r == c->rank)
       continue;
     int d, p = peer_proc(c, r, &d);
+    atomic_fetch_add(&m->got[p], 1);
     MPI_Irecv(&theirs[r], (int)sizeof *theirs, MPI_BYTE, p,
               tag_of(m, d, ctx->dev), m->comm, &reqs[nreq++]);
-    MPI_Isend(&wire, (int)sizeof wire, MPI_BYTE, p, tag_of(m, ctx->dev, d),
+    atomic_fetch_add(&m->sent[p], 1);
+    MPI_Isend(wire, (int)sizeof *wire, MPI_BYTE, p, tag_of(m, ctx->dev, d),
               m->comm, &reqs[nreq++]);
+    procs[nwatch] = p;
     watch[nwatch++] = d;
   }
   waitarg w = {.m = m, .reqs = reqs, .nreq = nreq, .watch = watch,
                .nwatch = nwatch, .k = c->k};
   int rc = wait_all(ctx, &w);
+  if (rc && abandon(m, reqs, nreq, procs))
+    orphan(m, wire);
+  else
+    free(wire);
+  free(procs);
   char why[SHMAP__MSG_MAX - 200];
   why[0] = '\0';
   if (rc == SHMAP_EMISMATCH && !atomic_load(&rt->abort))
@@ -571,6 +683,7 @@ static void mpi_send(shmap__coll *c, int peer, const shmap__box *from)
   int d, p = peer_proc(c, peer, &d);
   MPI_Datatype t = box_type(from->rank, from->shape, from->strides, c->esize);
   MPI_Request r;
+  atomic_fetch_add(&m->sent[p], 1);
   MPI_Isend((const char *)c->call.src + from->off, 1, t, p,
             tag_of(m, c->ctx->dev, d), m->comm, &r);
   MPI_Type_free(&t);
@@ -583,6 +696,7 @@ static void mpi_recv(shmap__coll *c, int peer, const shmap__box *to)
   int d, p = peer_proc(c, peer, &d);
   MPI_Datatype t = box_type(to->rank, to->shape, to->strides, c->esize);
   MPI_Request r;
+  atomic_fetch_add(&m->got[p], 1);
   MPI_Irecv((char *)c->call.dst + to->off, 1, t, p,
             tag_of(m, d, c->ctx->dev), m->comm, &r);
   MPI_Type_free(&t);
@@ -602,6 +716,7 @@ static void mpi_get(shmap__coll *c, int peer, const shmap__box *from, void *to,
   int d, p = peer_proc(c, peer, &d);
   MPI_Datatype t = box_type(from->rank, from->shape, to_strides, c->esize);
   MPI_Request r;
+  atomic_fetch_add(&m->got[p], 1);
   MPI_Irecv(to, 1, t, p, tag_of(m, d, c->ctx->dev), m->comm, &r);
   MPI_Type_free(&t);
   wait_must(c, &r, 1);
@@ -627,6 +742,7 @@ static void fold_terms(shmap__coll *c, size_t off, size_t count,
     if (r == c->rank)
       continue;
     int d, p = peer_proc(c, r, &d);
+    atomic_fetch_add(&m->got[p], 1);
     MPI_Irecv(terms + (size_t)r * bytes, (int)count, t, p,
               tag_of(m, d, c->ctx->dev), m->comm, &reqs[nreq++]);
     if (p != m->self)
@@ -679,6 +795,7 @@ static void mpi_allreduce(shmap__coll *c, size_t off, size_t count,
       continue;
     int d, p = peer_proc(c, r, &d);
     MPI_Request q;
+    atomic_fetch_add(&m->sent[p], 1);
     MPI_Isend(acc, (int)count, t, p, tag_of(m, c->ctx->dev, d), m->comm, &q);
     add_req(c, q);
   }
