@@ -7,7 +7,7 @@
 # `make` builds both; `make check` does not run them.  See BENCHMARKS.md.
 
 noinst_PROGRAMS += bench/run
-bench_run_SOURCES = bench/run.c
+bench_run_SOURCES = bench/run.c bench/cmatmul.c bench/cmatmul.h
 bench_run_CFLAGS = $(AM_CFLAGS)
 bench_run_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DBENCH_MPI_HELPER='"$(abs_top_builddir)/bench/mpi_bench"'
@@ -41,3 +41,9 @@ bench_kernels_LDADD = src/libshmap_core.la $(UV_LIBS) $(MPI_LIBS)
 noinst_PROGRAMS += bench/transport
 bench_transport_SOURCES = bench/transport.c
 bench_transport_LDADD = src/libshmap.la
+
+# bench/overlap: a ring of ppermutes beside a matmul, blocking against
+# started (shmap_ppermute_start), in thread and fiber mode (BENCHMARKS.md).
+noinst_PROGRAMS += bench/overlap
+bench_overlap_SOURCES = bench/overlap.c
+bench_overlap_LDADD = src/libshmap.la

@@ -15,6 +15,8 @@
  */
 #include <shmap.h>
 
+#include "cmatmul.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -71,6 +73,8 @@ static struct {
   int contended;
   int mpi, omp, verbose;
   const char *mpirun, *helper;
+  int cm_n[MAXLIST]; /* matrix sides of the collective matmul cases */
+  int ncm;
 } opt;
 
 static void die(const char *fmt, ...)
@@ -210,6 +214,9 @@ static void usage(FILE *f)
           "process\n"
           "                      of the benchmark's own takes one core; print "
           "the ratio\n"
+          "  --cmatmul=LIST|none matrix sides N of the collective matmul "
+          "cases\n"
+          "                      (default 128,256,512; --quick 128,256)\n"
           "  --no-mpi, --no-omp  skip a comparison column (NA)\n"
           "  --quiet             no progress on stderr\n"
           "  -h, --help          this text\n"
@@ -224,7 +231,7 @@ static void parse_args(int argc, char **argv)
                                       4 << 20, 16 << 20};
   static const size_t quick_sizes[] = {256, 64 << 10, 1 << 20};
   enum { O_QUICK = 256, O_SIZES, O_P, O_SWEEP, O_OPS, O_REPS, O_TARGET,
-         O_CONTENDED, O_NOMPI, O_NOOMP, O_QUIET };
+         O_CONTENDED, O_NOMPI, O_NOOMP, O_QUIET, O_CMATMUL };
   static const struct option longopts[] = {
       {"quick", no_argument, NULL, O_QUICK},
       {"sizes", required_argument, NULL, O_SIZES},
@@ -237,9 +244,11 @@ static void parse_args(int argc, char **argv)
       {"no-mpi", no_argument, NULL, O_NOMPI},
       {"no-omp", no_argument, NULL, O_NOOMP},
       {"quiet", no_argument, NULL, O_QUIET},
+      {"cmatmul", required_argument, NULL, O_CMATMUL},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *sizes = NULL, *ps = NULL, *sweep = NULL, *ops = NULL;
+  const char *cmatmul = NULL;
   opt.reps = -1;
   opt.target_ms = -1;
   opt.mpi = opt.omp = opt.verbose = 1;
@@ -261,6 +270,7 @@ static void parse_args(int argc, char **argv)
     case O_NOMPI: opt.mpi = 0; break;
     case O_NOOMP: opt.omp = 0; break;
     case O_QUIET: opt.verbose = 0; break;
+    case O_CMATMUL: cmatmul = optarg; break;
     case 'h': usage(stdout); exit(0);
     case ':':
       usage(stderr);
@@ -320,6 +330,12 @@ static void parse_args(int argc, char **argv)
       die("--ops: empty list");
   } else {
     opt.ops = (1 << NOPS) - 1;
+  }
+  if (cmatmul) {
+    opt.ncm = parse_ints(cmatmul, "--cmatmul", opt.cm_n);
+  } else {
+    opt.ncm = opt.quick ? 2 : 3;
+    opt.cm_n[0] = 128, opt.cm_n[1] = 256, opt.cm_n[2] = 512;
   }
   if (opt.reps < 1)
     opt.reps = opt.quick ? 3 : 9;
@@ -1164,6 +1180,14 @@ int main(int argc, char **argv)
   /* A step reads each block and writes a new one. */
   double chain_roof = 2.0 * (double)cP * (double)cbytes / B;
 
+  /* The collective matmul: the local matmul alone, blocking transfers,
+   * overlapped transfers (bench/cmatmul.c). */
+  cm_result *cm = NULL;
+  int ncm = cmatmul_measure(opt.ps, opt.nps, opt.cm_n, opt.ncm, opt.reps,
+                            opt.verbose, &cm);
+  if (ncm < 0)
+    die("collective matmul: %s", shmap_errmsg());
+
   cpustat c1 = cpu_now();
   double all = (c1.busy - c0.busy) + (c1.idle - c0.idle) + (c1.steal - c0.steal);
   double other = all > 0 ? 100 * ((c1.busy - c0.busy) - (c1.mine - c0.mine)) / all : NA;
@@ -1201,6 +1225,8 @@ int main(int argc, char **argv)
              chain_dev_b, NA, NA);
   print_line("chain_host", cP, cbytes, chain_host, NA, NA, NA, chain_roof,
              chain_host_b, NA, NA);
+  cmatmul_print(stdout, cm, ncm, B);
+  free(cm);
   progress("done in %.0f s", (now_us() - t_start) * 1e-6);
   free(results);
   return 0;

@@ -55,9 +55,10 @@ _MAX_RANK = 8
 _MAX_AXES = 8
 # enum shmap__kind (the collective in a packed op word).
 _KINDS = {1: "psum", 2: "pmax", 3: "pmin", 4: "pmean", 5: "psum_scatter",
-          6: "all_gather", 7: "all_to_all", 8: "ppermute"}
+          6: "all_gather", 7: "all_to_all", 8: "ppermute", 9: "pbroadcast",
+          10: "ragged_all_to_all", 11: "preduce"}
 # enum shmap__state.
-_ST_PARKED, _ST_INPUTS, _ST_BODY, _ST_COLL, _ST_DONE = range(5)
+_ST_PARKED, _ST_INPUTS, _ST_BODY, _ST_COLL, _ST_DONE, _ST_REPLICA = range(6)
 # enum shmap__mode.
 _MODE_THREADS, _MODE_FIBERS = 1, 2
 # Longest list of meshes or devices walked (a corrupt list ends here).
@@ -322,6 +323,11 @@ def _state_text(rt, dev, now):
                                             _int(dev["coll"]["arrive"]))
     elif state == _ST_DONE:
         what = "returned from its body"
+    elif state == _ST_REPLICA:
+        # A map over some axes: the device holds the values of the body
+        # that runs on its host (dbg.op), as the watchdog says.
+        what = "replica of %s, waiting for its body" % _devname(
+            axes, _int(dev["dbg"]["op"]))
     elif state == _ST_PARKED:
         if not _map_running(rt):
             when = ("for %.1f s" % secs) if since else ""
@@ -339,6 +345,42 @@ def _state_text(rt, dev, now):
     if what.startswith("returned"):
         return what, "%.1f s ago" % secs
     return what, "for %.1f s" % secs
+
+
+# Request states (coll/async.c).
+_REQ_STATES = {1: "queued behind earlier requests",
+               2: "in transfer (waiting for its group or data)",
+               3: "done, not yet waited for"}
+
+
+def _requests_text(rt, ndev, now):
+    """One line per open asynchronous request (shmap_*_start) of each
+    device, as the watchdog words them."""
+    try:
+        if not _int(rt["async"]):
+            return []
+        t = gdb.lookup_type("struct shmap__async_dev").pointer()
+        tab = rt["async"].cast(t)
+        axes = _mesh_axes(rt["mesh"].dereference())
+        lines = []
+        for d in range(ndev):
+            reqs = tab[d]["req"]
+            lo, hi = reqs.type.range()
+            for s in range(lo, hi + 1):
+                r = reqs[s]
+                st = _int(r["state"])
+                if st == 0:
+                    continue
+                t0 = _int(r["t_start"])
+                secs = (now - t0) / 1e9 if t0 and now > t0 else 0.0
+                lines.append("    %s request %d: %s (call #%d, %s), "
+                             "started %.1f s ago: %s"
+                             % (_devname(axes, d), s, _str(r["op"]),
+                                _int(r["k"]), _str(r["api"]), secs,
+                                _REQ_STATES.get(st, "state %d" % st)))
+        return lines
+    except gdb.error:
+        return []
 
 
 def _mesh_summary(rt):
@@ -769,6 +811,8 @@ include the time the program has been stopped in gdb."""
         for r in rows:
             cols = [r[k].ljust(widths[k]) for k in range(len(r) - 1)] + [r[-1]]
             gdb.write((cols[0] + " " + "  ".join(cols[1:])).rstrip() + "\n")
+        for line in _requests_text(rt, ndev, now):
+            gdb.write(line + "\n")
 
     @staticmethod
     def _where(th, body, lib):

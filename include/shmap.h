@@ -374,6 +374,48 @@ SHMAP_EXTERN int shmap_ppermute_new(shmap_ctx *ctx, const shmap_block *x,
                                     const char *axes, int npairs,
                                     const int pairs[][2], shmap_block **out);
 
+/* ---- asynchronous collectives (inside a body) --------------------------- */
+
+/*
+ * A start function checks its arguments like the blocking call, reserves
+ * the result and returns at once with an open request in *req; the
+ * transfer then progresses on its own while the body computes, and
+ * shmap_wait() completes it.  Between start and wait the input must not be
+ * written and the result not read (SHMAP_ASYNC_CHECK=1 checks the input
+ * and the result by checksums and fails the wait that finds a change).
+ * Each start counts as one collective call, in program order, for every
+ * member of the group; results equal the blocking call's bit for bit.  A
+ * device may have at most SHMAP_MAX_REQUESTS requests open; a body that
+ * returns with one open fails the map.  See shmap_ppermute_start(3).
+ */
+typedef struct shmap_request shmap_request;
+#define SHMAP_MAX_REQUESTS 8
+
+/* ppermute out of place: *out is the new result block (valid after wait). */
+SHMAP_EXTERN int shmap_ppermute_start(shmap_ctx *ctx, const shmap_block *x,
+                                      const char *axes, int npairs,
+                                      const int pairs[][2], shmap_block **out,
+                                      shmap_request **req);
+SHMAP_EXTERN int shmap_all_gather_start(shmap_ctx *ctx, const shmap_block *x,
+                                        const char *axes, int axis, int tiled,
+                                        shmap_block **out, shmap_request **req);
+SHMAP_EXTERN int shmap_psum_scatter_start(shmap_ctx *ctx, const shmap_block *x,
+                                          const char *axes,
+                                          int scatter_dimension, int tiled,
+                                          shmap_block **out,
+                                          shmap_request **req);
+/* psum in place: x holds its input until the wait and the sum after it. */
+SHMAP_EXTERN int shmap_psum_start(shmap_ctx *ctx, shmap_block *x,
+                                  const char *axes, shmap_request **req);
+/* Complete *req (it becomes NULL): 0, or the call's error. */
+SHMAP_EXTERN int shmap_wait(shmap_ctx *ctx, shmap_request **req);
+/* Complete every non-NULL reqs[i]; the first error, after waiting for all. */
+SHMAP_EXTERN int shmap_wait_all(shmap_ctx *ctx, int n, shmap_request *reqs[]);
+/* *done = 1 when the transfer of *req has finished (wait then returns at
+ * once), else 0.  The request stays open either way. */
+SHMAP_EXTERN int shmap_test(shmap_ctx *ctx, shmap_request *const *req,
+                            int *done);
+
 /* ---- processes (MPI) ----------------------------------------------------- */
 
 /*
@@ -443,7 +485,8 @@ SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
  * body's blocks.  Input k (a block of this device) is split by in_specs[k]
  * over the inner axes; out[k] receives a new block of the outer body (a
  * scratch block, see shmap_block_alloc) assembled by out_specs[k].  Every
- * device of the outer map must make the same nested call.
+ * body instance of the outer map must make the same nested call (its
+ * replicas along the inner axes join it).
  */
 SHMAP_EXTERN int shmap_map_nested(shmap_ctx *ctx, shmap_body_fn body,
                                   void *arg, int nin,
@@ -489,6 +532,115 @@ SHMAP_EXTERN int shmap_mesh_parent_device(const shmap_mesh *mesh, int device);
 SHMAP_EXTERN int shmap_array_transfer(shmap_array **out,
                                       const shmap_array *array,
                                       shmap_mesh *mesh, const char *spec);
+
+
+/* ---- groups within the axes, pbroadcast, ragged_all_to_all, preduce ----- */
+
+/*
+ * JAX's axis_index_groups: the ranks of the named axes (0 .. n-1) split
+ * into `ngroups` groups of `size` ranks each, listed group after group in
+ * `ranks` (ngroups*size entries, every rank exactly once).  Each group is a
+ * collective of its own: a member's rank in it is its position in its
+ * group's list, which orders gathers, scatters and reductions.  See
+ * shmap_psum_groups(3).
+ */
+typedef struct shmap_groups {
+  int ngroups;
+  int size;
+  const int *ranks;
+} shmap_groups;
+
+/* The reductions, all_gather, psum_scatter and all_to_all within groups;
+ * a NULL `groups` means the whole group of the axes. */
+SHMAP_EXTERN int shmap_psum_groups(shmap_ctx *ctx, shmap_block *x,
+                                   const char *axes,
+                                   const shmap_groups *groups);
+SHMAP_EXTERN int shmap_pmax_groups(shmap_ctx *ctx, shmap_block *x,
+                                   const char *axes,
+                                   const shmap_groups *groups);
+SHMAP_EXTERN int shmap_pmin_groups(shmap_ctx *ctx, shmap_block *x,
+                                   const char *axes,
+                                   const shmap_groups *groups);
+SHMAP_EXTERN int shmap_pmean_groups(shmap_ctx *ctx, shmap_block *x,
+                                    const char *axes,
+                                    const shmap_groups *groups);
+SHMAP_EXTERN int shmap_psum_groups_new(shmap_ctx *ctx, const shmap_block *x,
+                                       const char *axes,
+                                       const shmap_groups *groups,
+                                       shmap_block **out);
+SHMAP_EXTERN int shmap_pmax_groups_new(shmap_ctx *ctx, const shmap_block *x,
+                                       const char *axes,
+                                       const shmap_groups *groups,
+                                       shmap_block **out);
+SHMAP_EXTERN int shmap_pmin_groups_new(shmap_ctx *ctx, const shmap_block *x,
+                                       const char *axes,
+                                       const shmap_groups *groups,
+                                       shmap_block **out);
+SHMAP_EXTERN int shmap_pmean_groups_new(shmap_ctx *ctx, const shmap_block *x,
+                                        const char *axes,
+                                        const shmap_groups *groups,
+                                        shmap_block **out);
+SHMAP_EXTERN int shmap_all_gather_groups(shmap_ctx *ctx, const shmap_block *x,
+                                         const char *axes,
+                                         const shmap_groups *groups, int axis,
+                                         int tiled, shmap_block **out);
+SHMAP_EXTERN int shmap_psum_scatter_groups(shmap_ctx *ctx,
+                                           const shmap_block *x,
+                                           const char *axes,
+                                           const shmap_groups *groups,
+                                           int scatter_dimension, int tiled,
+                                           shmap_block **out);
+SHMAP_EXTERN int shmap_all_to_all_groups(shmap_ctx *ctx, const shmap_block *x,
+                                         const char *axes,
+                                         const shmap_groups *groups,
+                                         int split_axis, int concat_axis,
+                                         int tiled, shmap_block **out);
+
+/* Every member gets the block of the member of rank `source`: in place
+ * (x is read on the source and overwritten on the others), and into a
+ * new block. */
+SHMAP_EXTERN int shmap_pbroadcast(shmap_ctx *ctx, shmap_block *x,
+                                  const char *axes, int source);
+SHMAP_EXTERN int shmap_pbroadcast_new(shmap_ctx *ctx, const shmap_block *x,
+                                      const char *axes, int source,
+                                      shmap_block **out);
+
+/*
+ * JAX's ragged_all_to_all over the rows (dimension 0) of `operand`: for
+ * every rank j of the group, rows [input_offsets[j], +send_sizes[j]) go to
+ * member j, where they land at rows [output_offsets[j], +send_sizes[j]) of
+ * its `output`; recv_sizes[j] is the number of rows this member receives
+ * from member j.  Rows of `output` nobody writes keep their values.  The
+ * four arrays have one entry per rank of the group.
+ */
+SHMAP_EXTERN int shmap_ragged_all_to_all(
+    shmap_ctx *ctx, const shmap_block *operand, shmap_block *output,
+    const int64_t input_offsets[], const int64_t send_sizes[],
+    const int64_t output_offsets[], const int64_t recv_sizes[],
+    const char *axes);
+
+/*
+ * User-defined reductions (like MPI_Op_create): combine(inout, in, count,
+ * arg) sets inout[i] = inout[i] (+) in[i] for `count` records of `width`
+ * elements of the block's dtype each.  The members' blocks are folded in
+ * rank order (acc = member 0's; acc = acc (+) member r's for r = 1, 2, ...),
+ * so a deterministic combine gives bitwise reproducible results.  `name`
+ * identifies the operation: members must use the same name and width.
+ */
+typedef void (*shmap_combine_fn)(void *inout, const void *in, int64_t count,
+                                 void *arg);
+typedef struct shmap_reduce_op {
+  const char *name;
+  shmap_combine_fn combine;
+  void *arg;
+  int width; /* elements per record; 0 means 1 */
+} shmap_reduce_op;
+SHMAP_EXTERN int shmap_preduce(shmap_ctx *ctx, shmap_block *x,
+                               const char *axes, const shmap_reduce_op *op);
+SHMAP_EXTERN int shmap_preduce_new(shmap_ctx *ctx, const shmap_block *x,
+                                   const char *axes,
+                                   const shmap_reduce_op *op,
+                                   shmap_block **out);
 
 #ifdef __cplusplus
 }

@@ -13,6 +13,9 @@
 # compiles and runs every page's EXAMPLE program.
 SHMAP_MAN_PAGES =
 
+# Asynchronous collectives.
+SHMAP_MAN_PAGES += man/shmap_ppermute_start.3 man/shmap_wait.3
+
 # Overview, and debugging.
 SHMAP_MAN_PAGES += man/shmap.7 man/shmap-debugging.7
 
@@ -30,6 +33,13 @@ SHMAP_MAN_PAGES += \
 # Reductions and ppermute out of place.
 SHMAP_MAN_PAGES += \
 	man/shmap_psum_new.3
+
+# Groups within the axes, pbroadcast, ragged_all_to_all, user reductions.
+SHMAP_MAN_PAGES += \
+	man/shmap_psum_groups.3 \
+	man/shmap_pbroadcast.3 \
+	man/shmap_ragged_all_to_all.3 \
+	man/shmap_preduce.3
 
 # Meshes.
 SHMAP_MAN_PAGES += \
@@ -80,7 +90,7 @@ SHMAP_MAN_PAGES += \
 # The version page.
 SHMAP_MAN_PAGES += man/shmap_version.3
 
-EXTRA_DIST += $(SHMAP_MAN_PAGES) man/build-man.sh man/examples-pending
+EXTRA_DIST += $(SHMAP_MAN_PAGES) man/build-man.sh
 
 # The installed pages, made whenever a page or the version changes (the
 # version is in the Makefile, which configure rewrites).

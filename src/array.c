@@ -144,23 +144,24 @@ bool shmap__spec_same(const shmap__spec *a, const shmap__spec *b, int rank)
   return true;
 }
 
-void shmap__gather_block(const shmap_array *a, const shmap_mesh *mesh,
-                         const shmap__spec *to, const int64_t bshape[],
-                         int dev, void *dst, shmap__moved *count)
+void shmap__copy_pieces(const shmap_array *a, const int64_t off[],
+                        const int64_t bshape[], const int base[], int self,
+                        void *dst, shmap__moved *count)
 {
   int rank = a->rank;
   size_t es = shmap_dtype_size(a->dtype);
   if (shmap__numel(rank, bshape) == 0)
     return;
-  int c[SHMAP_MAX_AXES];
-  shmap__mesh_coords(mesh, dev, c);
-  int64_t off[SHMAP_MAX_RANK];
-  shmap__block_offset(mesh, to, rank, bshape, c, off);
   /* A host array is one block that every device can read. */
   static const shmap__spec whole;
   const bool host = a->data != NULL;
+  const shmap_mesh *sm = a->mesh;
   const shmap__spec *from = host ? &whole : &a->spec;
   const int64_t *sb = host ? a->shape : a->bshape;
+  unsigned named = host ? 0 : shmap__spec_axes_mask(from);
+  int own[SHMAP_MAX_AXES] = {0};
+  if (!host && self >= 0)
+    shmap__mesh_coords(sm, self, own);
   int64_t lo[SHMAP_MAX_RANK], hi[SHMAP_MAX_RANK], i[SHMAP_MAX_RANK];
   int64_t sstr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK];
   shmap__strides(rank, sb, sstr);
@@ -169,23 +170,31 @@ void shmap__gather_block(const shmap_array *a, const shmap_mesh *mesh,
     lo[d] = i[d] = off[d] / sb[d];
     hi[d] = (off[d] + bshape[d] - 1) / sb[d];
   }
-  /* Visit every source block the target block overlaps; take it from the
-   * device that holds it and shares this device's other coordinates, so
-   * a piece this device already holds is never fetched from a peer. */
+  /* Visit every source block the target block overlaps, in row-major
+   * order of the source blocks, and copy the overlap once. */
   for (;;) {
-    int sc[SHMAP_MAX_AXES];
-    memcpy(sc, c, sizeof sc);
-    for (int d = 0; d < from->ndims; d++) {
-      int64_t rem = i[d];
-      for (int k = from->naxes[d] - 1; k >= 0; k--) {
-        int ax = from->axes[d][k];
-        sc[ax] = (int)(rem % mesh->sizes[ax]);
-        rem /= mesh->sizes[ax];
-      }
-    }
     int s = 0;
-    for (int ax = 0; ax < mesh->naxes; ax++)
-      s += sc[ax] * mesh->strides[ax];
+    if (!host) {
+      /* The source block's coordinates on the axes its spec names; the
+       * other coordinates from `base`, or all of `self`'s when it holds
+       * this block, so a piece it holds is never fetched from a peer. */
+      int sc[SHMAP_MAX_AXES];
+      memcpy(sc, base, sizeof sc);
+      for (int d = 0; d < from->ndims; d++) {
+        int64_t rem = i[d];
+        for (int k = from->naxes[d] - 1; k >= 0; k--) {
+          int ax = from->axes[d][k];
+          sc[ax] = (int)(rem % sm->sizes[ax]);
+          rem /= sm->sizes[ax];
+        }
+      }
+      bool mine = self >= 0;
+      for (int ax = 0; ax < sm->naxes && mine; ax++)
+        if ((named & (1u << ax)) && sc[ax] != own[ax])
+          mine = false;
+      for (int ax = 0; ax < sm->naxes; ax++)
+        s += (mine ? own[ax] : sc[ax]) * sm->strides[ax];
+    }
     const char *src = host ? a->data : a->blocks[s].data;
     char *out = dst;
     int64_t box[SHMAP_MAX_RANK];
@@ -201,7 +210,7 @@ void shmap__gather_block(const shmap_array *a, const shmap_mesh *mesh,
     uint64_t bytes = (uint64_t)shmap__numel(rank, box) * es;
     if (host)
       count->host += bytes;
-    else if (s == dev)
+    else if (s == self)
       count->local += bytes;
     else
       count->moved += bytes;
@@ -214,6 +223,19 @@ void shmap__gather_block(const shmap_array *a, const shmap_mesh *mesh,
     if (d < 0)
       return;
   }
+}
+
+void shmap__gather_block(const shmap_array *a, const shmap_mesh *mesh,
+                         const shmap__spec *to, const int64_t bshape[],
+                         int dev, void *dst, shmap__moved *count)
+{
+  int c[SHMAP_MAX_AXES];
+  shmap__mesh_coords(mesh, dev, c);
+  int64_t off[SHMAP_MAX_RANK];
+  shmap__block_offset(mesh, to, a->rank, bshape, c, off);
+  /* Pieces this device lacks come from the device that shares its other
+   * coordinates. */
+  shmap__copy_pieces(a, off, bshape, c, dev, dst, count);
 }
 
 void shmap__array_assemble(const shmap_array *a, void *dst)

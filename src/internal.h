@@ -242,6 +242,15 @@ typedef struct shmap__moved {
 /* Build device `dev`'s block under spec `to` (block shape bshape) from
  * array `a` (host or sharded on the same mesh) into `dst`, reading each
  * piece from the device that holds it, itself first. */
+/* Copy into `dst` (a block of shape bshape at element offset off[] of
+ * the global array) every piece of array `a` it overlaps: from the host
+ * array, or from a source device (of a's mesh) whose coordinates are the
+ * piece's on the axes a's spec names and base[] on the others, except that
+ * device `self` (of a's mesh, or -1) is read for every piece it holds.
+ * Bytes are counted as host, local (from self) or moved. */
+void shmap__copy_pieces(const shmap_array *a, const int64_t off[],
+                        const int64_t bshape[], const int base[], int self,
+                        void *dst, shmap__moved *count);
 void shmap__gather_block(const shmap_array *a, const shmap_mesh *mesh,
                          const shmap__spec *to, const int64_t bshape[],
                          int dev, void *dst, shmap__moved *count);

@@ -24,19 +24,22 @@ src_libshmap_core_la_SOURCES = \
 	src/runtime/debug.c \
 	src/runtime/fiber.c \
 	src/runtime/guard.c \
+	src/runtime/progress.c \
 	src/transport/comm.c \
 	src/transport/shm.c \
 	src/coll/desc.c \
 	src/coll/plan.c \
 	src/coll/algo.c \
 	src/coll/coll.c \
+	src/coll/async.c \
 	src/coll/ops.c \
 	src/transport/mpi.c \
 	src/dtype.c
 noinst_HEADERS += src/settings.h src/internal.h src/arena.h src/map.h \
 	src/runtime/runtime.h src/runtime/sched.h src/runtime/debug.h \
 	src/transport/comm.h src/coll/coll.h src/coll/desc.h src/coll/plan.h \
-	src/proc.h src/transport/mpi.h src/dtype.h src/coll/kern.h
+	src/proc.h src/transport/mpi.h src/dtype.h src/coll/kern.h \
+	src/coll/async.h src/runtime/progress.h
 src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(UV_CFLAGS) $(MPI_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
 src_libshmap_core_la_LIBADD = $(UV_LIBS) $(MPI_LIBS)
 
@@ -47,3 +50,8 @@ nodist_EXTRA_src_libshmap_la_SOURCES = dummy.c
 src_libshmap_la_LIBADD = src/libshmap_core.la $(UV_LIBS) $(MPI_LIBS)
 # The interface version and the rules for changing it are in configure.ac.
 src_libshmap_la_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS) -version-info $(SHMAP_LT_VERSION)
+
+# Groups within the axes, pbroadcast, ragged_all_to_all, user reductions.
+src_libshmap_core_la_SOURCES += src/coll/groups.c src/coll/ragged.c \
+	src/coll/preduce.c
+noinst_HEADERS += src/coll/groups.h

@@ -3,6 +3,7 @@
  * blocks, run the bodies, then check and assemble the outputs. */
 #include "map.h"
 
+#include "coll/async.h"
 #include "dtype.h"
 #include "proc.h"
 #include "runtime/debug.h"
@@ -284,6 +285,224 @@ SHMAP_EXTERN int shmap_fail(shmap_ctx *ctx, const char *fmt, ...)
   return shmap__fail(ctx->rt, ctx->dev, SHMAP_EBODY, shmap__errbuf());
 }
 
+/* ---- replicas ------------------------------------------------------------ *
+ *
+ * A map over some axes runs its body once per coordinate of its manual
+ * axes, as JAX's shard_map with axis_names does: on the device whose
+ * coordinates on the free axes are 0 (the slice's host).  The other
+ * devices of the slice are its replicas: they run no body, and hold copies
+ * of the host's outputs when it returns, so the outputs are laid out
+ * replicated along the free axes.  Collectives over manual axes therefore
+ * meet hosts only (a group over manual axes keeps the free coordinates).
+ *
+ * A replica waits for one of two things: its host's body returning, or a
+ * nested map that a body instance of its slice starts over free axes and
+ * that this device is a member of.  The instance posts an offer into each
+ * member's context (shmap__offer), runs its own part, and waits until
+ * every member has left the offer.  A member runs the inner body with a
+ * chain of contexts that mirrors the poster's (its own device and
+ * coordinates at every level), so its collectives over outer axes
+ * through shmap_ctx_outer() form the same groups as the poster's do.  Its
+ * collective calls are numbered from the poster's count, since the
+ * calls it did not make were made by its host on its behalf.
+ */
+
+struct shmap__offer {
+  shmap_ctx *octx; /* the poster's context: the level it maps from */
+  shmap_body_fn body;
+  void *arg;
+  int nin, nout;
+  const shmap_block *const *in;
+  const char *const *in_specs, *const *out_specs;
+  const shmap__spec *specs; /* nin input then nout output specs */
+  unsigned manual, flags;
+  uint32_t seq;     /* the poster's collective calls when it posted */
+  uint64_t nest;    /* the poster's dbg.nest */
+  int poster;
+  _Atomic int left; /* members that have not left the offer yet */
+};
+
+/* What a replica that stopped waiting leaves in its context: a later
+ * offer counts it as gone at once. */
+#define OFFER_GONE ((shmap__offer *)(uintptr_t)1)
+
+static int mask_member(const shmap_mesh *mesh, unsigned mask, int dev, int r);
+static int nested_run(shmap_ctx *octx, const shmap__offer *of,
+                      shmap_block **res);
+
+/* The number of devices along the axes in `mask`. */
+static int mask_count(const shmap_mesh *mesh, unsigned mask)
+{
+  int n = 1;
+  for (int a = 0; a < mesh->naxes; a++)
+    if (mask & (1u << a))
+      n *= mesh->sizes[a];
+  return n;
+}
+
+/* The context a chain of nested contexts starts from (depth 0). */
+static shmap_ctx *root_ctx(shmap_ctx *ctx)
+{
+  while (ctx->outer)
+    ctx = ctx->outer;
+  return ctx;
+}
+
+/* A host's body returned (or never ran): its replicas stop waiting. */
+static void release_replicas(shmap__job *job, int dev)
+{
+  shmap__runtime *rt = job->ctx[dev].rt;
+  const shmap_mesh *mesh = job->mesh;
+  unsigned free_axes = shmap__mesh_all(mesh) & ~job->manual;
+  atomic_store(&job->ctx[dev].body_done, 1);
+  int n = mask_count(mesh, free_axes);
+  for (int r = 1; r < n; r++)
+    shmap__dev_wake(&rt->devs[mask_member(mesh, free_axes, dev, r)]);
+}
+
+static void offer_leave(shmap__runtime *rt, shmap__offer *of)
+{
+  /* The offer lives on the poster's stack until the count reaches 0. */
+  shmap__dev *poster = &rt->devs[of->poster];
+  atomic_fetch_sub(&of->left, 1);
+  shmap__dev_wake(poster);
+}
+
+static bool offer_done(void *arg)
+{
+  return atomic_load(&((shmap__offer *)arg)->left) == 0;
+}
+
+/* Run the part of nested map `of` that falls to replica `top`. */
+static void nested_join(shmap_ctx *top, shmap__offer *of)
+{
+  shmap__runtime *rt = top->rt;
+  shmap__dev *self = &rt->devs[top->dev];
+  int depth = of->octx->depth;
+  const shmap_ctx *hchain[SHMAP_MAX_AXES + 1];
+  for (const shmap_ctx *c = of->octx; c; c = c->outer)
+    hchain[c->depth] = c;
+  /* Level 0 is the replica's own context; it reads its host's inputs. */
+  const shmap_ctx *host = &top->job->ctx[top->host];
+  for (int k = 0; k < top->job->nin; k++)
+    top->in[k] = host->in[k];
+  uint32_t seq = of->seq > top->seq ? of->seq : top->seq;
+  shmap_ctx shadows[SHMAP_MAX_AXES];
+  shmap_block *slots[SHMAP_MAX_AXES][8], **heap[SHMAP_MAX_AXES] = {NULL};
+  shmap_ctx *prev = top;
+  int rc = 0;
+  for (int l = 1; l <= depth && l <= SHMAP_MAX_AXES; l++) {
+    const shmap_ctx *h = hchain[l];
+    shmap_ctx *sh = &shadows[l - 1];
+    memset(sh, 0, sizeof *sh);
+    sh->rt = rt;
+    sh->job = h->job;
+    sh->comm = h->comm;
+    sh->dev = top->dev;
+    memcpy(sh->coords, top->coords, sizeof sh->coords);
+    sh->in = h->in;
+    /* Outputs the inner body might declare on this level stay its own. */
+    int nout = h->job->nout;
+    sh->out = slots[l - 1];
+    if (nout > 8 && !(sh->out = heap[l - 1] = shmap__calloc((size_t)nout,
+                                                             sizeof *sh->out)))
+      rc = SHMAP_ENOMEM;
+    else
+      memset(sh->out, 0, (size_t)(nout < 8 ? 8 : nout) * sizeof *sh->out);
+    sh->manual = h->manual;
+    sh->outer = prev;
+    sh->depth = l;
+    sh->host = top->dev;
+    prev = sh;
+  }
+  prev->seq = seq;
+  shmap_block *res[64], **resp = res;
+  if (of->nout > 64 && !(resp = shmap__calloc((size_t)of->nout, sizeof *resp)))
+    rc = SHMAP_ENOMEM;
+  if (rc)
+    shmap__dev_fail(top, "shmap_map_nested", rc, "out of memory");
+  else {
+    atomic_store_explicit(&self->dbg.nest, of->nest, memory_order_relaxed);
+    for (int k = 0; k < of->nout; k++)
+      resp[k] = NULL;
+    rc = nested_run(prev, of, resp);
+    /* The assembled outputs are the host's business. */
+    for (int k = 0; !rc && k < of->nout; k++)
+      shmap__arena_free(prev, shmap__arena_find(prev, resp[k]));
+  }
+  if (resp != res)
+    free(resp);
+  for (shmap_ctx *c = prev; c != top; c = c->outer) {
+    while (c->arena)
+      shmap__arena_free(c, c->arena);
+    if (c->seq > top->seq)
+      top->seq = c->seq;
+    top->shared += c->shared;
+    top->built += c->built;
+    top->moved.local += c->moved.local;
+    top->moved.moved += c->moved.moved;
+    free(heap[c->depth - 1]);
+  }
+  offer_leave(rt, of);
+}
+
+static bool replica_wake(void *arg)
+{
+  shmap_ctx *ctx = arg;
+  return atomic_load(&ctx->offer) != NULL ||
+         atomic_load(&ctx->job->ctx[ctx->host].body_done);
+}
+
+/* A replica's part of a map: join nested maps of its slice until its host
+ * returns, then copy the host's outputs. */
+static void run_replica(shmap__job *job, int dev)
+{
+  shmap_ctx *ctx = &job->ctx[dev];
+  shmap__runtime *rt = ctx->rt;
+  shmap__dev *self = &rt->devs[dev];
+  const shmap_ctx *host = &job->ctx[ctx->host];
+  for (;;) {
+    self->ctx = ctx;
+    shmap__set_current(ctx);
+    atomic_store_explicit(&self->dbg.nest, (uint64_t)1 << 56 | job->manual,
+                          memory_order_relaxed);
+    shmap__set_state(self, SHMAP__ST_REPLICA, (uint64_t)ctx->host,
+                     shmap__now());
+    if (!shmap__dev_wait(rt, self, replica_wake, ctx, &rt->abort))
+      break;
+    shmap__offer *of = atomic_exchange(&ctx->offer, NULL);
+    if (!of)
+      break; /* the host returned */
+    nested_join(ctx, of);
+  }
+  shmap__offer *of = atomic_exchange(&ctx->offer, OFFER_GONE);
+  if (of && of != OFFER_GONE)
+    offer_leave(rt, of);
+  if (!atomic_load(&rt->abort) && atomic_load(&host->body_done)) {
+    for (int k = 0; k < job->nout; k++) {
+      const shmap_block *b = host->out[k];
+      if (ctx->out[k])
+        shmap__arena_free(ctx, shmap__arena_find(ctx, ctx->out[k]));
+      ctx->out[k] = NULL;
+      if (!b)
+        continue;
+      shmap__chunk *c = shmap__arena_alloc(ctx, b->dtype, b->rank, b->shape,
+                                           SHMAP__CHUNK_OUT, false);
+      if (!c) {
+        shmap__dev_fail(ctx, "output", SHMAP_ENOMEM, "%s", shmap__errbuf());
+        break;
+      }
+      memcpy(c->block.data, b->data, shmap_block_nbytes(b));
+      ctx->out[k] = &c->block;
+    }
+  }
+  shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
+  shmap__set_current(NULL);
+  self->ctx = NULL;
+  atomic_store_explicit(&self->dbg.nest, 0, memory_order_relaxed);
+  shmap__comm_finish(ctx->comm, dev);
+}
+
 /* ---- one device's part of a map ------------------------------------------ */
 
 static void run_device(shmap__job *job, int dev)
@@ -294,6 +513,10 @@ static void run_device(shmap__job *job, int dev)
   /* Under MPI another process runs this device: nothing to do here. */
   if (!shmap__dev_local(rt->mesh, dev))
     return;
+  if (ctx->host != dev) {
+    run_replica(job, dev);
+    return;
+  }
   self->ctx = ctx;
   atomic_store_explicit(&self->dbg.nest, (uint64_t)1 << 56 | job->manual,
                         memory_order_relaxed);
@@ -335,11 +558,15 @@ static void run_device(shmap__job *job, int dev)
       ctx->err = SHMAP_EBODY;
       shmap__fail(rt, dev, SHMAP_EBODY, msg);
     }
+    /* Requests the body left open fail the map (coll/async.c). */
+    shmap__async_body_end(ctx);
   }
   shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
   shmap__set_current(NULL);
   self->ctx = NULL;
   atomic_store_explicit(&self->dbg.nest, 0, memory_order_relaxed);
+  if (job->replicas)
+    release_replicas(job, dev);
   /* Peers waiting for this device in a collective must learn that it
    * left, in this process or another. */
   shmap__comm_finish(ctx->comm, dev);
@@ -605,6 +832,13 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
         job.manual |= 1u << axes[i];
     }
   }
+  /* Replicas need each free-axis slice in one process (the host's body
+   * and offers are in its memory); under MPI a slice that spans processes
+   * makes every device run the body, each process on its own devices. */
+  job.replicas = job.manual != shmap__mesh_all(mesh);
+  for (int d = 0; job.replicas && mesh->place && d < mesh->ndev; d++)
+    job.replicas = mesh->place->owner[d] ==
+                   mesh->place->owner[shmap__representative(mesh, job.manual, d)];
   shmap__runtime *rt = mesh->rt;
   bool locked = false;
   shmap__spec *ospec = NULL;
@@ -653,6 +887,9 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
     ctx->in = slots + (size_t)d * per;
     ctx->out = ctx->in + nin;
     ctx->manual = job.manual;
+    ctx->host = job.replicas ? shmap__representative(mesh, job.manual, d) : d;
+    atomic_store(&ctx->offer, NULL);
+    atomic_store(&ctx->body_done, 0);
   }
 
   /* One map at a time per mesh, from the devices' start to the clean-up
@@ -1100,16 +1337,12 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
 
   shmap__spec *specs = shmap__calloc((size_t)nin + (size_t)nout + 1,
                                      sizeof *specs);
-  shmap_block **slots = shmap__calloc((size_t)nin + (size_t)nout + 1,
-                                      sizeof *slots);
   shmap_block **res = shmap__calloc((size_t)nout + 1, sizeof *res);
-  if (!specs || !slots || !res) {
+  if (!specs || !res) {
     free(specs);
-    free(slots);
     free(res);
     return shmap__dev_fail(octx, op, SHMAP_ENOMEM, "out of memory");
   }
-  shmap__spec *ospec = specs + nin;
   for (int k = 0; k < nin + nout && !rc; k++) {
     bool isin = k < nin;
     int j = isin ? k : k - nin;
@@ -1136,18 +1369,68 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
   }
   if (rc) {
     free(specs);
-    free(slots);
     free(res);
     return rc;
   }
 
+  /* In a map with replicas, the other members of this instance's group
+   * over the inner axes are replicas waiting in its slice: each gets the
+   * call as an offer and runs its part (nested_join). */
+  shmap__offer of = {.octx = octx, .body = body, .arg = arg, .nin = nin,
+                     .nout = nout, .in = in, .in_specs = in_specs,
+                     .out_specs = out_specs, .specs = specs,
+                     .manual = manual, .flags = opts->flags, .seq = octx->seq,
+                     .poster = octx->dev};
+  shmap__dev *self = &rt->devs[octx->dev];
+  of.nest = atomic_load_explicit(&self->dbg.nest, memory_order_relaxed);
+  shmap_ctx *root = root_ctx(octx);
+  if (root->job->replicas) {
+    int n = mask_count(mesh, manual);
+    atomic_store(&of.left, n - 1);
+    for (int r = 1; r < n; r++) {
+      int m = mask_member(mesh, manual, octx->dev, r);
+      shmap__offer *none = NULL;
+      if (atomic_compare_exchange_strong(&root->job->ctx[m].offer, &none,
+                                         &of))
+        shmap__dev_wake(&rt->devs[m]);
+      else
+        atomic_fetch_sub(&of.left, 1); /* it stopped waiting (a failure) */
+    }
+  }
+  rc = nested_run(octx, &of, res);
+  if (root->job->replicas)
+    shmap__dev_wait(rt, self, offer_done, &of, NULL);
+  if (!rc)
+    for (int k = 0; k < nout; k++)
+      out[k] = res[k];
+  free(specs);
+  free(res);
+  return rc;
+}
+
+/* One device's part of nested map `of` started from octx (the device's own
+ * call, or an offer it joined): the inner context, the agreement, the
+ * inputs, the body and the outputs (into res). */
+static int nested_run(shmap_ctx *octx, const shmap__offer *of,
+                      shmap_block **res)
+{
+  const char *op = "shmap_map_nested";
+  shmap__runtime *rt = octx->rt;
+  const shmap_mesh *mesh = rt->mesh;
+  int nin = of->nin, nout = of->nout, rc = 0;
+  unsigned manual = of->manual;
+  const shmap__spec *specs = of->specs, *ospec = specs + nin;
+  shmap_block **slots = shmap__calloc((size_t)nin + (size_t)nout + 1,
+                                      sizeof *slots);
+  if (!slots)
+    return shmap__dev_fail(octx, op, SHMAP_ENOMEM, "out of memory");
   /* The inner map: one more context on this device, a job of one. */
-  shmap__job job = {.mesh = rt->mesh, .body = body, .arg = arg, .nin = nin,
-                    .nout = nout, .manual = manual};
+  shmap__job job = {.mesh = rt->mesh, .body = of->body, .arg = of->arg,
+                    .nin = nin, .nout = nout, .manual = manual};
   shmap_ctx ictx = {.rt = rt, .job = &job, .comm = octx->comm,
                     .dev = octx->dev, .seq = octx->seq,
                     .manual = manual, .outer = octx,
-                    .depth = octx->depth + 1};
+                    .depth = octx->depth + 1, .host = octx->dev};
   memcpy(ictx.coords, octx->coords, sizeof ictx.coords);
   ictx.in = slots;
   ictx.out = slots + nin;
@@ -1170,9 +1453,9 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
   mask_axes_text(mesh, manual, all_axes, sizeof all_axes);
   uint64_t h = 14695981039346656037u;
   for (int k = 0; k < nin; k++)
-    h = hash_str(h, in_specs[k]);
+    h = hash_str(h, of->in_specs[k]);
   for (int k = 0; k < nout; k++)
-    h = hash_str(h, out_specs[k]);
+    h = hash_str(h, of->out_specs[k]);
   int64_t desc[4] = {(int64_t)manual, nin, nout, (int64_t)(h >> 1)};
   int64_t theirs[4];
   int diff = 0;
@@ -1190,10 +1473,10 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
                          : theirs[3] != desc[3] ? " with other specs" : "");
   }
   for (int k = 0; k < nin && !rc; k++)
-    rc = nested_input(&ictx, k, in[k], &specs[k]);
+    rc = nested_input(&ictx, k, of->in[k], &specs[k]);
   if (!rc) {
     uint64_t t0 = shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
-    int brc = body(&ictx, arg);
+    int brc = of->body(&ictx, of->arg);
     uint64_t t1 = shmap__now();
     if (shmap__tracing()) {
       int axes[SHMAP_MAX_AXES], na = 0;
@@ -1220,7 +1503,7 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
     }
   }
   for (int k = 0; k < nout && !rc; k++)
-    rc = nested_output(&ictx, octx, k, out_specs[k], &ospec[k], opts->flags,
+    rc = nested_output(&ictx, octx, k, of->out_specs[k], &ospec[k], of->flags,
                        &res[k]);
   /* Back in the outer body: it counts the calls made inside. */
   while (ictx.arena)
@@ -1239,14 +1522,11 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
     if (!octx->err)
       octx->err = rc;
     for (int k = 0; k < nout; k++)
-      if (res[k])
+      if (res[k]) {
         shmap__arena_free(octx, shmap__arena_find(octx, res[k]));
-  } else {
-    for (int k = 0; k < nout; k++)
-      out[k] = res[k];
+        res[k] = NULL;
+      }
   }
-  free(specs);
   free(slots);
-  free(res);
   return rc;
 }

@@ -29,7 +29,18 @@ typedef struct shmap__job {
   shmap_ctx *ctx; /* one per device */
   shmap__comm comm;
   unsigned manual; /* the map's manual axes (bits of mesh axes) */
+  /* A map over some axes runs its body once per manual coordinate, on the
+   * device whose free-axis coordinates are 0; the other devices of its
+   * free-axis slice are its replicas (map.c, "Replicas").  False for a map
+   * over every axis, and under MPI when a slice spans processes (then
+   * every device runs the body). */
+  bool replicas;
 } shmap__job;
+
+/* A nested map that a body instance hands to the replicas that join it
+ * (map.c): posted into each one's context, on the poster's stack until
+ * every one has left it. */
+typedef struct shmap__offer shmap__offer;
 
 /* The context of one device during one map call. */
 struct shmap_ctx {
@@ -54,6 +65,12 @@ struct shmap_ctx {
   unsigned manual;
   struct shmap_ctx *outer;
   int depth; /* 0 for a map that is not nested */
+  /* Replicas (job->replicas): the device whose body this device's values
+   * copy (itself when it runs the body), a nested map offered to this
+   * device while it waits, and whether this device's body returned. */
+  int host;
+  _Atomic(shmap__offer *) offer;
+  _Atomic int body_done;
 };
 
 /* Whether a block argument is well formed (cheap; no message). */

@@ -18,7 +18,8 @@
 
 /* The last bad value reported per variable; a leaf lock (see the lock
  * order in runtime/debug.c). */
-enum { V_SCHED, V_WORKERS, V_SPIN, V_STACK, V_WATCHDOG, V_SIMD, V_COUNT };
+enum { V_SCHED, V_WORKERS, V_SPIN, V_STACK, V_WATCHDOG, V_SIMD, V_ASYNC,
+       V_COUNT };
 static pthread_mutex_t settings_lock = PTHREAD_MUTEX_INITIALIZER;
 static char reported[V_COUNT][64];
 
@@ -42,20 +43,10 @@ static const char *env(const char *name)
   return s && *s ? s : NULL;
 }
 
-bool shmap__parse_long(const char *text, long lo, long hi, long *out)
-{
-  if (!text || !isdigit((unsigned char)*text))
-    return false;
-  errno = 0;
-  char *end;
-  long v = strtol(text, &end, 10);
-  if (errno || *end || v < lo || v > hi)
-    return false;
-  *out = v;
-  return true;
-}
-
-bool shmap__parse_size(const char *text, size_t *out)
+/* A whole number of decimal digits only (no sign, no space), with a
+ * binary unit suffix k, M or G when `units`, at most `max`. */
+static bool parse_number(const char *text, bool units, unsigned long long max,
+                         unsigned long long *out)
 {
   if (!text || !isdigit((unsigned char)*text))
     return false;
@@ -65,16 +56,35 @@ bool shmap__parse_size(const char *text, size_t *out)
   if (errno)
     return false;
   unsigned shift = 0;
-  switch (*end) {
-  case '\0': break;
-  case 'k': case 'K': shift = 10; end++; break;
-  case 'm': case 'M': shift = 20; end++; break;
-  case 'g': case 'G': shift = 30; end++; break;
-  default: return false;
-  }
-  if (*end || v > (SIZE_MAX >> shift))
+  if (units)
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    default: break;
+    }
+  if (*end || v > (max >> shift))
     return false;
-  *out = (size_t)(v << shift);
+  *out = v << shift;
+  return true;
+}
+
+bool shmap__parse_long(const char *text, long lo, long hi, long *out)
+{
+  unsigned long long v;
+  if (hi < 0 || !parse_number(text, false, (unsigned long long)hi, &v) ||
+      (long long)v < lo)
+    return false;
+  *out = (long)v;
+  return true;
+}
+
+bool shmap__parse_size(const char *text, size_t *out)
+{
+  unsigned long long v;
+  if (!parse_number(text, true, SIZE_MAX, &v))
+    return false;
+  *out = (size_t)v;
   return true;
 }
 
@@ -176,4 +186,15 @@ int shmap__setting_simd(const char *const names[], int n)
   bad_value(V_SIMD, "SHMAP_SIMD", s, accepted,
             "the best instruction set the processor runs");
   return -1;
+}
+
+bool shmap__setting_async_check(void)
+{
+  const char *s = env("SHMAP_ASYNC_CHECK");
+  if (!s || strcmp(s, "0") == 0)
+    return false;
+  if (strcmp(s, "1") == 0)
+    return true;
+  bad_value(V_ASYNC, "SHMAP_ASYNC_CHECK", s, "0, 1", "0");
+  return false;
 }

@@ -40,6 +40,11 @@ const char *shmap__setting_trace(void);
  * -1 when unset or not one of them (then the caller's default). */
 int shmap__setting_simd(const char *const names[], int n);
 
+/* SHMAP_ASYNC_CHECK: 1 checks the rules of asynchronous collectives
+ * (checksums of inputs and results between start and wait), 0 (the
+ * default) does not. */
+bool shmap__setting_async_check(void);
+
 /* Parsers, for the unit tests: true and *out set when `text` is valid. */
 bool shmap__parse_size(const char *text, size_t *out);
 bool shmap__parse_seconds(const char *text, double *out);

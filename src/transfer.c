@@ -37,74 +37,14 @@ static int same_device(const shmap_mesh *smesh, const shmap_mesh *mesh, int dev)
 static uint64_t gather_from(const xfer *x, const shmap_mesh *mesh, int dev,
                             void *dst)
 {
-  const shmap_array *a = x->src;
-  const shmap_mesh *sm = a->mesh;
-  int rank = a->rank;
-  size_t es = shmap_dtype_size(a->dtype);
-  const int64_t *bshape = x->bshape;
-  if (shmap__numel(rank, bshape) == 0)
-    return 0;
-  int c[SHMAP_MAX_AXES];
+  int c[SHMAP_MAX_AXES], zero[SHMAP_MAX_AXES] = {0};
   shmap__mesh_coords(mesh, dev, c);
   int64_t off[SHMAP_MAX_RANK];
-  shmap__block_offset(mesh, &x->spec, rank, bshape, c, off);
-  int local = same_device(sm, mesh, dev);
-  int lc[SHMAP_MAX_AXES] = {0};
-  if (local >= 0)
-    shmap__mesh_coords(sm, local, lc);
-  unsigned named = shmap__spec_axes_mask(&a->spec);
-  const int64_t *sb = a->bshape;
-  int64_t lo[SHMAP_MAX_RANK], hi[SHMAP_MAX_RANK], i[SHMAP_MAX_RANK];
-  int64_t sstr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK];
-  shmap__strides(rank, sb, sstr);
-  shmap__strides(rank, bshape, dstr);
-  for (int d = 0; d < rank; d++) {
-    lo[d] = i[d] = off[d] / sb[d];
-    hi[d] = (off[d] + bshape[d] - 1) / sb[d];
-  }
-  uint64_t total = 0;
-  for (;;) {
-    /* The source block i: its coordinates on the source spec's axes. */
-    int sc[SHMAP_MAX_AXES] = {0};
-    for (int d = 0; d < a->spec.ndims; d++) {
-      int64_t rem = i[d];
-      for (int k = a->spec.naxes[d] - 1; k >= 0; k--) {
-        int ax = a->spec.axes[d][k];
-        sc[ax] = (int)(rem % sm->sizes[ax]);
-        rem /= sm->sizes[ax];
-      }
-    }
-    /* This device's own copy when it holds one. */
-    bool mine = local >= 0;
-    for (int ax = 0; ax < sm->naxes && mine; ax++)
-      if ((named & (1u << ax)) && sc[ax] != lc[ax])
-        mine = false;
-    int s = 0;
-    for (int ax = 0; ax < sm->naxes; ax++)
-      s += (mine ? lc[ax] : sc[ax]) * sm->strides[ax];
-    const char *src = a->blocks[s].data;
-    char *out = dst;
-    int64_t box[SHMAP_MAX_RANK];
-    for (int d = 0; d < rank; d++) {
-      int64_t b0 = i[d] * sb[d];
-      int64_t start = off[d] > b0 ? off[d] : b0;
-      int64_t end = off[d] + bshape[d] < b0 + sb[d] ? off[d] + bshape[d]
-                                                     : b0 + sb[d];
-      box[d] = end - start;
-      src += (start - b0) * sstr[d] * (int64_t)es;
-      out += (start - off[d]) * dstr[d] * (int64_t)es;
-    }
-    shmap__copy_box(out, dstr, src, sstr, rank, box, es);
-    total += (uint64_t)shmap__numel(rank, box) * es;
-    int d = rank - 1;
-    for (; d >= 0; d--) {
-      if (++i[d] <= hi[d])
-        break;
-      i[d] = lo[d];
-    }
-    if (d < 0)
-      return total;
-  }
+  shmap__block_offset(mesh, &x->spec, x->src->rank, x->bshape, c, off);
+  shmap__moved n = {0, 0, 0};
+  shmap__copy_pieces(x->src, off, x->bshape, zero,
+                     same_device(x->src->mesh, mesh, dev), dst, &n);
+  return n.local + n.moved;
 }
 
 static int xfer_body(shmap_ctx *ctx, void *arg)

@@ -68,10 +68,7 @@ extract () {
 }
 
 pages=${ONLY:-$(cd "$top_srcdir" && ls man/*.3 man/*.7 2>/dev/null)}
-pending=$(grep -v '^#' "$top_srcdir/man/examples-pending" 2>/dev/null)
-is_pending () { echo "$pending" | grep -x "$1" >/dev/null; }
 n=0
-npending=0
 for p in $pages; do
   page=$abs_srcdir/$p
   base=${p##*/}
@@ -79,15 +76,6 @@ for p in $pages; do
   sect=${base##*.}
   extract "$page" "$tmp/$name.c"
   rc=$?
-  if is_pending "$p"; then
-    if test $rc -eq 0; then
-      fail "$p has a complete EXAMPLE program now: remove it from man/examples-pending"
-    else
-      echo "check-man-examples: PENDING: $p: no complete EXAMPLE program yet (man/examples-pending)"
-      npending=$((npending + 1))
-    fi
-    continue
-  fi
   if test $rc -eq 2; then
     test "$sect" = 3 &&
       fail "$p has no EXAMPLE section: add \".SH EXAMPLE\" with a complete program (#include <shmap.h> ... int main(void) { ... }) in an .EX/.EE block that uses the functions the page documents (a section-7 page may go without)"
@@ -120,5 +108,5 @@ for p in $pages; do
     fi
   done
 done
-test $status -eq 0 && echo "check-man-examples: $n EXAMPLE programs compiled and ran in both scheduling modes; $npending pages still without one (man/examples-pending)"
+test $status -eq 0 && echo "check-man-examples: $n EXAMPLE programs compiled and ran in both scheduling modes"
 exit $status

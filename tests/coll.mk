@@ -26,3 +26,20 @@ tests_test_coll_errors_SOURCES = tests/test_coll_errors.c tests/refcoll.c tests/
 	tests/testutil.c tests/testutil.h
 tests_test_coll_errors_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_coll_errors_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+# test_async: asynchronous collectives, their rules and failure paths, in
+# thread and fiber mode.
+check_PROGRAMS += tests/test_async
+TESTS += tests/test_async
+tests_test_async_SOURCES = tests/test_async.c tests/testutil.c tests/testutil.h
+tests_test_async_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_async_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+# gdb lists open requests (skipped without gdb or ptrace).
+check_PROGRAMS += tests/gdb_async_target
+tests_gdb_async_target_SOURCES = tests/gdb_async_target.c
+tests_gdb_async_target_CFLAGS = $(AM_CFLAGS) -O0 -g
+tests_gdb_async_target_LDADD = src/libshmap.la
+tests_gdb_async_target_LDFLAGS = $(AM_LDFLAGS) -no-install
+TESTS += tests/test_gdb_async.sh
+EXTRA_DIST += tests/test_gdb_async.sh

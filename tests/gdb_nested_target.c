@@ -3,11 +3,13 @@
  * gdb_nested_target.c - the program tests/test_gdb_nested.sh debugs: on the
  * mesh i=2, j=2, a map over 'i' whose body starts a map over 'j'; the
  * inner body of device 3 is where gdb stops.  Every inner body then adds
- * over 'j', so the others wait in that psum meanwhile.
+ * over 'j', so the others wait in that psum meanwhile, and device 1 is a
+ * replica of device 0 (the body runs at j=0 only).
  */
 #include <shmap.h>
 
 #include <stdio.h>
+#include <time.h>
 
 #pragma GCC optimize("O0")
 
@@ -23,6 +25,19 @@ static int inner(shmap_ctx *ctx, void *arg)
 
 static int outer(shmap_ctx *ctx, void *arg)
 {
+  /* A psum over 'i' lets every device start (in fiber mode too); then
+   * device 0 dawdles, so that its replica, device 1, still waits for it
+   * when gdb stops in device 3. */
+  double v = 1;
+  shmap_block b = {&v, SHMAP_F64, 0, {0}};
+  int rc = shmap_psum(ctx, &b, "i");
+  if (rc)
+    return rc;
+  if (shmap_ctx_device(ctx) == 0) {
+    struct timespec ts = {2, 0};
+    while (nanosleep(&ts, &ts) != 0)
+      ;
+  }
   return shmap_map_nested(ctx, inner, arg, 0, NULL, NULL, 0, NULL, NULL,
                           NULL);
 }

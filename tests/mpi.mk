@@ -12,7 +12,14 @@ EXTRA_DIST += tests/mpi/run.sh tests/mpi/np1.sh tests/mpi/np2.sh \
 
 if BUILD_MPI
 check_PROGRAMS += tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \
-	tests/mpi/test_mpi_coll
+	tests/mpi/test_mpi_coll tests/mpi/test_mpi_groups tests/mpi/test_mpi_async
+tests_mpi_test_mpi_groups_SOURCES = tests/mpi/test_mpi_groups.c \
+	tests/refcoll.c tests/refcoll.h
+tests_mpi_test_mpi_groups_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
+tests_mpi_test_mpi_groups_LDADD = src/libshmap.la $(MPI_LIBS) -lm
+tests_mpi_test_mpi_async_SOURCES = tests/mpi/test_mpi_async.c
+tests_mpi_test_mpi_async_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
+tests_mpi_test_mpi_async_LDADD = src/libshmap.la $(MPI_LIBS)
 tests_mpi_test_mpi_proc_SOURCES = tests/mpi/test_mpi_proc.c
 tests_mpi_test_mpi_proc_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 tests_mpi_test_mpi_proc_LDADD = src/libshmap.la $(MPI_LIBS)

@@ -171,6 +171,50 @@ int ref_axis_index(const ref_mesh *m, const int axes[], int naxes, int dev)
   return r;
 }
 
+/* The axis_index_groups the model's collectives use (NULL: none). */
+static const int *cur_groups;
+static int cur_ngroups, cur_gsize;
+
+void ref_set_groups(int ngroups, int gsize, const int *ranks)
+{
+  cur_groups = ranks;
+  cur_ngroups = ngroups;
+  cur_gsize = gsize;
+}
+
+/* A collective's group: the group of the axes, or, with groups set, the
+ * group holding dev's rank, in the group's listed order. */
+static int coll_group(const ref_mesh *m, const int axes[], int naxes, int dev,
+                      int members[], int *rank)
+{
+  int full[SHMAP_MAX_DEVICES], fr;
+  int n = ref_group(m, axes, naxes, dev, full, &fr);
+  if (!cur_groups) {
+    if (members)
+      memcpy(members, full, sizeof(int) * (size_t)n);
+    if (rank)
+      *rank = fr;
+    return n;
+  }
+  for (int g = 0; g < cur_ngroups; g++)
+    for (int k = 0; k < cur_gsize; k++)
+      if (cur_groups[g * cur_gsize + k] == fr) {
+        if (members)
+          for (int j = 0; j < cur_gsize; j++)
+            members[j] = full[cur_groups[g * cur_gsize + j]];
+        if (rank)
+          *rank = k;
+        return cur_gsize;
+      }
+  abort(); /* groups that do not cover the ranks: a test's mistake */
+}
+
+/* The size of every collective group (groups are of equal size). */
+static int coll_size(const ref_mesh *m, const int axes[], int naxes)
+{
+  return cur_groups ? cur_gsize : ref_axis_size(m, axes, naxes);
+}
+
 void ref_axes_text(const ref_mesh *m, const int axes[], int naxes, int style,
                    char *buf, size_t n)
 {
@@ -732,7 +776,7 @@ int ref_reduce(const ref_mesh *m, const int axes[], int naxes, ref_redop op,
     return rc;
   int *mem = xmalloc(sizeof(int) * (size_t)m->ndev);
   for (int dev = 0; dev < m->ndev; dev++) {
-    int n = ref_group(m, axes, naxes, dev, mem, NULL);
+    int n = coll_group(m, axes, naxes, dev, mem, NULL);
     const shmap_block *x = in[dev];
     out[dev] = ref_block_new(ref_reduce_dtype(op, x->dtype), x->rank, x->shape);
     int64_t ne = ref_numel(x->rank, x->shape);
@@ -750,7 +794,7 @@ int ref_psum_scatter(const ref_mesh *m, const int axes[], int naxes,
                      shmap_block *out[])
 {
   const shmap_block *x0 = in[0];
-  int n = ref_axis_size(m, axes, naxes);
+  int n = coll_size(m, axes, naxes);
   if (dim < -x0->rank || dim >= x0->rank)
     return SHMAP_EINVAL;
   if (dim < 0)
@@ -760,7 +804,8 @@ int ref_psum_scatter(const ref_mesh *m, const int axes[], int naxes,
   shmap_block **sum = xcalloc((size_t)m->ndev, sizeof *sum);
   ref_reduce(m, axes, naxes, REF_SUM, in, sum);
   for (int dev = 0; dev < m->ndev; dev++) {
-    int r = ref_axis_index(m, axes, naxes, dev);
+    int r;
+    coll_group(m, axes, naxes, dev, NULL, &r);
     const shmap_block *s = sum[dev];
     int64_t chunk = tiled ? s->shape[dim] / n : 1;
     int64_t osh[SHMAP_MAX_RANK] = {0};
@@ -812,7 +857,7 @@ int ref_all_gather(const ref_mesh *m, const int axes[], int naxes,
     axis += lim;
   int *mem = xmalloc(sizeof(int) * (size_t)m->ndev);
   for (int dev = 0; dev < m->ndev; dev++) {
-    int n = ref_group(m, axes, naxes, dev, mem, NULL);
+    int n = coll_group(m, axes, naxes, dev, mem, NULL);
     const shmap_block *x = in[dev];
     int64_t osh[SHMAP_MAX_RANK] = {0};
     int orank;
@@ -855,7 +900,7 @@ int ref_all_to_all(const ref_mesh *m, const int axes[], int naxes,
                    shmap_block *out[])
 {
   const shmap_block *x0 = in[0];
-  int n = ref_axis_size(m, axes, naxes);
+  int n = coll_size(m, axes, naxes);
   int rk = x0->rank;
   if (split < -rk || split >= rk || concat < -rk || concat >= rk)
     return SHMAP_EINVAL;
@@ -868,7 +913,7 @@ int ref_all_to_all(const ref_mesh *m, const int axes[], int naxes,
   int *mem = xmalloc(sizeof(int) * (size_t)m->ndev);
   for (int dev = 0; dev < m->ndev; dev++) {
     int me;
-    ref_group(m, axes, naxes, dev, mem, &me);
+    coll_group(m, axes, naxes, dev, mem, &me);
     const shmap_block *x = in[dev];
     int64_t osh[SHMAP_MAX_RANK] = {0};
     if (tiled) {
@@ -945,6 +990,22 @@ int ref_ppermute(const ref_mesh *m, const int axes[], int naxes,
       for (int64_t e = 0; e < ne; e++)
         copy_elem(out[dev], e, s, e);
     }
+  }
+  free(mem);
+  return 0;
+}
+
+/* ---- pbroadcast ------------------------------------------------------------- */
+
+int ref_pbroadcast(const ref_mesh *m, const int axes[], int naxes,
+                   shmap_block *const in[], int source, shmap_block *out[])
+{
+  if (source < 0 || source >= ref_axis_size(m, axes, naxes))
+    return SHMAP_EINVAL;
+  int *mem = xmalloc(sizeof(int) * (size_t)m->ndev);
+  for (int dev = 0; dev < m->ndev; dev++) {
+    ref_group(m, axes, naxes, dev, mem, NULL);
+    out[dev] = ref_block_copy(in[mem[source]]);
   }
   free(mem);
   return 0;
@@ -1146,13 +1207,15 @@ const char *ref_kind_name(ref_kind k)
   static const char *const names[RK_NKINDS] = {
       "psum",         "pmax",       "pmin",       "pmean",
       "psum_scatter", "all_gather", "all_to_all", "ppermute"};
+  if (k == RK_PBROADCAST)
+    return "pbroadcast";
   return k >= 0 && k < RK_NKINDS ? names[k] : "?";
 }
 
 bool ref_kind_inplace(ref_kind k)
 {
   return k == RK_PSUM || k == RK_PMAX || k == RK_PMIN || k == RK_PMEAN ||
-         k == RK_PPERMUTE;
+         k == RK_PPERMUTE || k == RK_PBROADCAST;
 }
 
 void ref_op_axes(const ref_mesh *m, ref_op *op, const int axes[], int naxes,
@@ -1187,14 +1250,40 @@ void ref_op_text(const ref_op *op, char *buf, size_t n)
           op->pairs[p][1]);
     cat(buf, n, "]");
     break;
+  case RK_PBROADCAST:
+    cat(buf, n, ", source=%d", op->dim);
+    break;
   default:
     break;
+  }
+  if (op->groups) {
+    cat(buf, n, ", axis_index_groups=[");
+    for (int g = 0; g < op->ngroups; g++) {
+      cat(buf, n, "%s[", g ? "," : "");
+      for (int k = 0; k < op->gsize; k++)
+        cat(buf, n, "%s%d", k ? "," : "", op->groups[g * op->gsize + k]);
+      cat(buf, n, "]");
+    }
+    cat(buf, n, "]");
   }
   cat(buf, n, ")");
 }
 
+static int apply(const ref_mesh *m, const ref_op *op, shmap_block *const in[],
+                 shmap_block *out[]);
+
 int ref_apply(const ref_mesh *m, const ref_op *op, shmap_block *const in[],
               shmap_block *out[])
+{
+  if (op->groups)
+    ref_set_groups(op->ngroups, op->gsize, op->groups);
+  int rc = apply(m, op, in, out);
+  ref_set_groups(0, 0, NULL);
+  return rc;
+}
+
+static int apply(const ref_mesh *m, const ref_op *op, shmap_block *const in[],
+                 shmap_block *out[])
 {
   switch (op->kind) {
   case RK_PSUM:
@@ -1217,9 +1306,47 @@ int ref_apply(const ref_mesh *m, const ref_op *op, shmap_block *const in[],
   case RK_PPERMUTE:
     return ref_ppermute(m, op->axes, op->naxes, in, op->npairs,
                         (const int(*)[2])op->pairs, out);
+  case RK_PBROADCAST:
+    return ref_pbroadcast(m, op->axes, op->naxes, in, op->dim, out);
   default:
     return SHMAP_EINVAL;
   }
+}
+
+/* The _groups forms of the library's collectives. */
+static int call_groups(shmap_ctx *ctx, const ref_op *op, shmap_block *x,
+                       shmap_block **res)
+{
+  shmap_groups g = {op->ngroups, op->gsize, op->groups};
+  int rc;
+  if (op->outplace)
+    switch (op->kind) {
+    case RK_PSUM: return shmap_psum_groups_new(ctx, x, op->text, &g, res);
+    case RK_PMAX: return shmap_pmax_groups_new(ctx, x, op->text, &g, res);
+    case RK_PMIN: return shmap_pmin_groups_new(ctx, x, op->text, &g, res);
+    case RK_PMEAN: return shmap_pmean_groups_new(ctx, x, op->text, &g, res);
+    default: break;
+    }
+  switch (op->kind) {
+  case RK_PSUM: rc = shmap_psum_groups(ctx, x, op->text, &g); break;
+  case RK_PMAX: rc = shmap_pmax_groups(ctx, x, op->text, &g); break;
+  case RK_PMIN: rc = shmap_pmin_groups(ctx, x, op->text, &g); break;
+  case RK_PMEAN: rc = shmap_pmean_groups(ctx, x, op->text, &g); break;
+  case RK_PSUM_SCATTER:
+    return shmap_psum_scatter_groups(ctx, x, op->text, &g, op->dim, op->tiled,
+                                     res);
+  case RK_ALL_GATHER:
+    return shmap_all_gather_groups(ctx, x, op->text, &g, op->dim, op->tiled,
+                                   res);
+  case RK_ALL_TO_ALL:
+    return shmap_all_to_all_groups(ctx, x, op->text, &g, op->dim, op->dim2,
+                                   op->tiled, res);
+  default:
+    return SHMAP_EINVAL;
+  }
+  if (rc == 0)
+    *res = x;
+  return rc;
 }
 
 int ref_call(shmap_ctx *ctx, const ref_op *op, shmap_block *x,
@@ -1227,6 +1354,16 @@ int ref_call(shmap_ctx *ctx, const ref_op *op, shmap_block *x,
 {
   *res = NULL;
   int rc;
+  if (op->groups)
+    return call_groups(ctx, op, x, res);
+  if (op->kind == RK_PBROADCAST) {
+    if (op->outplace)
+      return shmap_pbroadcast_new(ctx, x, op->text, op->dim, res);
+    rc = shmap_pbroadcast(ctx, x, op->text, op->dim);
+    if (rc == 0)
+      *res = x;
+    return rc;
+  }
   if (op->outplace)
     switch (op->kind) {
     case RK_PSUM:

@@ -127,6 +127,15 @@ int ref_all_to_all(const ref_mesh *m, const int axes[], int naxes,
 int ref_ppermute(const ref_mesh *m, const int axes[], int naxes,
                  shmap_block *const in[], int npairs, const int pairs[][2],
                  shmap_block *out[]);
+/* Every member gets the block of rank `source`; SHMAP_EINVAL when source
+ * is not a rank. */
+int ref_pbroadcast(const ref_mesh *m, const int axes[], int naxes,
+                   shmap_block *const in[], int source, shmap_block *out[]);
+/* axis_index_groups for the reductions, psum_scatter, all_gather and
+ * all_to_all above (JAX's meaning: each group of `gsize` ranks of the
+ * axes, listed group after group in `ranks`, is a collective of its own,
+ * ranked by its list).  NULL ranks: none.  Model state (single thread). */
+void ref_set_groups(int ngroups, int gsize, const int *ranks);
 
 /* ---- per-device capture of what bodies saw ---------------------------- */
 
@@ -158,7 +167,8 @@ typedef enum ref_kind {
   RK_ALL_GATHER,
   RK_ALL_TO_ALL,
   RK_PPERMUTE,
-  RK_NKINDS
+  RK_NKINDS,     /* the kinds above; those below have suites of their own */
+  RK_PBROADCAST  /* dim: the source */
 } ref_kind;
 
 typedef struct ref_op {
@@ -171,6 +181,8 @@ typedef struct ref_op {
   int npairs;
   int (*pairs)[2];    /* owned by whoever built the op */
   int outplace;       /* reductions, ppermute: the _new form */
+  int ngroups, gsize; /* axis_index_groups (the _groups forms) */
+  int *groups;        /* NULL: none; owned by whoever built the op */
 } ref_op;
 
 const char *ref_kind_name(ref_kind k);

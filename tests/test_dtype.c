@@ -426,7 +426,7 @@ static const rule_case rules[] = {
 START_TEST(t_rules)
 {
   const rule_case *c = &rules[_i / 2];
-  ck_assert_int_eq(setenv("SHMAP_SCHED", _i % 2 ? "fibers" : "threads", 1), 0);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("i=4");
   rule_arg a;
   memset(&a, 0, sizeof a);
@@ -504,7 +504,7 @@ static const struct {
 START_TEST(t_errors)
 {
   int k = _i / 2;
-  ck_assert_int_eq(setenv("SHMAP_SCHED", _i % 2 ? "fibers" : "threads", 1), 0);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("i=4");
   err_arg a;
   memset(&a, 0, sizeof a);
@@ -554,7 +554,7 @@ static int outplace_body(shmap_ctx *ctx, void *arg)
 /* _i: mode. */
 START_TEST(t_outplace)
 {
-  ck_assert_int_eq(setenv("SHMAP_SCHED", _i ? "fibers" : "threads", 1), 0);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("i=4");
   static const unsigned char v[16] = {1, 0, 1, 1, 1, 1, 0, 0,
                                       0, 0, 0, 1, 1, 0, 1, 0};
@@ -594,7 +594,7 @@ static int outplace_ok_body(shmap_ctx *ctx, void *arg)
 
 START_TEST(t_outplace_values)
 {
-  ck_assert_int_eq(setenv("SHMAP_SCHED", _i ? "fibers" : "threads", 1), 0);
+  tu_set_sched(_i);
   shmap_mesh *m = tu_mesh_new("i=4");
   static const unsigned char v[16] = {1, 0, 1, 1, 1, 1, 0, 0,
                                       0, 0, 0, 1, 1, 0, 1, 0};

@@ -71,6 +71,8 @@ check "device 3 runs the inner body of the map nested over 'j'" \
 # the nested map too; devices 0 and 1 may be anywhere yet.
 check "device 2 shows both maps" \
   "device 2 \(i=1, j=0\): .*\[map over 'i' > nested over 'j'\]"
+check "device 1 is a replica of device 0, which runs the body" \
+  "device 1 \(i=0, j=1\): .*replica of device 0 \(i=0, j=0\), waiting for its body \[map over 'i'\]"
 if grep -E 'Python Exception|Traceback' "$tmp/out" >/dev/null; then
   echo "FAIL: the extension raised a Python error"
   status=1

@@ -22,18 +22,6 @@
 #define TIMEOUT 60
 #define MAXDEV 64
 
-/* arange(n) as f32 (values exact). */
-static shmap_array *arange_f32(int rank, const int64_t *shape) {
-  int64_t n = ref_numel(rank, shape);
-  float *x = malloc((size_t)n * sizeof *x);
-  shmap_array *a;
-  for (int64_t e = 0; e < n; e++)
-    x[e] = (float)e;
-  a = tu_array_from_host(SHMAP_F32, rank, shape, x);
-  free(x);
-  return a;
-}
-
 static void expect_shape(const shmap_array *a, shmap_dtype dt, int rank,
                          const int64_t *shape) {
   ck_assert_ptr_nonnull(a);
@@ -97,7 +85,7 @@ static void check_mesh_usable(shmap_mesh *m) {
   float *h;
   int rc;
   shape[0] = 5;
-  x = arange_f32(1, shape);
+  x = tu_arange_f32(1, shape);
   rc = shmap_map(m, body_identity, NULL, 1, &x, is, 1, &y, os);
   ck_assert_msg(rc == 0, "mesh unusable after a failure: %d %s", rc,
                 shmap_errmsg());
@@ -115,7 +103,7 @@ static void check_mesh_usable(shmap_mesh *m) {
 START_TEST(seed_tile) {
   shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t shape[2] = {12, 12}, oshape[2] = {12, 24};
-  shmap_array *x = arange_f32(2, shape), *y = NULL;
+  shmap_array *x = tu_arange_f32(2, shape), *y = NULL;
   const char *is[] = {"P('i', None)"}, *os[] = {"P('i', 'j')"};
   targ *t = targ_new();
   float *h;
@@ -717,7 +705,7 @@ START_TEST(short_out_spec_pads) {
   /* out P('i') on a rank-2 block: dimension 1 unsplit; j untiles */
   shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t shape[2] = {8, 3};
-  shmap_array *x = arange_f32(2, shape), *y = NULL;
+  shmap_array *x = tu_arange_f32(2, shape), *y = NULL;
   const char *is[] = {"P('i')"}, *os[] = {"P('i')"};
   float *h;
   int rc = shmap_map(m, body_identity, NULL, 1, &x, is, 1, &y, os);
@@ -739,7 +727,7 @@ START_TEST(single_device_and_sixteen) {
   for (size_t k = 0; k < 3; k++) {
     shmap_mesh *m = tu_mesh_new(meshes[k]);
     int64_t shape[1] = {32};
-    shmap_array *x = arange_f32(1, shape), *y = NULL;
+    shmap_array *x = tu_arange_f32(1, shape), *y = NULL;
     const char *is[] = {k == 0 ? "P('solo')"
                         : k == 1 ? "P(('d', 'c', 'b', 'a'))"
                                  : "P('x')"};
@@ -764,7 +752,7 @@ END_TEST
 START_TEST(repeated_maps) {
   shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t shape[2] = {8, 4}, oshape[2] = {8, 8};
-  shmap_array *x = arange_f32(2, shape);
+  shmap_array *x = tu_arange_f32(2, shape);
   const char *is[] = {"P('i')"}, *os[] = {"P('i', 'j')"};
   for (int it = 0; it < 200; it++) {
     shmap_array *y = NULL;
@@ -830,7 +818,7 @@ static const char *expect_map_error(shmap_mesh *m, shmap_body_fn body,
 START_TEST(err_in_specs) {
   shmap_mesh *m = tu_mesh_new("rows=4, cols=2");
   int64_t bad[2] = {10, 12}, good[2] = {12, 12};
-  shmap_array *xb = arange_f32(2, bad), *xg = arange_f32(2, good);
+  shmap_array *xb = tu_arange_f32(2, bad), *xg = tu_arange_f32(2, good);
   const char *os[] = {"P()"};
   const char *msg;
   const char *is[1];
@@ -885,7 +873,7 @@ END_TEST
 START_TEST(err_out_specs) {
   shmap_mesh *m = tu_mesh_new("rows=4, cols=2");
   int64_t good[2] = {12, 12};
-  shmap_array *x = arange_f32(2, good);
+  shmap_array *x = tu_arange_f32(2, good);
   const char *is[] = {"P('rows')"};
   const char *os[1];
   const char *msg;
@@ -922,7 +910,7 @@ END_TEST
 START_TEST(err_null_args) {
   shmap_mesh *m = tu_mesh_new("i=2");
   int64_t shape[1] = {4};
-  shmap_array *x = arange_f32(1, shape), *y = NULL;
+  shmap_array *x = tu_arange_f32(1, shape), *y = NULL;
   shmap_array *nullarr[1] = {NULL};
   const char *is[] = {"P('i')"}, *os[] = {"P('i')"};
   const char *nullspec[] = {NULL};
@@ -1106,7 +1094,7 @@ START_TEST(err_replication_seed) {
    * along i (device 0 holds 0 where device 2 holds 72). */
   shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t shape[2] = {12, 12}, oshape[2] = {3, 12};
-  shmap_array *x = arange_f32(2, shape), *y = NULL;
+  shmap_array *x = tu_arange_f32(2, shape), *y = NULL;
   const char *is[] = {"P('i', 'j')"}, *os[] = {"P(None, 'j')"};
   const char *msg;
   float *h;
@@ -1196,7 +1184,7 @@ START_TEST(replication_equal_ok) {
   /* the blocks of a P('j') input are equal along i: untiling i is legal */
   shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t shape[1] = {6};
-  shmap_array *x = arange_f32(1, shape), *y = NULL;
+  shmap_array *x = tu_arange_f32(1, shape), *y = NULL;
   const char *is[] = {"P('j')"}, *os[] = {"P('j')"};
   float *h;
   int rc = shmap_map(m, body_double, NULL, 1, &x, is, 1, &y, os);
@@ -1358,7 +1346,7 @@ static int body_bad_call(shmap_ctx *ctx, void *arg) {
 START_TEST(err_bad_calls_in_body) {
   shmap_mesh *m = tu_mesh_new("i=4, j=2");
   int64_t shape[1] = {8};
-  shmap_array *x = arange_f32(1, shape);
+  shmap_array *x = tu_arange_f32(1, shape);
   const char *is[] = {"P('i')"}, *os[] = {"P('i')"};
   targ *t = targ_new();
   for (int mode = 0; mode < BC_COUNT; mode++) {

@@ -45,7 +45,20 @@ typedef struct pcase {
   int32_t inner_seen[MAXDEV][MAXEL];
   int64_t inner_shape[MAXDEV][3];
   int fail[MAXDEV];
+  /* How many times each device ran the outer and the nested body. */
+  int outer_ran[MAXDEV], inner_ran[MAXDEV];
 } pcase;
+
+/* Whether device dev has coordinate 0 on every axis of mask. */
+static int at_zero(const ref_mesh *m, int dev, unsigned mask)
+{
+  int coords[REF_MAX_AXES];
+  ref_coords(m, dev, coords);
+  for (int a = 0; a < m->naxes; a++)
+    if ((mask & (1u << a)) && coords[a] != 0)
+      return 0;
+  return 1;
+}
 
 static void spec_text(const ref_mesh *m, const ref_spec *s, char *buf, size_t n)
 {
@@ -125,6 +138,7 @@ static int inner_body(shmap_ctx *ctx, void *arg)
   const shmap_block *x = shmap_in(ctx, 0);
   if (!x)
     return -1;
+  c->inner_ran[dev]++;
   memcpy(c->inner_seen[dev], x->data, shmap_block_nbytes(x));
   memcpy(c->inner_shape[dev], x->shape, sizeof c->inner_shape[dev]);
   if (!shmap_out_copy(ctx, 0, x))
@@ -140,6 +154,7 @@ static int outer_body(shmap_ctx *ctx, void *arg)
   const shmap_block *x = shmap_in(ctx, 0);
   if (!x)
     return -1;
+  c->outer_ran[dev]++;
   memcpy(c->outer_seen[dev], x->data, shmap_block_nbytes(x));
   memcpy(c->outer_shape[dev], x->shape, sizeof c->outer_shape[dev]);
   if (!c->inner) {
@@ -211,7 +226,7 @@ static void run_case(uint64_t seed, int index)
            index, (unsigned long long)seed, mesh_text, c->manual_text,
            c->src_text, c->in_text, c->inner_text, c->nin_text);
 
-  setenv("SHMAP_SCHED", index % 2 ? "fibers" : "threads", 1);
+  tu_set_sched(index);
   shmap_mesh *mesh = tu_mesh_new(mesh_text);
   shmap_array *x = NULL, *y[2] = {NULL, NULL};
   int rc = shmap_array_from_host_sharded(&x, mesh, c->src_text, SHMAP_I32,
@@ -223,17 +238,40 @@ static void run_case(uint64_t seed, int index)
                     &o);
   ck_assert_msg(rc == 0, "%s: map: %d %s", what, rc, shmap_errmsg());
 
-  /* Blocks seen, against the reference's slices. */
+  /* One outer body per coordinate of the manual axes, on the device at
+   * coordinate 0 of the free axes; one nested body per coordinate of the
+   * manual and inner axes.  Blocks seen, against the reference's slices;
+   * every device holds the output block of its coordinates (replicated
+   * along the free axes). */
+
   for (int dev = 0; dev < c->ndev; dev++) {
     int64_t ob[3] = {0}, ib[3] = {0};
     int32_t *want = block_of(c, dev, &c->in, c->rank, c->shape, c->global, ob);
-    for (int d = 0; d < c->rank; d++)
+    shmap_block yb;
+    ck_assert_int_eq(shmap_array_block(y[0], dev, &yb, NULL), 0);
+    ck_assert_msg(memcmp(want, yb.data, (size_t)ref_numel(c->rank, ob) * 4) ==
+                      0, "%s: device %d holds another output block", what,
+                  dev);
+    int outer_runs = at_zero(m, dev, free_axes);
+    int inner_runs = c->inner && at_zero(m, dev, free_axes & ~c->inner);
+    ck_assert_msg(c->outer_ran[dev] == outer_runs,
+                  "%s: device %d ran the body %d times, want %d", what, dev,
+                  c->outer_ran[dev], outer_runs);
+    ck_assert_msg(c->inner_ran[dev] == inner_runs,
+                  "%s: device %d ran the nested body %d times, want %d", what,
+                  dev, c->inner_ran[dev], inner_runs);
+    if (!outer_runs && !inner_runs) {
+      free(want);
+      continue;
+    }
+    for (int d = 0; d < c->rank && outer_runs; d++)
       ck_assert_msg(c->outer_shape[dev][d] == ob[d], "%s: device %d dim %d",
                     what, dev, d);
-    ck_assert_msg(memcmp(want, c->outer_seen[dev],
-                         (size_t)ref_numel(c->rank, ob) * 4) == 0,
+    ck_assert_msg(!outer_runs || memcmp(want, c->outer_seen[dev],
+                                        (size_t)ref_numel(c->rank, ob) * 4) ==
+                                     0,
                   "%s: device %d outer block differs", what, dev);
-    if (c->inner) {
+    if (inner_runs) {
       int32_t *iw = block_of(c, dev, &c->nin, c->rank, ob, want, ib);
       for (int d = 0; d < c->rank; d++)
         ck_assert_msg(c->inner_shape[dev][d] == ib[d],
@@ -351,7 +389,7 @@ START_TEST(random_transfers)
   uint64_t rng = env && *env ? strtoull(env, NULL, 0) : 12;
   rng ^= 0x5eed;
   for (int i = 0; i < cases; i++) {
-    setenv("SHMAP_SCHED", i % 2 ? "fibers" : "threads", 1);
+    tu_set_sched(i);
     ref_mesh sm, dm;
     char stext[64], dtext[64];
     random_mesh(&rng, &sm, stext, sizeof stext, 27);

@@ -405,7 +405,7 @@ static void check_session(const char *path)
 /* _i: 0 threads, 1 fibers */
 START_TEST(t_trace_maps)
 {
-  ck_assert_int_eq(setenv("SHMAP_SCHED", _i ? "fibers" : "threads", 1), 0);
+  tu_set_sched(_i);
   char path[256];
   tmp_path(path, sizeof path, "maps");
   traced_session(path);
@@ -753,7 +753,7 @@ static int init_iota(shmap_block *b, int device, const int coords[],
 
 START_TEST(t_placement_named)
 {
-  ck_assert_int_eq(setenv("SHMAP_SCHED", _i ? "fibers" : "threads", 1), 0);
+  tu_set_sched(_i);
   char path[256];
   tmp_path(path, sizeof path, "placement");
   shmap_mesh *m = tu_mesh_new(mesh2d.text);

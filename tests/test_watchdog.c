@@ -173,7 +173,7 @@ static int check_reports(const char *out)
 /* _i: 0 threads, 1 fibers */
 START_TEST(t_report)
 {
-  ck_assert_int_eq(setenv("SHMAP_SCHED", _i ? "fibers" : "threads", 1), 0);
+  tu_set_sched(_i);
   /* A worker per device: a body asleep holds its worker, and device 3
    * placed on device 2's worker would not start before device 2 returns. */
   ck_assert_int_eq(setenv("SHMAP_WORKERS", "4", 1), 0);

@@ -67,6 +67,26 @@ void tu_array_to_block(const shmap_array *a, shmap_block *got,
   ck_assert_msg(rc == 0, "%s: shmap_array_to_host = %d", what, rc);
 }
 
+void tu_set_sched(int index)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", index % 2 ? "fibers" : "threads", 1),
+                   0);
+}
+
+shmap_array *tu_arange_f32(int rank, const int64_t shape[])
+{
+  int64_t n = 1;
+  for (int d = 0; d < rank; d++)
+    n *= shape[d];
+  float *x = malloc((size_t)(n > 0 ? n : 1) * sizeof *x);
+  ck_assert_ptr_nonnull(x);
+  for (int64_t e = 0; e < n; e++)
+    x[e] = (float)e;
+  shmap_array *a = tu_array_from_host(SHMAP_F32, rank, shape, x);
+  free(x);
+  return a;
+}
+
 void tu_map_ok(int rc, const char *what)
 {
   ck_assert_msg(rc == 0, "%s: shmap_map = %d (%s): %s", what, rc,

@@ -35,6 +35,13 @@ void *tu_array_to_host(const shmap_array *a, size_t *nbytes);
 void tu_array_to_block(const shmap_array *a, shmap_block *got,
                        const char *what);
 
+/* Sets SHMAP_SCHED for the meshes created next: threads for an even
+ * index (a Check loop test's _i, a case number), fibers for an odd one. */
+void tu_set_sched(int index);
+
+/* An f32 array of the given shape holding 0, 1, 2, ... (exact values). */
+shmap_array *tu_arange_f32(int rank, const int64_t shape[]);
+
 /* Asserts that a map returned 0 (code, its name and the message if not). */
 void tu_map_ok(int rc, const char *what);
 

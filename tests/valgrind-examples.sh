@@ -1,6 +1,6 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# valgrind-examples.sh - run every example program (examples/0*_*) under
+# valgrind-examples.sh - run every example program (examples/NN_*) under
 # valgrind's memcheck and fail if any of them reports a memory error, leaks
 # memory ("definitely lost") or fails by itself.
 #
@@ -53,7 +53,7 @@ if [ ! -x "$libtool_sh" ]; then
 fi
 
 examples=
-for f in "$builddir"/examples/0*_*; do
+for f in "$builddir"/examples/[0-9][0-9]_*; do
   case ${f##*/} in
     *.*) continue ;;   # objects and sources
   esac

@@ -113,7 +113,8 @@ int shmap__algo_reduce_scatter(shmap__plan *p, shmap_block *res)
 
 /* ---- all_gather ----------------------------------------------------------- */
 
-/* Member s's block lands at position s along the gathered axis. */
+/* The block of the member at position k of the group (the whole axes
+ * without axis_index_groups) lands at position k along the gathered axis. */
 int shmap__algo_all_gather(shmap__plan *p, shmap_block *res)
 {
   shmap__coll *c = &p->c;
@@ -121,7 +122,7 @@ int shmap__algo_all_gather(shmap__plan *p, shmap_block *res)
   int rc = shmap__comm_arrive(c);
   if (rc)
     return rc;
-  int a = c->call.p1, tiled = c->call.tiled, orank = p->orank;
+  int a = c->call.p1, tiled = c->call.tiled, orank = p->orank, g = p->gn;
   size_t es = c->esize;
   int64_t ostr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK], xstr[SHMAP_MAX_RANK];
   shmap__strides(orank, p->oshape, ostr);
@@ -133,20 +134,21 @@ int shmap__algo_all_gather(shmap__plan *p, shmap_block *res)
   shmap__box mine = {0, x->rank, x->shape, xstr};
   bool any = shmap_block_numel(x) > 0;
   if (any && shmap__comm_two_sided(c))
-    for (int s = 0; s < c->n; s++)
-      if (s != c->rank)
-        shmap__comm_send(c, s, &mine);
+    for (int k = 0; k < g; k++)
+      if (k != p->grank)
+        shmap__comm_send(c, shmap__plan_member(p, k), &mine);
   if (any)
-    for (int s = 0; s < c->n; s++)
-      shmap__comm_get(c, s, &mine, (char *)res->data + (size_t)(s * step) * es,
-                      dstr);
+    for (int k = 0; k < g; k++)
+      shmap__comm_get(c, shmap__plan_member(p, k), &mine,
+                      (char *)res->data + (size_t)(k * step) * es, dstr);
   return shmap__comm_depart(c, shmap_block_nbytes(x));
 }
 
 /* ---- all_to_all ----------------------------------------------------------- */
 
-/* Member r takes chunk r (along split_axis) of every member s's block and
- * puts it at position s along concat_axis. */
+/* The member at position r of the group takes chunk r (along split_axis)
+ * of the block of the member at position k and puts it at position k along
+ * concat_axis. */
 int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res)
 {
   shmap__coll *c = &p->c;
@@ -155,7 +157,7 @@ int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res)
   if (rc)
     return rc;
   int sa = c->call.p1, ca = c->call.p2, tiled = c->call.tiled;
-  int rank = x->rank, n = c->n;
+  int rank = x->rank, n = p->gn;
   size_t es = c->esize;
   int64_t cshape[SHMAP_MAX_RANK], xstr[SHMAP_MAX_RANK], sstr[SHMAP_MAX_RANK];
   shmap__strides(rank, x->shape, xstr);
@@ -175,16 +177,16 @@ int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res)
   int64_t dst_step = (tiled ? cshape[ca] : 1) * ostr[ca];
   bool any = shmap__numel(crank, cshape) > 0;
   if (any && shmap__comm_two_sided(c))
-    for (int s = 0; s < n; s++)
-      if (s != c->rank) {
-        shmap__box piece = {(size_t)(s * src_step) * es, crank, cshape, sstr};
-        shmap__comm_send(c, s, &piece);
+    for (int k = 0; k < n; k++)
+      if (k != p->grank) {
+        shmap__box piece = {(size_t)(k * src_step) * es, crank, cshape, sstr};
+        shmap__comm_send(c, shmap__plan_member(p, k), &piece);
       }
-  shmap__box from = {(size_t)(c->rank * src_step) * es, crank, cshape, sstr};
+  shmap__box from = {(size_t)(p->grank * src_step) * es, crank, cshape, sstr};
   if (any)
-    for (int s = 0; s < n; s++)
-      shmap__comm_get(c, s, &from,
-                      (char *)res->data + (size_t)(s * dst_step) * es, dstr);
+    for (int k = 0; k < n; k++)
+      shmap__comm_get(c, shmap__plan_member(p, k), &from,
+                      (char *)res->data + (size_t)(k * dst_step) * es, dstr);
   return shmap__comm_depart(c, shmap_block_nbytes(x));
 }
 

@@ -51,26 +51,6 @@ SHMAP_EXTERN int shmap_pmean(shmap_ctx *ctx, shmap_block *x, const char *axes)
   return reduce_inplace(ctx, x, axes, SHMAP__PMEAN, "pmean");
 }
 
-/* ---- shape-changing collectives ------------------------------------------- */
-
-/* Allocate the result, run the algorithm, and hand the result over; the
- * result is freed again if the call fails. */
-static int into_new_block(shmap__plan *p,
-                          int (*algo)(shmap__plan *, shmap_block *),
-                          shmap_block **out)
-{
-  shmap_block *res = shmap__plan_result(p);
-  if (!res)
-    return p->c.ctx->err;
-  int rc = algo(p, res);
-  if (rc) {
-    shmap__arena_free(p->c.ctx, shmap__arena_find(p->c.ctx, res));
-    return rc;
-  }
-  *out = res;
-  return 0;
-}
-
 /* ---- reductions into a new block -------------------------------------------- */
 
 /* The members' results land in their new blocks (the call's dst), read
@@ -82,7 +62,7 @@ static int reduce_new(shmap_ctx *ctx, const shmap_block *x, const char *axes,
     *out = NULL;
   shmap__plan p;
   int rc = shmap__plan_reduce_new(ctx, x, axes, kind, name, out != NULL, &p);
-  return rc ? rc : into_new_block(&p, shmap__algo_allreduce_new, out);
+  return rc ? rc : shmap__into_new_block(&p, shmap__algo_allreduce_new, out);
 }
 
 SHMAP_EXTERN int shmap_psum_new(shmap_ctx *ctx, const shmap_block *x,
@@ -122,8 +102,10 @@ SHMAP_EXTERN int shmap_ppermute_new(shmap_ctx *ctx, const shmap_block *x,
   if (!out)
     return shmap__dev_fail(ctx, shmap__coll_opname(&p.c), SHMAP_EINVAL,
                            "out is NULL");
-  return into_new_block(&p, shmap__algo_ppermute_new, out);
+  return shmap__into_new_block(&p, shmap__algo_ppermute_new, out);
 }
+
+/* ---- shape-changing collectives ------------------------------------------- */
 
 SHMAP_EXTERN int shmap_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
                                     const char *axes, int scatter_dimension,
@@ -134,7 +116,7 @@ SHMAP_EXTERN int shmap_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
   shmap__plan p;
   int rc = shmap__plan_psum_scatter(ctx, x, axes, scatter_dimension, tiled,
                                     out != NULL, &p);
-  return rc ? rc : into_new_block(&p, shmap__algo_reduce_scatter, out);
+  return rc ? rc : shmap__into_new_block(&p, shmap__algo_reduce_scatter, out);
 }
 
 SHMAP_EXTERN int shmap_all_gather(shmap_ctx *ctx, const shmap_block *x,
@@ -145,7 +127,7 @@ SHMAP_EXTERN int shmap_all_gather(shmap_ctx *ctx, const shmap_block *x,
     *out = NULL;
   shmap__plan p;
   int rc = shmap__plan_all_gather(ctx, x, axes, axis, tiled, out != NULL, &p);
-  return rc ? rc : into_new_block(&p, shmap__algo_all_gather, out);
+  return rc ? rc : shmap__into_new_block(&p, shmap__algo_all_gather, out);
 }
 
 SHMAP_EXTERN int shmap_all_to_all(shmap_ctx *ctx, const shmap_block *x,
@@ -158,7 +140,7 @@ SHMAP_EXTERN int shmap_all_to_all(shmap_ctx *ctx, const shmap_block *x,
   shmap__plan p;
   int rc = shmap__plan_all_to_all(ctx, x, axes, split_axis, concat_axis, tiled,
                                   out != NULL, &p);
-  return rc ? rc : into_new_block(&p, shmap__algo_all_to_all, out);
+  return rc ? rc : shmap__into_new_block(&p, shmap__algo_all_to_all, out);
 }
 
 SHMAP_EXTERN int shmap_ppermute(shmap_ctx *ctx, shmap_block *x,

@@ -9,8 +9,9 @@ const char *shmap__kind_name(int kind)
 {
   static const char *names[] = {"?", "psum", "pmax", "pmin", "pmean",
                                 "psum_scatter", "all_gather", "all_to_all",
-                                "ppermute"};
-  return kind > 0 && kind <= SHMAP__PPERMUTE ? names[kind] : "?";
+                                "ppermute", "pbroadcast", "ragged_all_to_all",
+                                "preduce"};
+  return kind > 0 && kind <= SHMAP__KIND_LAST ? names[kind] : "?";
 }
 
 uint64_t shmap__pack_op(int kind, const int axes[], int naxes)
@@ -53,8 +54,33 @@ void shmap__call_format(const shmap_mesh *mesh, const shmap__call *c,
                  (unsigned long long)c->pairs_hash);
     }
     break;
+  case SHMAP__PBROADCAST:
+    shmap__cat(buf, n, ", source=%d", c->source);
+    break;
+  case SHMAP__RAGGED_ALL_TO_ALL:
+    shmap__cat(buf, n, ", output rows %d", c->p1);
+    break;
+  case SHMAP__PREDUCE:
+    shmap__cat(buf, n, ", op #%08llx of width %d",
+               (unsigned long long)(c->op_hash & 0xffffffffu), c->p1);
+    break;
   default:
     break;
+  }
+  if (c->gsize) {
+    if (c->ngroups * c->gsize <= SHMAP__GROUP_RANKS_LISTED) {
+      shmap__cat(buf, n, ", axis_index_groups [");
+      for (int g = 0; g < c->ngroups; g++) {
+        shmap__cat(buf, n, "%s[", g ? ", " : "");
+        for (int k = 0; k < c->gsize; k++)
+          shmap__cat(buf, n, "%s%d", k ? ", " : "", c->groups[g * c->gsize + k]);
+        shmap__cat(buf, n, "]");
+      }
+      shmap__cat(buf, n, "]");
+    } else {
+      shmap__cat(buf, n, ", %d axis_index_groups of %d #%016llx", c->ngroups,
+                 c->gsize, (unsigned long long)c->groups_hash);
+    }
   }
   shmap__cat(buf, n, ")");
 }
@@ -66,7 +92,10 @@ bool shmap__call_equal(const shmap__call *a, const shmap__call *b)
          a->dtype == b->dtype && a->rank == b->rank &&
          memcmp(a->shape, b->shape, (size_t)a->rank * sizeof a->shape[0]) == 0 &&
          a->p1 == b->p1 && a->p2 == b->p2 && a->tiled == b->tiled &&
-         a->npairs == b->npairs && a->pairs_hash == b->pairs_hash;
+         a->npairs == b->npairs && a->pairs_hash == b->pairs_hash &&
+         a->gsize == b->gsize && a->ngroups == b->ngroups &&
+         a->groups_hash == b->groups_hash && a->source == b->source &&
+         a->op_hash == b->op_hash;
 }
 
 /* "; only device 0 (i=0) has pairs (1, 0), (2, 1)": the pairs of a that

@@ -13,8 +13,14 @@
 /* The collectives, in the order of their names (shmap__kind_name). */
 enum shmap__kind {
   SHMAP__PSUM = 1, SHMAP__PMAX, SHMAP__PMIN, SHMAP__PMEAN,
-  SHMAP__PSUM_SCATTER, SHMAP__ALL_GATHER, SHMAP__ALL_TO_ALL, SHMAP__PPERMUTE
+  SHMAP__PSUM_SCATTER, SHMAP__ALL_GATHER, SHMAP__ALL_TO_ALL, SHMAP__PPERMUTE,
+  SHMAP__PBROADCAST, SHMAP__RAGGED_ALL_TO_ALL, SHMAP__PREDUCE
 };
+#define SHMAP__KIND_LAST SHMAP__PREDUCE
+
+/* axis_index_groups a descriptor lists itself (ranks, group by group), so
+ * that a mismatch message can show them; larger layouts by hash only. */
+#define SHMAP__GROUP_RANKS_LISTED 32
 
 /* ppermute pairs a descriptor carries itself (sorted by destination), so
  * that a mismatch message can list the pairs that differ; calls with more
@@ -36,6 +42,15 @@ typedef struct shmap__call {
   int npairs;
   uint64_t pairs_hash;
   int pairs[SHMAP__PAIRS_LISTED][2]; /* the first npairs, when that many */
+  /* axis_index_groups (coll/groups.c): groups of gsize ranks (0: the
+   * whole group of the axes), their hash, and the ranks when few. */
+  int gsize, ngroups;
+  uint64_t groups_hash;
+  int groups[SHMAP__GROUP_RANKS_LISTED];
+  /* pbroadcast: the source; preduce: the hash of the operation's name
+   * (p1 holds its width). */
+  int source;
+  uint64_t op_hash;
   /* This device's data for the call: the buffer its peers read (src) and
    * the one they may write (dst); the same buffer for in-place calls.
    * Meaningful only in the device's own address space. */

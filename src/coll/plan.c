@@ -46,11 +46,17 @@ static int axes_cached(shmap_ctx *ctx, const char *name, const char *text,
   return rc;
 }
 
-/* What every collective checks first: the context, the axes, the input. */
-static int prepare(shmap_ctx *ctx, const char *name, int kind,
-                   const shmap_block *x, const char *axes, shmap__plan *p)
+/* What every collective checks first: the context, the axes, the input,
+ * the groups. */
+int shmap__plan_prepare(shmap_ctx *ctx, const char *name, int kind,
+                        const shmap_block *x, const char *axes,
+                        const shmap_groups *groups, shmap__plan *p)
 {
   shmap__coll *c = &p->c;
+  p->groups = groups;
+  p->gn = 1;
+  p->grank = 0;
+  p->gmem = NULL;
   c->ctx = ctx;
   c->name = name;
   c->axes_ok = false;
@@ -78,7 +84,7 @@ static int prepare(shmap_ctx *ctx, const char *name, int kind,
   p->odtype = x->dtype;
   c->n = shmap__group(ctx->rt->mesh, c->call.axes, c->call.naxes, ctx->dev,
                       NULL, &c->rank);
-  return 0;
+  return shmap__groups_plan(p);
 }
 
 /* Normalise a possibly negative dimension into [0, limit). */
@@ -98,7 +104,7 @@ static int norm_dim(shmap__plan *p, const char *what, int dim, int limit,
 static int split_check(shmap__plan *p, const char *what, int d, int tiled)
 {
   const shmap__call *call = &p->c.call;
-  int n = p->c.n;
+  int n = p->gn;
   int64_t size = call->shape[d];
   char s[128];
   shmap__shape_format((shmap_dtype)call->dtype, call->rank, call->shape, s,
@@ -135,6 +141,22 @@ shmap_block *shmap__plan_result(shmap__plan *p)
   }
   p->c.call.dst = c->block.data;
   return &c->block;
+}
+
+int shmap__into_new_block(shmap__plan *p,
+                          int (*algo)(shmap__plan *, shmap_block *),
+                          shmap_block **out)
+{
+  shmap_block *res = shmap__plan_result(p);
+  if (!res)
+    return p->c.ctx->err;
+  int rc = algo(p, res);
+  if (rc) {
+    shmap__arena_free(p->c.ctx, shmap__arena_find(p->c.ctx, res));
+    return rc;
+  }
+  *out = res;
+  return 0;
 }
 
 /* ---- queries ---------------------------------------------------------- */
@@ -178,7 +200,7 @@ static int plan_fold(shmap__plan *p, int kind)
                            t->not_allowed[op]);
   p->odtype = t->result[op];
   p->fold.fn = shmap__kernel(op, (shmap_dtype)c->call.dtype);
-  p->fold.count = kind == SHMAP__PMEAN ? c->n : 0;
+  p->fold.count = kind == SHMAP__PMEAN ? p->gn : 0;
   p->fold.out_esize = shmap_dtype_size((shmap_dtype)p->odtype);
   return 0;
 }
@@ -187,7 +209,17 @@ int shmap__plan_reduce_new(shmap_ctx *ctx, const shmap_block *x,
                            const char *axes, int kind, const char *name,
                            bool has_out, shmap__plan *p)
 {
-  int rc = prepare(ctx, name, kind, x, axes, p);
+  return shmap__plan_reduce_new_groups(ctx, x, axes, NULL, kind, name,
+                                       has_out, p);
+}
+
+int shmap__plan_reduce_new_groups(shmap_ctx *ctx, const shmap_block *x,
+                                  const char *axes,
+                                  const shmap_groups *groups, int kind,
+                                  const char *name, bool has_out,
+                                  shmap__plan *p)
+{
+  int rc = shmap__plan_prepare(ctx, name, kind, x, axes, groups, p);
   if (rc || (rc = plan_fold(p, kind)))
     return rc;
   if (!has_out)
@@ -200,7 +232,14 @@ int shmap__plan_reduce_new(shmap_ctx *ctx, const shmap_block *x,
 int shmap__plan_reduce(shmap_ctx *ctx, shmap_block *x, const char *axes,
                        int kind, const char *name, shmap__plan *p)
 {
-  int rc = prepare(ctx, name, kind, x, axes, p);
+  return shmap__plan_reduce_groups(ctx, x, axes, NULL, kind, name, p);
+}
+
+int shmap__plan_reduce_groups(shmap_ctx *ctx, shmap_block *x,
+                              const char *axes, const shmap_groups *groups,
+                              int kind, const char *name, shmap__plan *p)
+{
+  int rc = shmap__plan_prepare(ctx, name, kind, x, axes, groups, p);
   if (rc || (rc = plan_fold(p, kind)))
     return rc;
   if (p->odtype != (int)x->dtype)
@@ -218,7 +257,18 @@ int shmap__plan_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
                              const char *axes, int scatter_dimension,
                              int tiled, bool has_out, shmap__plan *p)
 {
-  int rc = prepare(ctx, "psum_scatter", SHMAP__PSUM_SCATTER, x, axes, p);
+  return shmap__plan_psum_scatter_groups(ctx, x, axes, NULL, scatter_dimension,
+                                         tiled, has_out, p);
+}
+
+int shmap__plan_psum_scatter_groups(shmap_ctx *ctx, const shmap_block *x,
+                                    const char *axes,
+                                    const shmap_groups *groups,
+                                    int scatter_dimension, int tiled,
+                                    bool has_out, shmap__plan *p)
+{
+  int rc = shmap__plan_prepare(ctx, "psum_scatter", SHMAP__PSUM_SCATTER, x,
+                               axes, groups, p);
   if (rc)
     return rc;
   if (!has_out)
@@ -232,7 +282,7 @@ int shmap__plan_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
   if ((rc = plan_fold(p, SHMAP__PSUM_SCATTER)))
     return rc;
   /* Rank r keeps rows [r*m, (r+1)*m) of dimension d, summed. */
-  int64_t m = x->shape[d] / p->c.n;
+  int64_t m = x->shape[d] / p->gn;
   p->orank = 0;
   for (int i = 0; i < x->rank; i++) {
     if (i == d && !tiled)
@@ -246,7 +296,17 @@ int shmap__plan_all_gather(shmap_ctx *ctx, const shmap_block *x,
                            const char *axes, int axis, int tiled,
                            bool has_out, shmap__plan *p)
 {
-  int rc = prepare(ctx, "all_gather", SHMAP__ALL_GATHER, x, axes, p);
+  return shmap__plan_all_gather_groups(ctx, x, axes, NULL, axis, tiled,
+                                       has_out, p);
+}
+
+int shmap__plan_all_gather_groups(shmap_ctx *ctx, const shmap_block *x,
+                                  const char *axes, const shmap_groups *groups,
+                                  int axis, int tiled, bool has_out,
+                                  shmap__plan *p)
+{
+  int rc = shmap__plan_prepare(ctx, "all_gather", SHMAP__ALL_GATHER, x, axes,
+                               groups, p);
   if (rc)
     return rc;
   if (!has_out)
@@ -263,7 +323,7 @@ int shmap__plan_all_gather(shmap_ctx *ctx, const shmap_block *x,
     return rc;
   p->c.call.p1 = a;
   p->c.call.tiled = tiled != 0;
-  int n = p->c.n;
+  int n = p->gn;
   p->orank = tiled ? x->rank : x->rank + 1;
   for (int i = 0, j = 0; i < p->orank; i++) {
     if (!tiled && i == a)
@@ -284,7 +344,17 @@ int shmap__plan_all_to_all(shmap_ctx *ctx, const shmap_block *x,
                            const char *axes, int split_axis, int concat_axis,
                            int tiled, bool has_out, shmap__plan *p)
 {
-  int rc = prepare(ctx, "all_to_all", SHMAP__ALL_TO_ALL, x, axes, p);
+  return shmap__plan_all_to_all_groups(ctx, x, axes, NULL, split_axis,
+                                       concat_axis, tiled, has_out, p);
+}
+
+int shmap__plan_all_to_all_groups(shmap_ctx *ctx, const shmap_block *x,
+                                  const char *axes, const shmap_groups *groups,
+                                  int split_axis, int concat_axis, int tiled,
+                                  bool has_out, shmap__plan *p)
+{
+  int rc = shmap__plan_prepare(ctx, "all_to_all", SHMAP__ALL_TO_ALL, x, axes,
+                               groups, p);
   if (rc)
     return rc;
   if (!has_out)
@@ -300,7 +370,7 @@ int shmap__plan_all_to_all(shmap_ctx *ctx, const shmap_block *x,
   /* The chunk each member sends to each other: tiled, the block with
    * dimension sa divided by n; untiled, the block without dimension sa.
    * The result stacks the chunks along ca. */
-  int n = p->c.n, rank = x->rank;
+  int n = p->gn, rank = x->rank;
   int64_t cshape[SHMAP_MAX_RANK];
   int crank = 0;
   for (int i = 0; i < rank; i++) {
@@ -326,7 +396,8 @@ int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
                          const char *axes, int npairs, const int pairs[][2],
                          shmap__plan *p)
 {
-  int rc = prepare(ctx, "ppermute", SHMAP__PPERMUTE, x, axes, p);
+  int rc = shmap__plan_prepare(ctx, "ppermute", SHMAP__PPERMUTE, x, axes, NULL,
+                               p);
   if (rc)
     return rc;
   if (npairs < 0 || (npairs > 0 && !pairs))

@@ -21,7 +21,31 @@ typedef struct shmap__plan {
   int odtype;                     /* the result's dtype (the input's, but
                                      i32 for sums of bool) */
   shmap__fold fold;               /* reductions: kernel, mean, result size */
+  /* axis_index_groups (coll/groups.c).  The transport's group stays the
+   * whole group of the axes (c.n, c.rank): every member arrives and
+   * agrees; data moves only within this member's group of gn ranks, in
+   * which it has rank grank.  gmem lists the group's ranks of the axes
+   * in order (NULL without groups: rank r is r). */
+  const shmap_groups *groups;
+  int gn, grank;
+  const int *gmem;
 } shmap__plan;
+
+/* The transport rank of the member at position k of this member's group. */
+static inline int shmap__plan_member(const shmap__plan *p, int k)
+{
+  return p->gmem ? p->gmem[k] : k;
+}
+
+/* What every plan checks first (the context, the axes, the input, the
+ * groups; NULL groups for the whole group) and the descriptor's common
+ * fields.  0 or an error code (message set). */
+int shmap__plan_prepare(shmap_ctx *ctx, const char *name, int kind,
+                        const shmap_block *x, const char *axes,
+                        const shmap_groups *groups, shmap__plan *p);
+/* Check groups against the plan's group (coll/groups.c) and fill gn, grank,
+ * gmem and the descriptor's groups. */
+int shmap__groups_plan(shmap__plan *p);
 
 /* Each checks its collective's arguments on this device (an error fails
  * the whole map, message set) and fills the plan.  0 or an error code. */
@@ -43,12 +67,39 @@ int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
 int shmap__plan_reduce_new(shmap_ctx *ctx, const shmap_block *x,
                            const char *axes, int kind, const char *name,
                            bool has_out, shmap__plan *p);
+/* The same plans within axis_index_groups (NULL: the whole group). */
+int shmap__plan_reduce_groups(shmap_ctx *ctx, shmap_block *x,
+                              const char *axes, const shmap_groups *groups,
+                              int kind, const char *name, shmap__plan *p);
+int shmap__plan_reduce_new_groups(shmap_ctx *ctx, const shmap_block *x,
+                                  const char *axes,
+                                  const shmap_groups *groups, int kind,
+                                  const char *name, bool has_out,
+                                  shmap__plan *p);
+int shmap__plan_psum_scatter_groups(shmap_ctx *ctx, const shmap_block *x,
+                                    const char *axes,
+                                    const shmap_groups *groups,
+                                    int scatter_dimension, int tiled,
+                                    bool has_out, shmap__plan *p);
+int shmap__plan_all_gather_groups(shmap_ctx *ctx, const shmap_block *x,
+                                  const char *axes, const shmap_groups *groups,
+                                  int axis, int tiled, bool has_out,
+                                  shmap__plan *p);
+int shmap__plan_all_to_all_groups(shmap_ctx *ctx, const shmap_block *x,
+                                  const char *axes, const shmap_groups *groups,
+                                  int split_axis, int concat_axis, int tiled,
+                                  bool has_out, shmap__plan *p);
 /* axis_index / axis_size: the group size, and the rank in *rank. */
 int shmap__plan_group(shmap_ctx *ctx, const char *name, const char *axes,
                       int *rank);
 /* A new block of the plan's result shape in the device's arena, its data
  * the call's dst; NULL (the map failed, message set) when out of memory. */
 shmap_block *shmap__plan_result(shmap__plan *p);
+/* Allocate the plan's result block, run algo into it, hand it over (the
+ * block goes back to the arena if algo fails). */
+int shmap__into_new_block(shmap__plan *p,
+                          int (*algo)(shmap__plan *, shmap_block *),
+                          shmap_block **out);
 
 /* Algorithms (algo.c): arrive, move the data, depart.  0 or an error
  * code (message set). */
@@ -61,5 +112,11 @@ int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res);
 int shmap__algo_ppermute(shmap__plan *p, shmap_block *x);
 /* ppermute from the input into a new block res. */
 int shmap__algo_ppermute_new(shmap__plan *p, shmap_block *res);
+/* Within axis_index_groups (coll/groups.c): the reductions in place (x)
+ * or into res, the reduction's result staying in a scratch block until
+ * every member has read its input; and the shape-changing three. */
+int shmap__algo_allreduce_groups(shmap__plan *p, shmap_block *x);
+int shmap__algo_allreduce_groups_new(shmap__plan *p, shmap_block *res);
+int shmap__algo_reduce_scatter_groups(shmap__plan *p, shmap_block *res);
 
 #endif /* SHMAP_PLAN_H */

@@ -6,6 +6,7 @@
  */
 #include "runtime/debug.h"
 
+#include "coll/async.h"
 #include "coll/desc.h"
 #include "map.h"
 #include "settings.h"
@@ -168,6 +169,7 @@ static void stuck_fiber_hint(const shmap__runtime *rt, uint64_t now, FILE *out)
     const shmap__dev *dev = &rt->devs[d];
     int state = atomic_load(&dev->dbg.state);
     if (d == longest || state == SHMAP__ST_DONE ||
+        state == SHMAP__ST_REPLICA ||
         (state == SHMAP__ST_PARKED && atomic_load(&dev->coll.finished)))
       continue;
     char a[96], b[96];
@@ -222,6 +224,14 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
       break;
     }
     case SHMAP__ST_DONE: snprintf(what, sizeof what, "returned from its body"); break;
+    case SHMAP__ST_REPLICA: {
+      /* A map over some axes: this device holds the values of the body
+       * running on its host (same manual coordinates, free ones 0). */
+      char host[96];
+      shmap__mesh_devname(mesh, (int)op, host, sizeof host);
+      snprintf(what, sizeof what, "replica of %s, waiting for its body", host);
+      break;
+    }
     default:
       if (atomic_load(&dev->coll.finished)) {
         snprintf(what, sizeof what, "returned from its body");
@@ -236,6 +246,7 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
     bool past = strncmp(what, "returned", 8) == 0;
     fprintf(out, "  %s: %s %s%.1f s%s\n", name, what, past ? "" : "for ", secs,
             past ? " ago" : "");
+    shmap__async_report(rt, d, now, out);
   }
   stuck_fiber_hint(rt, now, out);
   funlockfile(out);
@@ -306,37 +317,117 @@ static uint64_t trace_dropped; /* events lost for lack of memory */
 
 bool shmap__tracing(void) { return atomic_load_explicit(&tracing, memory_order_relaxed); }
 
-static void trace_push(shmap__dev *d, const shmap__tev *ev)
+static void push(shmap__dev *d, shmap__tev **tev, size_t *n, size_t *capp,
+                 const shmap__tev *ev)
 {
-  if (d->dbg.ntev == d->dbg.captev) {
-    size_t cap = d->dbg.captev ? d->dbg.captev * 2 : 256;
-    shmap__tev *t = shmap__realloc(d->dbg.tev, cap * sizeof *t);
+  if (*n == *capp) {
+    size_t cap = *capp ? *capp * 2 : 256;
+    shmap__tev *t = shmap__realloc(*tev, cap * sizeof *t);
     if (!t) {
       d->dbg.tev_dropped++;
       return;
     }
-    d->dbg.tev = t;
-    d->dbg.captev = cap;
+    *tev = t;
+    *capp = cap;
   }
-  d->dbg.tev[d->dbg.ntev++] = *ev;
+  (*tev)[(*n)++] = *ev;
+}
+
+static void trace_push(shmap__dev *d, const shmap__tev *ev)
+{
+  /* A progress helper records the transfers it carries out for the device
+   * on the track of the request, not on the device's own (coll/async.c). */
+  if (shmap__helper_for == d) {
+    shmap__tev e = *ev;
+    e.track = d->dbg.rtrack;
+    push(d, &d->dbg.rtev, &d->dbg.nrtev, &d->dbg.caprtev, &e);
+    return;
+  }
+  push(d, &d->dbg.tev, &d->dbg.ntev, &d->dbg.captev, ev);
+}
+
+void shmap__trace_request(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
+                          uint64_t bytes, uint32_t seq, int track)
+{
+  shmap__tev e = {t0, t1, op, bytes, seq, "request", track};
+  push(d, &d->dbg.rtev, &d->dbg.nrtev, &d->dbg.caprtev, &e);
 }
 
 void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
                         uint64_t bytes, uint32_t seq)
 {
-  trace_push(d, &(shmap__tev){t0, t1, op, bytes, seq, NULL});
+  trace_push(d, &(shmap__tev){t0, t1, op, bytes, seq, NULL, 0});
 }
 
 void shmap__trace_body(shmap__dev *d, uint64_t t0, uint64_t t1, uint32_t seq,
                        const char *job)
 {
-  trace_push(d, &(shmap__tev){t0, t1, 0, 0, seq, job});
+  trace_push(d, &(shmap__tev){t0, t1, 0, 0, seq, job, 0});
 }
 
 static void sep(strbuf *b)
 {
   sb_printf(b, trace_first ? "\n" : ",\n");
   trace_first = 0;
+}
+
+/* " \"ts\":...,\"dur\":..." of an event, exact to the nanosecond. */
+static void when_format(const shmap__tev *e, char *when, size_t n)
+{
+  uint64_t t0 = e->t0 < trace_t0 ? trace_t0 : e->t0;
+  uint64_t ts = t0 - trace_t0, dur = e->t1 - t0;
+  snprintf(when, n, "\"ts\":%llu.%03u,\"dur\":%llu.%03u",
+           (unsigned long long)(ts / 1000), (unsigned)(ts % 1000),
+           (unsigned long long)(dur / 1000), (unsigned)(dur % 1000));
+}
+
+/* A device's asynchronous requests: each request slot of the device is a
+ * track of its own (tid after the devices'), on which a request is one
+ * slice from its start to its completion, with the transfer its helper
+ * carried out inside it.  A slot serves its next request only after the
+ * previous one was waited for, so the slices of a track never overlap. */
+static void trace_requests(strbuf *b, shmap__runtime *rt, int d)
+{
+  shmap__dev *dev = &rt->devs[d];
+  const shmap_mesh *mesh = rt->mesh;
+  bool named[SHMAP_MAX_REQUESTS] = {false};
+  for (size_t i = 0; i < dev->dbg.nrtev; i++) {
+    const shmap__tev *e = &dev->dbg.rtev[i];
+    if (e->t1 < trace_t0 || e->track < 0 || e->track >= SHMAP_MAX_REQUESTS)
+      continue;
+    int tid = rt->ndev + 1 + d * SHMAP_MAX_REQUESTS + e->track;
+    if (!named[e->track]) {
+      char coords[96];
+      shmap__mesh_devname(mesh, d, coords, sizeof coords);
+      sep(b);
+      sb_printf(b, "{\"name\":\"thread_name\",\"cat\":\"__metadata\","
+                   "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
+                   "\"args\":{\"name\":\"%s requests (slot %d)\"}}",
+                rt->id, tid, coords, e->track);
+      sep(b);
+      sb_printf(b, "{\"name\":\"thread_sort_index\",\"cat\":\"__metadata\","
+                   "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
+                   "\"args\":{\"sort_index\":%d}}",
+                rt->id, tid, tid - 1);
+      named[e->track] = true;
+    }
+    char when[96], o[360];
+    when_format(e, when, sizeof when);
+    op_format(mesh, e->op, o, sizeof o);
+    const char *over = strstr(o, " over ");
+    int dt = (int)(e->op >> 56) - 1;
+    sep(b);
+    sb_printf(b, "{\"name\":\"%s%s\",\"cat\":\"%s\",\"ph\":\"X\","
+                 "\"pid\":%d,\"tid\":%d,%s,"
+                 "\"args\":{\"axes\":\"%s\",\"dtype\":\"%s\","
+                 "\"bytes\":%llu,\"call\":%u}}",
+              shmap__kind_name((int)(e->op & 0xff)),
+              e->job ? " request" : " transfer", e->job ? "request" : "transfer",
+              rt->id, tid, when, over ? over + 6 : "",
+              shmap_dtype_name((shmap_dtype)dt), (unsigned long long)e->bytes,
+              e->seq);
+  }
+  dev->dbg.nrtev = 0;
 }
 
 /* Append a runtime's tracks and events, and forget the events.  Called
@@ -427,6 +518,7 @@ static void trace_runtime(strbuf *b, shmap__runtime *rt)
       }
     }
     dev->dbg.ntev = 0;
+    trace_requests(b, rt, d);
     trace_dropped += dev->dbg.tev_dropped;
     dev->dbg.tev_dropped = 0;
   }
@@ -445,8 +537,10 @@ static void trace_runtime_take(shmap__runtime *rt, bool pinned)
 void shmap__trace_runtime_gone(shmap__runtime *rt)
 {
   if (rt->devs)
-    for (int d = 0; d < rt->ndev; d++)
+    for (int d = 0; d < rt->ndev; d++) {
       free(rt->devs[d].dbg.tev);
+      free(rt->devs[d].dbg.rtev);
+    }
 }
 
 SHMAP_EXTERN int shmap_trace_start(const char *path)

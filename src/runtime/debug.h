@@ -26,6 +26,10 @@ bool shmap__tracing(void);
 /* Record an event of device `d` (when tracing). */
 void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
                         uint64_t bytes, uint32_t seq);
+/* Record an asynchronous request of device `d`, from its start to its
+ * completion, on the track of its request slot (its helper's thread). */
+void shmap__trace_request(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
+                          uint64_t bytes, uint32_t seq, int track);
 /* Record a body of device `d`; `job` names a job of the library's own (it
  * shows under that name in the trace), NULL for a user's body. */
 void shmap__trace_body(shmap__dev *d, uint64_t t0, uint64_t t1, uint32_t seq,

@@ -7,6 +7,8 @@
 #include "settings.h"
 #include "transport/comm.h"
 #include "transport/mpi.h"
+#include "coll/async.h"
+#include "runtime/progress.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -101,6 +103,14 @@ static void waiter_init(shmap__waiter *w, _Atomic uint64_t *flag, uint64_t bit,
 }
 static void waiter_fini(shmap__waiter *w) { sleep_fini(w); }
 
+void shmap__waiter_init(shmap__waiter *w, uint64_t spin_ns)
+{
+  waiter_init(w, NULL, 0, spin_ns);
+}
+void shmap__waiter_fini(shmap__waiter *w) { waiter_fini(w); }
+
+_Thread_local shmap__dev *shmap__helper_for;
+
 static bool asleep(const shmap__waiter *w)
 {
   return (atomic_load_explicit(w->flag, memory_order_relaxed) & w->bit) != 0;
@@ -144,6 +154,9 @@ void shmap__wake_all(shmap__runtime *rt)
   if (rt->workers) {
     for (int w = 0; w < rt->nworkers; w++)
       shmap__wake(&rt->workers[w].waiter);
+    /* Progress helpers sleep on their devices' waiters (sched.h). */
+    if (atomic_load_explicit(&rt->helpers, memory_order_relaxed))
+      wake_devices(rt, 0);
   } else if (rt->devs && rt->sleepers) {
     wake_devices(rt, 0);
   }
@@ -549,6 +562,16 @@ bool shmap__dev_wait_on(shmap__runtime *rt, shmap__dev *d,
   if (rt->mode == SHMAP__THREADS)
     return wait_impl(rt, &d->waiter, pred, arg, abort, 0,
                      awaited ? dev_asleep : NULL, awaited) == 1;
+  if (shmap__helper_for == d) {
+    /* A progress helper in fiber mode waits like a device thread; nobody
+     * wakes it for MPI transfers, so then it looks again every 50 us. */
+    for (;;) {
+      uint64_t dl = atomic_load(&rt->mpi_waiters) ? shmap__now() + 50000 : 0;
+      int r = wait_impl(rt, &d->waiter, pred, arg, abort, dl, NULL, NULL);
+      if (r >= 0)
+        return r == 1;
+    }
+  }
   /* A fiber never spins: while it waits its worker runs the others. */
   if (pred(arg))
     return true;
@@ -785,6 +808,8 @@ void shmap__runtime_destroy(shmap__runtime *rt)
   /* In a child of fork() the threads stayed in the parent (fork.c). */
   if (rt->started && atomic_load(&rt->forkgen) == shmap__fork_generation() + 1)
     join_threads(rt, rt->mode == SHMAP__FIBERS ? rt->nworkers : rt->ndev);
+  shmap__progress_destroy(rt);
+  shmap__async_destroy(rt);
   free_devices(rt);
   if (rt->tp && rt->tp->destroy)
     rt->tp->destroy(rt);

@@ -44,7 +44,9 @@ enum shmap__state {
   SHMAP__ST_INPUTS,     /* building its input blocks */
   SHMAP__ST_BODY,       /* running the user's body */
   SHMAP__ST_COLL,       /* inside a collective */
-  SHMAP__ST_DONE        /* body returned; waiting for the others */
+  SHMAP__ST_DONE,       /* body returned; waiting for the others */
+  SHMAP__ST_REPLICA     /* holds the values of another device's body (a
+                           map over some axes); op: that device */
 };
 
 /* One trace event: a body or a collective on one device. */
@@ -55,6 +57,7 @@ typedef struct shmap__tev {
   uint32_t seq;
   const char *job; /* body events: NULL for a user's body, else the name of
                       the library's own job (a static string) */
+  int track;       /* request events: the device's request slot */
 } shmap__tev;
 
 /* A user-level execution context with a stack of its own (fiber.c).  A
@@ -139,6 +142,11 @@ typedef struct shmap__dev {
     shmap__tev *tev;
     size_t ntev, captev;
     uint64_t tev_dropped;
+    /* Events of the device's asynchronous requests (coll/async.c), written
+     * by its progress helper only: they go on a track of their own. */
+    shmap__tev *rtev;
+    size_t nrtev, caprtev;
+    int rtrack; /* the slot of the request its helper carries out */
   } dbg;
   /* The device's arena cache (arena.c): freed large blocks. */
   struct shmap__dev_arena {
@@ -224,6 +232,12 @@ typedef struct shmap__runtime {
    * transport's own state for this mesh (NULL until it needs some). */
   const struct shmap__transport *tp;
   void *tstate;
+  /* Asynchronous collectives (coll/async.c) and the progress helpers that
+   * carry them out (runtime/progress.c): NULL until a device starts one;
+   * `helpers` counts the helper threads started. */
+  void *_Atomic async;
+  void *_Atomic progress;
+  _Atomic int helpers;
 } shmap__runtime;
 
 int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh);
@@ -259,7 +273,22 @@ bool shmap__dev_wait(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
 bool shmap__dev_wait_on(shmap__runtime *rt, shmap__dev *d,
                         const shmap__dev *awaited, shmap__pred pred, void *arg,
                         _Atomic int *abort);
-static inline void shmap__dev_wake(shmap__dev *d) { shmap__wake(d->sched.wq); }
+/* A device's progress helper (runtime/progress.c) waits on the device's
+ * own `waiter` in either mode, so in fiber mode it is woken too. */
+static inline void shmap__dev_wake(shmap__dev *d)
+{
+  shmap__wake(d->sched.wq);
+  if (d->sched.wq != &d->waiter)
+    shmap__wake(&d->waiter);
+}
+
+/* The device whose asynchronous calls the calling thread carries out (its
+ * progress helper), or NULL: such a thread waits like a device thread, on
+ * the device's `waiter`, whatever the mode. */
+extern _Thread_local shmap__dev *shmap__helper_for;
+/* A waiter of one's own (not a device's), e.g. a progress helper's. */
+void shmap__waiter_init(shmap__waiter *w, uint64_t spin_ns);
+void shmap__waiter_fini(shmap__waiter *w);
 
 /* Zeroed arrays of at least `size` bytes that live from one map to the
  * next (index 0 or 1): taken for a map, given back after it (NULL is

@@ -4,6 +4,7 @@
  * each call. */
 #include "transport/comm.h"
 
+#include "coll/async.h"
 #include "map.h"
 #include "proc.h"
 #include "transport/mpi.h"
@@ -58,7 +59,11 @@ static int leave(shmap__coll *c, uint64_t bytes, int rc)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__dev *self = &ctx->rt->devs[ctx->dev];
-  uint64_t t1 = shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
+  /* A progress helper leaves the device's state alone: the device runs
+   * its body meanwhile (coll/async.c). */
+  uint64_t t1 = shmap__helper_for
+                    ? shmap__now()
+                    : shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
   if (shmap__tracing())
     shmap__trace_event(self, c->t0, t1, c->packed, bytes, c->k);
   return rc;
@@ -68,12 +73,20 @@ static int leave(shmap__coll *c, uint64_t bytes, int rc)
 static void enter(shmap__coll *c)
 {
   shmap_ctx *ctx = c->ctx;
-  shmap__dev *self = &ctx->rt->devs[ctx->dev];
+  shmap__runtime *rt = ctx->rt;
+  /* Calls the device started run first, on its progress helper
+   * (coll/async.c); the helper itself makes them here. */
+  if (!shmap__helper_for && atomic_load_explicit(&rt->async,
+                                                 memory_order_relaxed))
+    shmap__async_drain(ctx);
+  shmap__dev *self = &rt->devs[ctx->dev];
   c->comm = ctx->comm;
   /* The dtype rides in the top byte, for traces. */
   c->packed = shmap__pack_op(c->call.kind, c->call.axes, c->call.naxes) |
               (uint64_t)(c->call.dtype + 1) << 56;
-  c->t0 = shmap__set_state(self, SHMAP__ST_COLL, c->packed, shmap__now());
+  c->t0 = shmap__helper_for
+              ? shmap__now()
+              : shmap__set_state(self, SHMAP__ST_COLL, c->packed, shmap__now());
   c->k = ++ctx->seq;
 }
 
@@ -121,6 +134,13 @@ int shmap__comm_depart_deferred(shmap__coll *c, uint64_t bytes, bool *deferred)
 void shmap__comm_src_wait(shmap_ctx *ctx, int reader, uint32_t k)
 {
   const shmap__transport *tp = ctx->comm ? ctx->comm->tp : NULL;
-  if (tp && tp->src_wait)
-    tp->src_wait(ctx, reader, k);
+  if (!tp || !tp->src_wait)
+    return;
+  /* The wait may sleep on the device's waiter, where its progress helper
+   * sleeps while it carries out a started call, and a waiter has one
+   * sleeper: the calls the device started finish first. */
+  if (!shmap__helper_for &&
+      atomic_load_explicit(&ctx->rt->async, memory_order_relaxed))
+    shmap__async_drain(ctx);
+  tp->src_wait(ctx, reader, k);
 }

@@ -652,6 +652,8 @@ static int shm_depart(shmap__coll *c)
  * published that box to has left that call: in a loop of calls, they
  * long have.
  */
+/* Every field shmap__call_equal compares goes in, so that two calls whose
+ * hashes agree differ only by a collision. */
 static uint32_t call_hash(const shmap__call *a)
 {
   uint64_t h = 1469598103934665603ull;
@@ -669,6 +671,11 @@ static uint32_t call_hash(const shmap__call *a)
   MIX(a->tiled);
   MIX(a->npairs);
   MIX(a->pairs_hash);
+  MIX(a->gsize);
+  MIX(a->ngroups);
+  MIX(a->groups_hash);
+  MIX(a->source);
+  MIX(a->op_hash);
 #undef MIX
   return (uint32_t)(h ^ h >> 32);
 }

@@ -1,0 +1,545 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * async.c - asynchronous collectives: shmap_*_start, shmap_wait,
+ * shmap_wait_all and shmap_test.
+ *
+ * A start is the blocking call cut in two.  The device plans the call as
+ * the blocking one does (the same checks, messages and descriptor), takes
+ * the call's number in program order, reserves the result, and posts the
+ * rest -- rendezvous, agreement, data movement, completion: the algorithm
+ * of algo.c through the transport -- to its progress helper
+ * (runtime/progress.c), which runs it as the device while the body goes
+ * on.  The helper runs the device's calls one at a time, in order, and a
+ * blocking collective waits until the helper is idle before it enters the
+ * transport itself (shmap__async_drain), so the transport still sees one
+ * call at a time per device.  Mismatches and failures are therefore found
+ * and released exactly as for blocking calls, and results are the
+ * blocking call's bit for bit.
+ *
+ * The helper carries the call out with a copy of the device's context
+ * (the request's `proxy`): the call's number, its error and its byte
+ * counts are the request's own until the wait hands them to the device.
+ *
+ * psum_start is in place: its fold is written into a scratch block of the
+ * device (the call's dst) and copied into x by the wait, so x keeps its
+ * input until then, as the rules promise.
+ *
+ * The rules are the caller's: between start and wait the input is not
+ * written and the result not read.  With SHMAP_ASYNC_CHECK=1 the start
+ * fills the result with a pattern and checksums the input, the helper
+ * checksums the result when the transfer is done, and the wait checksums
+ * both again: a difference fails the wait (and the map), naming the call.
+ */
+#include "coll/async.h"
+
+#include "coll/plan.h"
+#include "runtime/debug.h"
+#include "runtime/progress.h"
+#include "settings.h"
+
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { R_FREE = 0, R_POSTED, R_RUNNING, R_DONE };
+
+struct shmap_request {
+  _Atomic int state;
+  int slot, dev;
+  shmap__plan plan;                        /* plan.c.ctx is &proxy */
+  int (*algo)(shmap__plan *, shmap_block *);
+  shmap_block *res;      /* what the algorithm writes */
+  shmap__chunk *scratch; /* psum: the fold's block, copied into ... */
+  shmap_block *inplace;  /* ... x, at the wait */
+  const shmap_block *in; /* the input the body must not write */
+  struct shmap_ctx proxy;
+  const char *api;       /* "shmap_ppermute_start" */
+  char op[360];          /* "ppermute over 'i'" */
+  uint32_t k;            /* the call's number on the device */
+  uint64_t packed;       /* kind, axes and dtype (trace, watchdog) */
+  _Atomic uint64_t t_start;
+  uint64_t t_done;
+  bool check;
+  uint64_t in_sum, res_sum;
+  int rc;
+  char msg[SHMAP__MSG_MAX];
+};
+
+/* A device's requests. */
+typedef struct shmap__async_dev {
+  struct shmap_request req[SHMAP_MAX_REQUESTS];
+  int nopen; /* the device's own count */
+} adev;
+
+static adev *table(shmap__runtime *rt, bool create)
+{
+  adev *t = atomic_load(&rt->async);
+  if (t || !create)
+    return t;
+  t = shmap__alloc(sizeof *t * (size_t)rt->ndev, true);
+  if (!t)
+    return NULL;
+  for (int d = 0; d < rt->ndev; d++)
+    for (int s = 0; s < SHMAP_MAX_REQUESTS; s++) {
+      t[d].req[s].slot = s;
+      t[d].req[s].dev = d;
+    }
+  void *expected = NULL;
+  if (!atomic_compare_exchange_strong(&rt->async, &expected, t)) {
+    free(t);
+    return expected;
+  }
+  return t;
+}
+
+void shmap__async_destroy(shmap__runtime *rt)
+{
+  free(atomic_load(&rt->async));
+  atomic_store(&rt->async, NULL);
+}
+
+/* FNV-1a over the bytes, eight at a time where it can. */
+static uint64_t checksum(const void *data, size_t n)
+{
+  const unsigned char *p = data;
+  uint64_t h = 1469598103934665603ull;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, p + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  for (; i < n; i++)
+    h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+/* ---- the helper's side ------------------------------------------------- */
+
+static void carry_out(void *arg)
+{
+  struct shmap_request *r = arg;
+  shmap__runtime *rt = r->proxy.rt;
+  shmap__dev *d = &rt->devs[r->dev];
+  atomic_store(&r->state, R_RUNNING);
+  d->dbg.rtrack = r->slot;
+  int rc = r->algo(&r->plan, r->res);
+  r->rc = rc;
+  if (rc)
+    snprintf(r->msg, sizeof r->msg, "%s", shmap__errbuf());
+  else if (r->check && !r->inplace)
+    r->res_sum = checksum(r->res->data, shmap_block_nbytes(r->res));
+  r->t_done = shmap__now();
+  if (shmap__tracing())
+    shmap__trace_request(d, atomic_load(&r->t_start), r->t_done, r->packed,
+                         shmap_block_nbytes(r->in), r->k, r->slot);
+  atomic_store(&r->state, R_DONE);
+}
+
+/* ---- the device's side --------------------------------------------------- */
+
+static bool none_pending(void *arg)
+{
+  const adev *a = arg;
+  for (int s = 0; s < SHMAP_MAX_REQUESTS; s++) {
+    int st = atomic_load(&a->req[s].state);
+    if (st == R_POSTED || st == R_RUNNING)
+      return false;
+  }
+  return true;
+}
+
+bool shmap__async_busy(const shmap_ctx *ctx)
+{
+  adev *t = atomic_load(&ctx->rt->async);
+  return t && t[ctx->dev].nopen && !none_pending(&t[ctx->dev]);
+}
+
+void shmap__async_drain(shmap_ctx *ctx)
+{
+  if (!shmap__async_busy(ctx))
+    return;
+  adev *a = &((adev *)atomic_load(&ctx->rt->async))[ctx->dev];
+  shmap__progress_wait(ctx->rt, ctx->dev, none_pending, a);
+}
+
+/* A free request slot of the device, with its helper running; NULL when
+ * the map failed (message set). */
+static struct shmap_request *take(shmap__plan *p, const char *api)
+{
+  shmap_ctx *ctx = p->c.ctx;
+  shmap__runtime *rt = ctx->rt;
+  adev *t = table(rt, true);
+  if (!t) {
+    shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ENOMEM,
+                    "out of memory for requests");
+    return NULL;
+  }
+  adev *a = &t[ctx->dev];
+  if (a->nopen >= SHMAP_MAX_REQUESTS) {
+    char open[SHMAP__MSG_MAX / 2] = "";
+    for (int s = 0; s < SHMAP_MAX_REQUESTS; s++)
+      shmap__cat(open, sizeof open, "%s#%u %s", s ? ", " : "", a->req[s].k,
+                 a->req[s].op);
+    shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ESTATE,
+                    "%s: a device may have at most SHMAP_MAX_REQUESTS (%d) "
+                    "requests open, and these are: %s; wait for one first",
+                    api, SHMAP_MAX_REQUESTS, open);
+    return NULL;
+  }
+  if (shmap__progress_ensure(rt, ctx->dev)) {
+    shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ESYS, "%s",
+                    shmap__errbuf());
+    return NULL;
+  }
+  for (int s = 0; s < SHMAP_MAX_REQUESTS; s++)
+    if (atomic_load(&a->req[s].state) == R_FREE)
+      return &a->req[s];
+  return NULL; /* not reached: nopen counts the slots in use */
+}
+
+/* Post the planned call; its result (or psum's scratch) is res. */
+static void launch(struct shmap_request *r, shmap__plan *p, const char *api,
+                   int (*algo)(shmap__plan *, shmap_block *),
+                   shmap_block *res, const shmap_block *in)
+{
+  shmap_ctx *ctx = p->c.ctx;
+  adev *a = &((adev *)atomic_load(&ctx->rt->async))[ctx->dev];
+  a->nopen++;
+  r->api = api;
+  r->algo = algo;
+  r->res = res;
+  r->in = in;
+  r->rc = 0;
+  r->msg[0] = '\0';
+  snprintf(r->op, sizeof r->op, "%s", shmap__coll_opname(&p->c));
+  r->packed = shmap__pack_op(p->c.call.kind, p->c.call.axes, p->c.call.naxes) |
+              (uint64_t)(p->c.call.dtype + 1) << 56;
+  r->check = shmap__setting_async_check();
+  if (r->check) {
+    r->in_sum = checksum(in->data, shmap_block_nbytes(in));
+    if (!r->inplace)
+      memset(res->data, 0xa5, shmap_block_nbytes(res));
+  }
+  /* The call takes its number now, in program order; the helper's copy of
+   * the context numbers it the same (comm.c adds one). */
+  r->proxy = *ctx;
+  r->proxy.err = 0;
+  r->proxy.remote = 0;
+  ctx->seq++;
+  r->k = ctx->seq;
+  r->plan = *p;
+  r->plan.c.ctx = &r->proxy;
+  atomic_store(&r->t_start, shmap__now());
+  atomic_store(&r->state, R_POSTED);
+  shmap__progress_post(ctx->rt, ctx->dev, carry_out, r);
+}
+
+SHMAP_EXTERN int shmap_ppermute_start(shmap_ctx *ctx, const shmap_block *x,
+                                      const char *axes, int npairs,
+                                      const int pairs[][2], shmap_block **out,
+                                      shmap_request **req)
+{
+  if (out)
+    *out = NULL;
+  if (req)
+    *req = NULL;
+  shmap__plan p;
+  int rc = shmap__plan_ppermute(ctx, x, axes, npairs, pairs, &p);
+  if (rc)
+    return rc;
+  if (!out || !req)
+    return shmap__dev_fail(ctx, shmap__coll_opname(&p.c), SHMAP_EINVAL,
+                           "%s is NULL", out ? "req" : "out");
+  struct shmap_request *r = take(&p, "shmap_ppermute_start");
+  shmap_block *res = r ? shmap__plan_result(&p) : NULL;
+  if (!res)
+    return ctx->err;
+  r->inplace = NULL;
+  r->scratch = NULL;
+  launch(r, &p, "shmap_ppermute_start", shmap__algo_ppermute_new, res, x);
+  *out = res;
+  *req = r;
+  return 0;
+}
+
+SHMAP_EXTERN int shmap_all_gather_start(shmap_ctx *ctx, const shmap_block *x,
+                                        const char *axes, int axis, int tiled,
+                                        shmap_block **out, shmap_request **req)
+{
+  if (out)
+    *out = NULL;
+  if (req)
+    *req = NULL;
+  shmap__plan p;
+  int rc = shmap__plan_all_gather(ctx, x, axes, axis, tiled, out != NULL, &p);
+  if (rc)
+    return rc;
+  if (!req)
+    return shmap__dev_fail(ctx, shmap__coll_opname(&p.c), SHMAP_EINVAL,
+                           "req is NULL");
+  struct shmap_request *r = take(&p, "shmap_all_gather_start");
+  shmap_block *res = r ? shmap__plan_result(&p) : NULL;
+  if (!res)
+    return ctx->err;
+  r->inplace = NULL;
+  r->scratch = NULL;
+  launch(r, &p, "shmap_all_gather_start", shmap__algo_all_gather, res, x);
+  *out = res;
+  *req = r;
+  return 0;
+}
+
+SHMAP_EXTERN int shmap_psum_scatter_start(shmap_ctx *ctx, const shmap_block *x,
+                                          const char *axes,
+                                          int scatter_dimension, int tiled,
+                                          shmap_block **out,
+                                          shmap_request **req)
+{
+  if (out)
+    *out = NULL;
+  if (req)
+    *req = NULL;
+  shmap__plan p;
+  int rc = shmap__plan_psum_scatter(ctx, x, axes, scatter_dimension, tiled,
+                                    out != NULL, &p);
+  if (rc)
+    return rc;
+  if (!req)
+    return shmap__dev_fail(ctx, shmap__coll_opname(&p.c), SHMAP_EINVAL,
+                           "req is NULL");
+  struct shmap_request *r = take(&p, "shmap_psum_scatter_start");
+  shmap_block *res = r ? shmap__plan_result(&p) : NULL;
+  if (!res)
+    return ctx->err;
+  r->inplace = NULL;
+  r->scratch = NULL;
+  launch(r, &p, "shmap_psum_scatter_start", shmap__algo_reduce_scatter, res,
+         x);
+  *out = res;
+  *req = r;
+  return 0;
+}
+
+SHMAP_EXTERN int shmap_psum_start(shmap_ctx *ctx, shmap_block *x,
+                                  const char *axes, shmap_request **req)
+{
+  if (req)
+    *req = NULL;
+  shmap__plan p;
+  int rc = shmap__plan_reduce(ctx, x, axes, SHMAP__PSUM, "psum", &p);
+  if (rc)
+    return rc;
+  if (!req)
+    return shmap__dev_fail(ctx, shmap__coll_opname(&p.c), SHMAP_EINVAL,
+                           "req is NULL");
+  struct shmap_request *r = take(&p, "shmap_psum_start");
+  if (!r)
+    return ctx->err;
+  shmap__chunk *scratch = shmap__arena_alloc(ctx, x->dtype, x->rank, x->shape,
+                                             SHMAP__CHUNK_SCRATCH, false);
+  if (!scratch)
+    return shmap__dev_fail(ctx, shmap__coll_opname(&p.c), SHMAP_ENOMEM, "%s",
+                           shmap__errbuf());
+  p.c.call.dst = scratch->block.data;
+  r->inplace = x;
+  r->scratch = scratch;
+  launch(r, &p, "shmap_psum_start", shmap__algo_allreduce, x, x);
+  *req = r;
+  return 0;
+}
+
+/* ---- completing ------------------------------------------------------------ */
+
+static bool is_done(void *arg)
+{
+  return atomic_load(&((struct shmap_request *)arg)->state) == R_DONE;
+}
+
+/* The request of *req, checked to be an open request of this device; NULL
+ * when not (the map failed, message set). */
+static struct shmap_request *open_request(shmap_ctx *ctx, const char *api,
+                                          shmap_request *const *req)
+{
+  if (!req) {
+    shmap__dev_fail(ctx, api, SHMAP_EINVAL, "req is NULL");
+    return NULL;
+  }
+  if (!*req) {
+    shmap__dev_fail(ctx, api, SHMAP_EINVAL,
+                    "*req is NULL (a request that was never started, or "
+                    "was already waited for)");
+    return NULL;
+  }
+  adev *t = atomic_load(&ctx->rt->async);
+  struct shmap_request *r = *req;
+  if (!t || r < t[ctx->dev].req || r >= t[ctx->dev].req + SHMAP_MAX_REQUESTS ||
+      atomic_load(&r->state) == R_FREE) {
+    shmap__dev_fail(ctx, api, SHMAP_EINVAL,
+                    "*req is not an open request of this device (already "
+                    "waited for, or started by another device)");
+    return NULL;
+  }
+  return r;
+}
+
+static void release(shmap_ctx *ctx, struct shmap_request *r)
+{
+  if (r->scratch)
+    shmap__arena_free(ctx, r->scratch);
+  r->scratch = NULL;
+  r->inplace = NULL;
+  atomic_store(&r->state, R_FREE);
+  ((adev *)atomic_load(&ctx->rt->async))[ctx->dev].nopen--;
+}
+
+/* The request is done: hand its outcome to the device. */
+static int complete(shmap_ctx *ctx, struct shmap_request *r)
+{
+  int rc = r->rc;
+  ctx->remote += r->proxy.remote;
+  if (rc) {
+    shmap__err_set(r->msg);
+    if (!ctx->err)
+      ctx->err = rc;
+  } else if (r->check &&
+             checksum(r->in->data, shmap_block_nbytes(r->in)) != r->in_sum) {
+    rc = shmap__dev_fail(ctx, r->op, SHMAP_ESTATE,
+                         "the input was written between %s and shmap_wait "
+                         "(call #%u); it must stay unchanged until the wait "
+                         "returns", r->api, r->k);
+  } else if (r->check && !r->inplace &&
+             checksum(r->res->data, shmap_block_nbytes(r->res)) !=
+                 r->res_sum) {
+    rc = shmap__dev_fail(ctx, r->op, SHMAP_ESTATE,
+                         "the result was written between %s and shmap_wait "
+                         "(call #%u); it belongs to the transfer until the "
+                         "wait returns", r->api, r->k);
+  }
+  if (!rc && r->inplace)
+    memcpy(r->inplace->data, r->scratch->block.data,
+           shmap_block_nbytes(r->inplace));
+  release(ctx, r);
+  return rc;
+}
+
+SHMAP_EXTERN int shmap_wait(shmap_ctx *ctx, shmap_request **req)
+{
+  int rc = shmap__ctx_check(ctx, "shmap_wait");
+  if (rc)
+    return rc;
+  struct shmap_request *r = open_request(ctx, "shmap_wait", req);
+  if (!r)
+    return ctx->err;
+  if (!is_done(r))
+    shmap__progress_wait(ctx->rt, ctx->dev, is_done, r);
+  *req = NULL;
+  return complete(ctx, r);
+}
+
+SHMAP_EXTERN int shmap_wait_all(shmap_ctx *ctx, int n, shmap_request *reqs[])
+{
+  int rc = shmap__ctx_check(ctx, "shmap_wait_all");
+  if (rc)
+    return rc;
+  if (n < 0 || (n > 0 && !reqs))
+    return shmap__dev_fail(ctx, "shmap_wait_all", SHMAP_EINVAL,
+                           n < 0 ? "n is negative (%d)" : "reqs is NULL (n=%d)",
+                           n);
+  int first = 0;
+  for (int i = 0; i < n; i++) {
+    if (!reqs[i])
+      continue;
+    if (!open_request(ctx, "shmap_wait_all", &reqs[i]))
+      return ctx->err;
+  }
+  /* In the order started: each request finishes after the ones before. */
+  for (int i = 0; i < n; i++) {
+    if (!reqs[i])
+      continue;
+    int r = shmap_wait(ctx, &reqs[i]);
+    if (r && !first)
+      first = r;
+  }
+  return first;
+}
+
+/* A fiber gives its worker to the others once; a thread its core. */
+static bool second_look(void *arg) { return (*(int *)arg)++ > 0; }
+
+static void yield(shmap_ctx *ctx)
+{
+  shmap__runtime *rt = ctx->rt;
+  if (rt->mode == SHMAP__FIBERS) {
+    int looks = 0;
+    shmap__dev_wait(rt, &rt->devs[ctx->dev], second_look, &looks, NULL);
+  } else {
+    sched_yield();
+  }
+}
+
+SHMAP_EXTERN int shmap_test(shmap_ctx *ctx, shmap_request *const *req,
+                            int *done)
+{
+  if (done)
+    *done = 0;
+  int rc = shmap__ctx_check(ctx, "shmap_test");
+  if (rc)
+    return rc;
+  if (!done)
+    return shmap__dev_fail(ctx, "shmap_test", SHMAP_EINVAL, "done is NULL");
+  struct shmap_request *r = open_request(ctx, "shmap_test", req);
+  if (!r)
+    return ctx->err;
+  *done = is_done(r);
+  /* A body may poll in a loop: let the devices it may be waiting for run
+   * (in fiber mode they may share its worker). */
+  if (!*done)
+    yield(ctx);
+  return 0;
+}
+
+/* ---- the end of a body, the watchdog ---------------------------------------- */
+
+void shmap__async_body_end(shmap_ctx *ctx)
+{
+  adev *t = atomic_load(&ctx->rt->async);
+  if (!t || !t[ctx->dev].nopen)
+    return;
+  adev *a = &t[ctx->dev];
+  /* The first open request in program order is the one to name. */
+  struct shmap_request *first = NULL;
+  for (int s = 0; s < SHMAP_MAX_REQUESTS; s++)
+    if (atomic_load(&a->req[s].state) != R_FREE &&
+        (!first || a->req[s].k < first->k))
+      first = &a->req[s];
+  shmap__dev_fail(ctx, first->op, SHMAP_ESTATE,
+                  "the body returned with this request open (call #%u, "
+                  "started by %s and never waited for; %d request%s open)",
+                  first->k, first->api, a->nopen, a->nopen == 1 ? "" : "s");
+  /* The failure releases every transfer still waiting for its group. */
+  shmap__progress_wait(ctx->rt, ctx->dev, none_pending, a);
+  for (int s = 0; s < SHMAP_MAX_REQUESTS; s++)
+    if (atomic_load(&a->req[s].state) != R_FREE)
+      release(ctx, &a->req[s]);
+}
+
+void shmap__async_report(shmap__runtime *rt, int d, uint64_t now, FILE *out)
+{
+  adev *t = atomic_load(&rt->async);
+  if (!t)
+    return;
+  for (int s = 0; s < SHMAP_MAX_REQUESTS; s++) {
+    struct shmap_request *r = &t[d].req[s];
+    int st = atomic_load(&r->state);
+    if (st == R_FREE)
+      continue;
+    uint64_t t0 = atomic_load(&r->t_start);
+    double secs = t0 && now > t0 ? (double)(now - t0) / 1e9 : 0;
+    fprintf(out, "    request %d: %s (call #%u, %s), started %.1f s ago: %s\n",
+            s, r->op, r->k, r->api, secs,
+            st == R_POSTED    ? "queued behind earlier requests"
+            : st == R_RUNNING ? "in transfer (waiting for its group or data)"
+                              : "done, not yet waited for");
+  }
+}

@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * progress.c - progress helpers: one thread per device that uses
+ * asynchronous collectives, started on the device's first request and
+ * parked between requests until the mesh goes away.
+ *
+ * Why a thread.  A started transfer must move while the body computes
+ * without calling into the library, so something other than the device
+ * must run it.  The helper runs the very same algorithm and transport
+ * code as a blocking call, as the device: the transport sees one call at a
+ * time per device, in program order, whoever executes it, so rendezvous,
+ * agreement, mismatch detection and failure release need nothing new.  The
+ * helper waits where the device would (shmap__helper_for, sched.h): on the
+ * device's own waiter, which every wake aimed at the device reaches, in
+ * thread and fiber mode alike.  The device itself never waits there while
+ * it has work posted: it waits for its requests on `donew` (thread mode)
+ * or as a fiber (fiber mode), and a blocking collective first waits until
+ * the helper is idle (coll/async.c).
+ *
+ * The queue is a ring written by the device and read by the helper (one
+ * producer, one consumer), with SHMAP_MAX_REQUESTS places: a device cannot
+ * have more requests open.
+ */
+#include "runtime/progress.h"
+
+#include "runtime/debug.h"
+#include "settings.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <uv.h>
+
+#ifdef HAVE_PTHREAD_SETNAME_NP
+#include <pthread.h>
+#endif
+
+typedef struct item {
+  void (*fn)(void *);
+  void *arg;
+} item;
+
+typedef struct helper {
+  alignas(SHMAP__CACHELINE) _Atomic uint32_t head, tail; /* ring indices */
+  item ring[SHMAP_MAX_REQUESTS];
+  shmap__runtime *rt;
+  int dev;
+  int started;       /* the thread runs (written by the device only) */
+  unsigned forkgen;  /* the process that started it */
+  _Atomic int stop;
+  uintptr_t thread;
+  shmap__waiter park;  /* the helper waits for work here */
+  shmap__waiter donew; /* thread mode: the device waits for work done */
+  char name[16];
+} helper;
+
+static helper *helpers_of(shmap__runtime *rt)
+{
+  helper *h = atomic_load(&rt->progress);
+  if (h)
+    return h;
+  /* The first device to need one allocates every device's; a device that
+   * loses the race frees its copy. */
+  h = shmap__alloc(sizeof *h * (size_t)rt->ndev, true);
+  if (!h)
+    return NULL;
+  for (int d = 0; d < rt->ndev; d++) {
+    h[d].rt = rt;
+    h[d].dev = d;
+  }
+  void *expected = NULL;
+  if (!atomic_compare_exchange_strong(&rt->progress, &expected, h)) {
+    free(h);
+    return expected;
+  }
+  return h;
+}
+
+static bool has_work(void *arg)
+{
+  helper *h = arg;
+  return atomic_load(&h->tail) != atomic_load(&h->head) ||
+         atomic_load(&h->stop);
+}
+
+static void helper_main(void *arg)
+{
+  helper *h = arg;
+  shmap__runtime *rt = h->rt;
+  shmap__dev *d = &rt->devs[h->dev];
+#ifdef HAVE_PTHREAD_SETNAME_NP
+  pthread_setname_np(pthread_self(), h->name);
+#endif
+  shmap__guard_thread();
+  for (;;) {
+    shmap__wait(rt, &h->park, has_work, h, NULL);
+    uint32_t head = atomic_load(&h->head);
+    if (head == atomic_load(&h->tail)) {
+      if (atomic_load(&h->stop))
+        return;
+      continue;
+    }
+    item it = h->ring[head % SHMAP_MAX_REQUESTS];
+    shmap__helper_for = d;
+    it.fn(it.arg);
+    shmap__helper_for = NULL;
+    atomic_store(&h->head, head + 1);
+    shmap__progress_done(rt, h->dev);
+  }
+}
+
+int shmap__progress_ensure(shmap__runtime *rt, int dev)
+{
+  helper *all = helpers_of(rt);
+  if (!all)
+    return shmap__err(SHMAP_ENOMEM, "out of memory for progress helpers");
+  helper *h = &all[dev];
+  if (h->started)
+    return 0;
+  shmap__waiter_init(&h->park, rt->spin_max);
+  shmap__waiter_init(&h->donew, rt->spin_max);
+  snprintf(h->name, sizeof h->name, "shmap-p%d", dev & 0xffff);
+  uv_thread_options_t opts = {.flags = UV_THREAD_HAS_STACK_SIZE,
+                              .stack_size = (size_t)1 << 20};
+  uv_thread_t t;
+  int rc = uv_thread_create_ex(&t, &opts, helper_main, h);
+  if (rc != 0) {
+    shmap__waiter_fini(&h->park);
+    shmap__waiter_fini(&h->donew);
+    return shmap__err(SHMAP_ESYS, "cannot start the progress helper of "
+                                  "device %d: %s", dev, uv_strerror(rc));
+  }
+  h->thread = (uintptr_t)t;
+  h->forkgen = shmap__fork_generation();
+  h->started = 1;
+  atomic_fetch_add(&rt->helpers, 1);
+  return 0;
+}
+
+void shmap__progress_post(shmap__runtime *rt, int dev, void (*fn)(void *),
+                          void *arg)
+{
+  helper *h = &((helper *)atomic_load(&rt->progress))[dev];
+  uint32_t tail = atomic_load(&h->tail);
+  h->ring[tail % SHMAP_MAX_REQUESTS] = (item){fn, arg};
+  atomic_store(&h->tail, tail + 1);
+  shmap__wake(&h->park);
+}
+
+void shmap__progress_wait(shmap__runtime *rt, int dev, shmap__pred pred,
+                          void *arg)
+{
+  shmap__dev *d = &rt->devs[dev];
+  if (rt->mode == SHMAP__FIBERS) {
+    /* The worker runs the device's neighbours meanwhile. */
+    while (!shmap__dev_wait(rt, d, pred, arg, NULL))
+      ;
+    return;
+  }
+  helper *h = &((helper *)atomic_load(&rt->progress))[dev];
+  shmap__wait(rt, &h->donew, pred, arg, NULL);
+}
+
+void shmap__progress_done(shmap__runtime *rt, int dev)
+{
+  helper *h = &((helper *)atomic_load(&rt->progress))[dev];
+  shmap__dev *d = &rt->devs[dev];
+  if (rt->mode == SHMAP__FIBERS)
+    shmap__wake(d->sched.wq);
+  else
+    shmap__wake(&h->donew);
+}
+
+void shmap__progress_destroy(shmap__runtime *rt)
+{
+  helper *all = atomic_load(&rt->progress);
+  if (!all)
+    return;
+  for (int d = 0; d < rt->ndev; d++) {
+    helper *h = &all[d];
+    if (!h->started)
+      continue;
+    /* In a child of fork() the thread stayed in the parent. */
+    if (h->forkgen == shmap__fork_generation()) {
+      atomic_store(&h->stop, 1);
+      shmap__wake(&h->park);
+      uv_thread_t t = (uv_thread_t)h->thread;
+      uv_thread_join(&t);
+    }
+    shmap__waiter_fini(&h->park);
+    shmap__waiter_fini(&h->donew);
+  }
+  free(all);
+  atomic_store(&rt->progress, NULL);
+}

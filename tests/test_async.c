@@ -1,0 +1,595 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_async.c - asynchronous collectives (shmap_*_start, shmap_wait,
+ * shmap_wait_all, shmap_test), in thread and fiber mode: results equal the
+ * blocking calls bit for bit; every rule fails the map with its code and a
+ * message naming the call (too many requests open, a body returning with
+ * one open, the input or the result written before the wait, bad
+ * handles); mismatches and failures involving started calls end promptly.
+ */
+#include "testutil.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define NMODES 2
+static const char *const modes[NMODES] = {"threads", "fibers"};
+
+static void set_mode(int i)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[i % NMODES], 1), 0);
+  ck_assert_int_eq(setenv("SHMAP_WORKERS", "2", 1), 0);
+  unsetenv("SHMAP_ASYNC_CHECK");
+}
+
+static bool same(const shmap_block *a, const shmap_block *b)
+{
+  return a->dtype == b->dtype && a->rank == b->rank &&
+         memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->rank) == 0 &&
+         memcmp(a->data, b->data, shmap_block_nbytes(a)) == 0;
+}
+
+/* ---- results ----------------------------------------------------------- */
+
+/* Four requests open at once, then the blocking calls: equal bit for bit.
+ * The ppermute's result is also the body's output (checked on the host). */
+static int all_four(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  int n = shmap_axis_size(ctx, "i");
+  int pairs[8][2];
+  for (int r = 0; r < n; r++)
+    pairs[r][0] = r, pairs[r][1] = (r + 1) % n;
+  shmap_block *perm, *gath, *scat;
+  shmap_request *req[4];
+  shmap_block *sum = shmap_block_alloc(ctx, x->dtype, x->rank, x->shape);
+  if (!sum)
+    return -1;
+  memcpy(sum->data, x->data, shmap_block_nbytes(x));
+  int rc;
+  if ((rc = shmap_ppermute_start(ctx, x, "i", n, (const int(*)[2])pairs, &perm,
+                                 &req[0])) ||
+      (rc = shmap_all_gather_start(ctx, x, "i", 0, 1, &gath, &req[1])) ||
+      (rc = shmap_psum_scatter_start(ctx, x, "i", 0, 1, &scat, &req[2])) ||
+      (rc = shmap_psum_start(ctx, sum, "i", &req[3])))
+    return rc;
+  /* Computing meanwhile, without calling into the library. */
+  volatile double acc = 0;
+  for (int k = 0; k < 20000; k++)
+    acc += k * 0.5;
+  if (acc < 0)
+    return -1;
+  if ((rc = shmap_wait_all(ctx, 4, req)))
+    return rc;
+  for (int k = 0; k < 4; k++)
+    if (req[k])
+      return shmap_fail(ctx, "request %d not cleared by shmap_wait_all", k);
+  shmap_block *bperm, *bgath, *bscat;
+  shmap_block *bsum = shmap_block_alloc(ctx, x->dtype, x->rank, x->shape);
+  if (!bsum)
+    return -1;
+  memcpy(bsum->data, x->data, shmap_block_nbytes(x));
+  if ((rc = shmap_ppermute_new(ctx, x, "i", n, (const int(*)[2])pairs,
+                               &bperm)) ||
+      (rc = shmap_all_gather(ctx, x, "i", 0, 1, &bgath)) ||
+      (rc = shmap_psum_scatter(ctx, x, "i", 0, 1, &bscat)) ||
+      (rc = shmap_psum(ctx, bsum, "i")))
+    return rc;
+  if (!same(perm, bperm) || !same(gath, bgath) || !same(scat, bscat) ||
+      !same(sum, bsum))
+    return shmap_fail(ctx, "asynchronous results differ from the blocking "
+                           "ones: ppermute %d all_gather %d psum_scatter %d "
+                           "psum %d", same(perm, bperm), same(gath, bgath),
+                      same(scat, bscat), same(sum, bsum));
+  return shmap_out_set(ctx, 0, perm);
+}
+
+START_TEST(t_results)
+{
+  set_mode(_i);
+  shmap_mesh *mesh = tu_mesh_new(_i < NMODES ? "i=4" : "i=2, j=2");
+  float host[32];
+  for (int k = 0; k < 32; k++)
+    host[k] = (float)k * 1.25f + 0.1f;
+  shmap_array *in = tu_array_from_host(SHMAP_F32, 1, (int64_t[]){32}, host);
+  shmap_array *out = NULL;
+  /* Several maps in a row reuse the helpers and request slots. */
+  for (int rep = 0; rep < 3; rep++) {
+    tu_map_ok(shmap_map(mesh, all_four, NULL, 1, (shmap_array *[]){in},
+                        (const char *[]){"P('i')"}, 1, &out,
+                        (const char *[]){"P('i')"}),
+              "all_four");
+    float got[64];
+    ck_assert_int_eq(shmap_array_to_host(out, got), 0);
+    int n = _i < NMODES ? 4 : 2, blk = 32 / n;
+    for (int r = 0; r < n; r++)
+      for (int k = 0; k < blk; k++)
+        ck_assert_float_eq(got[r * blk + k], host[((r + n - 1) % n) * blk + k]);
+    shmap_array_destroy(out);
+  }
+  shmap_array_destroy(in);
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
+
+/* ---- mixing with blocking calls ------------------------------------------ */
+
+/* A blocking psum between a start and its wait, and several requests of
+ * different groups (mesh i=2, j=2) open at once. */
+static int mixed(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  const shmap_block *x = shmap_in(ctx, 0); /* i32[2] */
+  static const int swap[2][2] = {{0, 1}, {1, 0}};
+  shmap_block *pi, *pj, *bi, *bj;
+  shmap_request *ri, *rj;
+  int rc;
+  if ((rc = shmap_ppermute_start(ctx, x, "i", 2, swap, &pi, &ri)) ||
+      (rc = shmap_ppermute_start(ctx, x, "j", 2, swap, &pj, &rj)))
+    return rc;
+  shmap_block *s = shmap_block_alloc(ctx, SHMAP_I32, 1, (int64_t[]){2});
+  if (!s)
+    return -1;
+  memcpy(s->data, x->data, 8);
+  if ((rc = shmap_psum(ctx, s, "('i','j')")))
+    return rc;
+  int done = 0;
+  if ((rc = shmap_test(ctx, &rj, &done)) || (rc = shmap_wait(ctx, &rj)) ||
+      (rc = shmap_wait(ctx, &ri)))
+    return rc;
+  if ((rc = shmap_ppermute_new(ctx, x, "i", 2, swap, &bi)) ||
+      (rc = shmap_ppermute_new(ctx, x, "j", 2, swap, &bj)))
+    return rc;
+  if (!same(pi, bi) || !same(pj, bj))
+    return shmap_fail(ctx, "ppermute results differ");
+  return shmap_out_set(ctx, 0, s);
+}
+
+START_TEST(t_mixed)
+{
+  set_mode(_i);
+  shmap_mesh *mesh = tu_mesh_new("i=2, j=2");
+  int32_t host[8] = {1, 2, 3, 4, 5, 6, 7, 8}, got[2];
+  shmap_array *x = tu_array_from_host(SHMAP_I32, 1, (int64_t[]){8}, host);
+  shmap_array *y = NULL;
+  tu_map_ok(shmap_map(mesh, mixed, NULL, 1, &x,
+                      (const char *[]){"P(('i','j'))"}, 1, &y,
+                      (const char *[]){"P()"}),
+            "mixed");
+  ck_assert_int_eq(shmap_array_to_host(y, got), 0);
+  ck_assert_int_eq(got[0], 1 + 3 + 5 + 7);
+  ck_assert_int_eq(got[1], 2 + 4 + 6 + 8);
+  shmap_array_destroy(y);
+  shmap_array_destroy(x);
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
+/* ---- the rules ---------------------------------------------------------- */
+
+static shmap_mesh *rule_mesh;
+
+/* Runs body on mesh i=4 with an i32[8] input split over i; returns the
+ * map's code, the message in msg. */
+static int run4(shmap_body_fn body, void *arg, char *msg, size_t n)
+{
+  int32_t host[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+  shmap_array *x = tu_array_from_host(SHMAP_I32, 1, (int64_t[]){8}, host);
+  int rc = shmap_map(rule_mesh, body, arg, 1, &x, (const char *[]){"P('i')"},
+                     0, NULL, NULL);
+  snprintf(msg, n, "%s", rc ? shmap_errmsg() : "");
+  shmap_array_destroy(x);
+  return rc;
+}
+
+static void expect(int rc, int code, const char *msg, const char *const parts[])
+{
+  ck_assert_msg(rc == code, "map = %d (%s), want %d (%s): %s", rc,
+                shmap_strerror(rc), code, shmap_strerror(code), msg);
+  for (int k = 0; parts[k]; k++)
+    ck_assert_msg(strstr(msg, parts[k]), "message lacks \"%s\": %s", parts[k],
+                  msg);
+}
+
+/* A correct map afterwards: the mesh and the helpers still work. */
+static int ring_ok(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  static const int ring[4][2] = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  const shmap_block *x = shmap_in(ctx, 0);
+  shmap_block *y;
+  shmap_request *r;
+  int rc = shmap_ppermute_start(ctx, x, "i", 4, ring, &y, &r);
+  if (rc || (rc = shmap_wait(ctx, &r)))
+    return rc;
+  int d = shmap_ctx_device(ctx), from = (d + 3) % 4;
+  const int32_t *v = y->data;
+  if (v[0] != 2 * from || v[1] != 2 * from + 1)
+    return shmap_fail(ctx, "got %d %d from %d", v[0], v[1], from);
+  return 0;
+}
+
+static void after(void)
+{
+  char msg[1024];
+  int rc = run4(ring_ok, NULL, msg, sizeof msg);
+  ck_assert_msg(rc == 0, "the map after: %d %s", rc, msg);
+}
+
+static void rule_setup(int i)
+{
+  set_mode(i);
+  rule_mesh = tu_mesh_new("i=4");
+}
+
+static void rule_teardown(void)
+{
+  after();
+  shmap_mesh_destroy(rule_mesh);
+  rule_mesh = NULL;
+}
+
+/* One more than SHMAP_MAX_REQUESTS open. */
+static int too_many(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  shmap_request *r[SHMAP_MAX_REQUESTS + 1];
+  shmap_block *y;
+  for (int k = 0; k <= SHMAP_MAX_REQUESTS; k++) {
+    int rc = shmap_all_gather_start(ctx, x, "i", 0, 1, &y, &r[k]);
+    if (rc) {
+      if (k != SHMAP_MAX_REQUESTS || r[k] || y)
+        return shmap_fail(ctx, "start %d failed: %d", k, rc);
+      return shmap_wait_all(ctx, k, r) ? rc : rc;
+    }
+  }
+  return 0;
+}
+
+START_TEST(t_limit)
+{
+  rule_setup(_i);
+  char msg[1024];
+  int rc = run4(too_many, NULL, msg, sizeof msg);
+  expect(rc, SHMAP_ESTATE, msg,
+         (const char *[]){"all_gather over 'i' on device",
+                          "at most SHMAP_MAX_REQUESTS (8) requests open",
+                          "shmap_all_gather_start", "#1 all_gather", NULL});
+  rule_teardown();
+}
+END_TEST
+
+/* The body of device `*arg` (or every device, -1) returns without waiting. */
+static int leaves_open(shmap_ctx *ctx, void *arg)
+{
+  int who = *(int *)arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  static const int ring[4][2] = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  shmap_block *y, *g;
+  shmap_request *r, *rg;
+  int rc = shmap_ppermute_start(ctx, x, "i", 4, ring, &y, &r);
+  if (rc || (rc = shmap_all_gather_start(ctx, x, "i", 0, 1, &g, &rg)))
+    return rc;
+  if (who < 0 || who == shmap_ctx_device(ctx))
+    return 0;
+  rc = shmap_wait(ctx, &r);
+  int rc2 = shmap_wait(ctx, &rg);
+  return rc ? rc : rc2;
+}
+
+START_TEST(t_unwaited)
+{
+  rule_setup(_i);
+  char msg[1024];
+  for (int who = -1; who < 4; who += 3) {
+    int rc = run4(leaves_open, &who, msg, sizeof msg);
+    char dev[64];
+    snprintf(dev, sizeof dev, "on device %d", who < 0 ? 0 : who);
+    expect(rc, SHMAP_ESTATE, msg,
+           (const char *[]){"ppermute over 'i'",
+                            "the body returned with this request open",
+                            "call #1", "shmap_ppermute_start",
+                            "2 requests open", who < 0 ? "on device" : dev,
+                            NULL});
+  }
+  rule_teardown();
+}
+END_TEST
+
+/* With SHMAP_ASYNC_CHECK=1, device 1 writes its input (arg 0) or its
+ * result (arg 1) before the wait. */
+static int writes(shmap_ctx *ctx, void *arg)
+{
+  int what = *(int *)arg;
+  const shmap_block *in = shmap_in(ctx, 0);
+  shmap_block *x = shmap_block_alloc(ctx, SHMAP_I32, 1, (int64_t[]){4});
+  if (!x)
+    return -1;
+  memcpy(x->data, in->data, 8);
+  memcpy((char *)x->data + 8, in->data, 8);
+  shmap_block *y;
+  shmap_request *r;
+  int rc = what == 2 ? shmap_psum_start(ctx, x, "i", &r)
+                     : shmap_psum_scatter_start(ctx, x, "i", 0, 1, &y, &r);
+  if (rc)
+    return rc;
+  if (shmap_ctx_device(ctx) == 1) {
+    /* Once the transfer is done, so that the write does not race with the
+     * peers reading the input (a data race ThreadSanitizer would report):
+     * the wait's checksums still find it. */
+    int done = 0;
+    while (!done)
+      if ((rc = shmap_test(ctx, &r, &done)))
+        return rc;
+    if (what != 1)
+      ((int32_t *)x->data)[0] += 1; /* the input (psum: in place) */
+    else
+      ((int32_t *)y->data)[0] = 99; /* the result */
+  }
+  return shmap_wait(ctx, &r);
+}
+
+START_TEST(t_check)
+{
+  rule_setup(_i);
+  ck_assert_int_eq(setenv("SHMAP_ASYNC_CHECK", "1", 1), 0);
+  char msg[1024];
+  for (int what = 0; what < 3; what++) {
+    int rc = run4(writes, &what, msg, sizeof msg);
+    expect(rc, SHMAP_ESTATE, msg,
+           (const char *[]){what == 2 ? "psum over 'i' on device 1"
+                                      : "psum_scatter over 'i' on device 1",
+                            what == 1 ? "the result was written"
+                                      : "the input was written",
+                            what == 2 ? "between shmap_psum_start and "
+                                        "shmap_wait (call #1)"
+                                      : "between shmap_psum_scatter_start "
+                                        "and shmap_wait (call #1)",
+                            NULL});
+  }
+  /* Without the check the same bodies pass (the results are then the
+   * caller's problem). */
+  unsetenv("SHMAP_ASYNC_CHECK");
+  int what = 0;
+  ck_assert_int_eq(run4(writes, &what, msg, sizeof msg), 0);
+  rule_teardown();
+}
+END_TEST
+
+/* Device 2 makes another call as call #1: all_gather started against the
+ * others' ppermute (arg 0), or a blocking psum (arg 1). */
+static int mismatched(shmap_ctx *ctx, void *arg)
+{
+  int how = *(int *)arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  static const int ring[4][2] = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  shmap_block *y;
+  shmap_request *r;
+  int rc;
+  if (shmap_ctx_device(ctx) != 2)
+    rc = shmap_ppermute_start(ctx, x, "i", 4, ring, &y, &r);
+  else if (how == 0)
+    rc = shmap_all_gather_start(ctx, x, "i", 0, 1, &y, &r);
+  else {
+    shmap_block *s = shmap_block_alloc(ctx, SHMAP_I32, 1, (int64_t[]){2});
+    return s ? shmap_psum(ctx, s, "i") : -1;
+  }
+  return rc ? rc : shmap_wait(ctx, &r);
+}
+
+START_TEST(t_mismatch)
+{
+  rule_setup(_i);
+  char msg[1024];
+  for (int how = 0; how < 2; how++) {
+    int rc = run4(mismatched, &how, msg, sizeof msg);
+    expect(rc, SHMAP_EMISMATCH, msg,
+           (const char *[]){"collective call #1 differs",
+                            how ? "psum(i32[2]" : "all_gather(i32[2]",
+                            "ppermute(i32[2]", NULL});
+  }
+  rule_teardown();
+}
+END_TEST
+
+/* Device 3 fails while the others wait for requests it never joins. */
+static int one_fails(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  static const int ring[4][2] = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  if (shmap_ctx_device(ctx) == 3) {
+    tu_sleep_ms(20);
+    return shmap_fail(ctx, "device three gives up");
+  }
+  shmap_block *y, *g;
+  shmap_request *r[2];
+  int rc = shmap_ppermute_start(ctx, x, "i", 4, ring, &y, &r[0]);
+  if (rc || (rc = shmap_all_gather_start(ctx, x, "i", 0, 1, &g, &r[1])))
+    return rc;
+  rc = shmap_wait_all(ctx, 2, r);
+  if (rc != SHMAP_ECANCELED || r[0] || r[1] ||
+      !strstr(shmap_errmsg(), "device three gives up"))
+    return shmap_fail(ctx, "wait_all = %d: %s", rc, shmap_errmsg());
+  return rc;
+}
+
+START_TEST(t_failure)
+{
+  rule_setup(_i);
+  char msg[1024];
+  int rc = run4(one_fails, NULL, msg, sizeof msg);
+  expect(rc, SHMAP_EBODY, msg,
+         (const char *[]){"device 3", "device three gives up", NULL});
+  rule_teardown();
+}
+END_TEST
+
+/* Bad handles and arguments, each failing the map with its message. */
+static int bad_args(shmap_ctx *ctx, void *arg)
+{
+  int which = *(int *)arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  static const int ring[4][2] = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  shmap_block *y;
+  shmap_request *r = NULL, *copy;
+  int done;
+  switch (which) {
+  case 0: return shmap_wait(ctx, NULL);
+  case 1: return shmap_wait(ctx, &r);
+  case 2: {
+    int rc = shmap_ppermute_start(ctx, x, "i", 4, ring, &y, &r);
+    copy = r;
+    if (rc || (rc = shmap_wait(ctx, &r)))
+      return rc;
+    return shmap_wait(ctx, &copy);
+  }
+  case 3: {
+    int rc = shmap_ppermute_start(ctx, x, "i", 4, ring, &y, &r);
+    if (rc)
+      return rc;
+    rc = shmap_test(ctx, &r, NULL);
+    shmap_wait(ctx, &r);
+    return rc;
+  }
+  case 4: return shmap_wait_all(ctx, -1, NULL);
+  case 5: return shmap_ppermute_start(ctx, x, "i", 4, ring, &y, NULL);
+  case 6: return shmap_psum_start(ctx, NULL, "i", &r);
+  default: return shmap_all_gather_start(ctx, x, "k", 0, 1, &y, &r);
+  }
+  (void)done;
+}
+
+START_TEST(t_bad_args)
+{
+  rule_setup(_i);
+  static const struct {
+    int code;
+    const char *parts[3];
+  } want[] = {
+      {SHMAP_EINVAL, {"shmap_wait on device", "req is NULL", NULL}},
+      {SHMAP_EINVAL, {"shmap_wait on device", "*req is NULL", NULL}},
+      {SHMAP_EINVAL, {"shmap_wait on device", "not an open request", NULL}},
+      {SHMAP_EINVAL, {"shmap_test on device", "done is NULL", NULL}},
+      {SHMAP_EINVAL, {"shmap_wait_all on device", "n is negative", NULL}},
+      {SHMAP_EINVAL, {"ppermute over 'i' on device", "req is NULL", NULL}},
+      {SHMAP_EINVAL, {"psum", "NULL", NULL}},
+      {SHMAP_EAXIS, {"all_gather", "'k'", NULL}},
+  };
+  char msg[1024];
+  for (int k = 0; k < (int)(sizeof want / sizeof want[0]); k++) {
+    int rc = run4(bad_args, &k, msg, sizeof msg);
+    expect(rc, want[k].code, msg, want[k].parts);
+  }
+  rule_teardown();
+}
+END_TEST
+
+/* ---- the watchdog and the trace ---------------------------------------- */
+
+/* Device 0 waits for a request while device 1 sleeps before joining it. */
+static int late_peer(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  static const int ring[4][2] = {{0, 1}, {1, 2}, {2, 3}, {3, 0}};
+  const shmap_block *x = shmap_in(ctx, 0);
+  if (shmap_ctx_device(ctx) == 1)
+    tu_sleep_ms(400);
+  shmap_block *y;
+  shmap_request *r;
+  int rc = shmap_ppermute_start(ctx, x, "i", 4, ring, &y, &r);
+  return rc ? rc : shmap_wait(ctx, &r);
+}
+
+START_TEST(t_watchdog)
+{
+  rule_setup(_i);
+  char path[64] = "/tmp/shmap-async-wd-XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  fflush(stderr);
+  int saved = dup(2);
+  ck_assert_int_ge(saved, 0);
+  ck_assert_int_eq(dup2(fd, 2), 2);
+  close(fd);
+  ck_assert_int_eq(shmap_set_watchdog(0.1), 0);
+  char msg[1024];
+  int rc = run4(late_peer, NULL, msg, sizeof msg);
+  ck_assert_int_eq(shmap_set_watchdog(0), 0);
+  fflush(stderr);
+  ck_assert_int_eq(dup2(saved, 2), 2);
+  close(saved);
+  char *out = tu_slurp(path, NULL);
+  unlink(path);
+  ck_assert_ptr_nonnull(out);
+  ck_assert_msg(rc == 0, "map = %d: %s", rc, msg);
+  ck_assert_msg(strstr(out, "shmap watchdog") &&
+                    strstr(out, "request 0: ppermute over 'i' (call #1, "
+                                "shmap_ppermute_start), started"),
+                "the watchdog's report lacks the open request:\n%s", out);
+  free(out);
+  rule_teardown();
+}
+END_TEST
+
+START_TEST(t_trace)
+{
+  rule_setup(_i);
+  char path[64];
+  snprintf(path, sizeof path, "/tmp/shmap-async-trace-%d.json", (int)getpid());
+  ck_assert_int_eq(shmap_trace_start(path), 0);
+  char msg[1024];
+  int rc = run4(ring_ok, NULL, msg, sizeof msg);
+  ck_assert_int_eq(shmap_trace_stop(), 0);
+  ck_assert_msg(rc == 0, "map = %d: %s", rc, msg);
+  char *t = tu_slurp(path, NULL);
+  ck_assert_ptr_nonnull(t);
+  /* A request slice and its transfer on the track of request slot 0 of
+   * each device; the device's own track has its body only. */
+  for (int d = 0; d < 4; d++) {
+    char track[64];
+    snprintf(track, sizeof track, "\"device %d (i=%d) requests (slot 0)\"", d,
+             d);
+    ck_assert_msg(strstr(t, track), "no track %s in the trace", track);
+  }
+  ck_assert_msg(strstr(t, "\"name\":\"ppermute request\",\"cat\":\"request\""),
+                "no request slice");
+  ck_assert_msg(strstr(t, "\"name\":\"ppermute transfer\",\"cat\":\"transfer\""),
+                "no transfer slice");
+  ck_assert_msg(!strstr(t, "\"name\":\"ppermute\",\"cat\":\"collective\""),
+                "the transfer is on the device's own track");
+  free(t);
+  unlink(path);
+  rule_teardown();
+}
+END_TEST
+
+Suite *async_suite(void);
+Suite *async_suite(void)
+{
+  Suite *s = suite_create("async");
+  TCase *tc = tcase_create("results");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, t_results, 0, 2 * NMODES);
+  tcase_add_loop_test(tc, t_mixed, 0, NMODES);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("rules");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, t_limit, 0, NMODES);
+  tcase_add_loop_test(tc, t_unwaited, 0, NMODES);
+  tcase_add_loop_test(tc, t_check, 0, NMODES);
+  tcase_add_loop_test(tc, t_mismatch, 0, NMODES);
+  tcase_add_loop_test(tc, t_failure, 0, NMODES);
+  tcase_add_loop_test(tc, t_bad_args, 0, NMODES);
+  tcase_add_loop_test(tc, t_watchdog, 0, NMODES);
+  tcase_add_loop_test(tc, t_trace, 0, NMODES);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) { return tu_run_suite(async_suite()); }
