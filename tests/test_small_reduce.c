@@ -156,6 +156,98 @@ START_TEST(t_leave)
 }
 END_TEST
 
+/* Small reductions carried out by a device's progress helper (started,
+ * then waited for) meet the same calls made by other devices themselves,
+ * with blocking ones in between; and within axis_index_groups, which take
+ * the group-wide protocol. */
+static int body_async_groups(shmap_ctx *ctx, void *arg)
+{
+  _Atomic int *bad = arg;
+  int r = shmap_axis_index(ctx, "i");
+  static const int ranks[4] = {0, 2, 1, 3};
+  const shmap_groups g = {2, 2, ranks};
+  for (int t = 0; t < 20; t++) {
+    float x[16];
+    for (int e = 0; e < 16; e++)
+      x[e] = term(r, 0, t, e);
+    shmap_block b = {x, SHMAP_F32, 1, {16}};
+    int rc;
+    if (t % 3 == 2) {
+      rc = shmap_psum_groups(ctx, &b, "i", &g);
+    } else if ((r + t) % 2) {
+      shmap_request *req;
+      rc = shmap_psum_start(ctx, &b, "i", &req);
+      if (!rc)
+        rc = shmap_wait(ctx, &req);
+    } else {
+      rc = shmap_psum(ctx, &b, "i");
+    }
+    if (rc)
+      return rc;
+    for (int e = 0; e < 16; e++) {
+      float acc = 0;
+      bool first = true;
+      for (int a = 0; a < 4; a++) {
+        if (t % 3 == 2 && a % 2 != r % 2)
+          continue;
+        acc = first ? term(a, 0, t, e) : acc + term(a, 0, t, e);
+        first = false;
+      }
+      if (memcmp(&acc, &x[e], sizeof acc) != 0) {
+        (*bad)++;
+        break;
+      }
+    }
+  }
+  return 0;
+}
+
+START_TEST(t_async_groups)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  shmap_mesh *mesh = tu_mesh_new("i=4");
+  _Atomic int bad = 0;
+  tu_map_ok(shmap_map(mesh, body_async_groups, &bad, 0, NULL, NULL, 0, NULL,
+                      NULL),
+            "small reductions started, blocking and within groups");
+  ck_assert_int_eq(bad, 0);
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
+/* One device reduces within axis_index_groups where the others reduce
+ * over the whole axis: a mismatch naming both calls. */
+static int body_groups_mismatch(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  static const int ranks[4] = {0, 1, 2, 3};
+  const shmap_groups g = {2, 2, ranks};
+  float x[8] = {0};
+  shmap_block b = {x, SHMAP_F32, 1, {8}};
+  int rc = shmap_psum(ctx, &b, "i");
+  if (rc)
+    return rc;
+  return shmap_axis_index(ctx, "i") == 1 ? shmap_psum_groups(ctx, &b, "i", &g)
+                                         : shmap_psum(ctx, &b, "i");
+}
+
+START_TEST(t_groups_mismatch)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  shmap_mesh *mesh = tu_mesh_new("i=4");
+  int rc = shmap_map(mesh, body_groups_mismatch, NULL, 0, NULL, NULL, 0, NULL,
+                     NULL);
+  ck_assert_msg(rc == SHMAP_EMISMATCH, "%d (%s): %s", rc, shmap_strerror(rc),
+                shmap_errmsg());
+  const char *m = shmap_errmsg();
+  ck_assert_msg(strstr(m, "#2") && strstr(m, "device 1") &&
+                    strstr(m, "axis_index_groups [[0, 1], [2, 3]]") &&
+                    strstr(m, "psum"),
+                "message: %s", m);
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
 static Suite *suite(void)
 {
   Suite *s = suite_create("small_reduce");
@@ -163,6 +255,8 @@ static Suite *suite(void)
   tcase_set_timeout(tc, 120);
   tcase_add_loop_test(tc, t_groups, 0, 2);
   tcase_add_loop_test(tc, t_leave, 0, 2);
+  tcase_add_loop_test(tc, t_async_groups, 0, 2);
+  tcase_add_loop_test(tc, t_groups_mismatch, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }
