@@ -5,8 +5,8 @@
  *
  *   gdb_target [SECONDS]
  *
- * On the mesh i=2, j=2 a 4x16 f32 array (element (r, c) = 16r + c) is
- * placed on the devices with P('i', 'j'), so each device holds a 2x8 block
+ * On the mesh i=2, j=2 (or GDB_TARGET_MESH, see main) a 4x16 f32 array
+ * (element (r, c) = 16r + c) is placed with P('i', 'j'): a 2x8 block each
  * (device 3, at (1, 1), holds 40..47 and 56..63).  The body copies its block
  * to its output and adds it up over 'j' with shmap_psum.  Device 3 sleeps
  * SECONDS (default 1) before its psum, so device 2 waits for it in the
@@ -120,7 +120,11 @@ int main(int argc, char **argv)
   if (argc > 1)
     delay_seconds = atof(argv[1]);
   shmap_mesh *mesh;
-  check(shmap_mesh_create(&mesh, "i=2, j=2"), "shmap_mesh_create");
+  /* GDB_TARGET_MESH names another mesh, such as "i=4, j=2" for eight
+   * devices: axes i and j, sizes that divide 4 and 16. */
+  const char *mesh_text = getenv("GDB_TARGET_MESH");
+  check(shmap_mesh_create(&mesh, mesh_text ? mesh_text : "i=2, j=2"),
+        "shmap_mesh_create");
 
   float data[ROWS][COLS];
   for (int r = 0; r < ROWS; r++)

@@ -12,7 +12,13 @@ EXTRA_DIST += tests/mpi/run.sh tests/mpi/np1.sh tests/mpi/np2.sh \
 
 if BUILD_MPI
 check_PROGRAMS += tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \
-	tests/mpi/test_mpi_coll tests/mpi/test_mpi_groups tests/mpi/test_mpi_async
+	tests/mpi/test_mpi_coll tests/mpi/test_mpi_groups tests/mpi/test_mpi_async \
+	tests/mpi/test_mpi_mismatch
+# The randomized mismatch test, built as a plain program over processes.
+tests_mpi_test_mpi_mismatch_SOURCES = tests/test_reliability_mismatch.c
+tests_mpi_test_mpi_mismatch_CPPFLAGS = $(AM_CPPFLAGS) -DMISMATCH_OVER_PROCESSES
+tests_mpi_test_mpi_mismatch_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
+tests_mpi_test_mpi_mismatch_LDADD = src/libshmap.la $(MPI_LIBS)
 tests_mpi_test_mpi_groups_SOURCES = tests/mpi/test_mpi_groups.c \
 	tests/refcoll.c tests/refcoll.h
 tests_mpi_test_mpi_groups_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)

@@ -24,7 +24,8 @@
 # test_reliability_stack  a 700 KiB stack buffer survives collectives; a
 #                  stack overflow names the device before SIGSEGV.
 # test_reliability_mismatch  random collective sequences in which one device
-#                  deviates (kind, axes, order, early return), and random
+#                  deviates (kind, axes, order, axis_index_groups, early
+#                  return), and random
 #                  pairs of sequences against a serial model of the rule:
 #                  SHMAP_EMISMATCH naming both calls, never a hang.
 #                  SHMAP_MISMATCH_CASES (default 2000 per mode and kind of

@@ -4,7 +4,9 @@
 # extension (gdb/shmap-gdb.py) loaded, in four sessions: started under gdb
 # and attached to a running process (gdb -p), each with a thread per device
 # (SHMAP_SCHED=threads) and with devices as fibers on worker threads
-# (SHMAP_SCHED=fibers).  In each it checks what gdb shows:
+# (SHMAP_SCHED=fibers), and a fifth session attached to the hung program on
+# eight devices in fiber mode (GDB_TARGET_MESH="i=4, j=2", two workers; see
+# eight_checks).  In each it checks what gdb shows:
 #   - started: "break ... if $shmap_device() == 3" stops device 3 only (in
 #     its thread "d3(1,1)", or in a worker thread running its fiber), and
 #     $shmap_device() is 3 there; attached: the hung map (device 3 sleeping
@@ -167,12 +169,15 @@ commands () {
   printf '%s\n' 'echo @@end\n'
 }
 
-# session HOW SCHED: run one session and check its output.
+# session HOW SCHED [MESH]: run one session and check its output; with
+# MESH (attached only) the program runs on that mesh and eight_checks
+# checks the output.
 session () {
   how=$1
   sched=$2
-  name="$how, $sched"
-  out=$tmp/$how-$sched.out
+  mesh=${3:-}
+  name="$how, $sched${mesh:+, mesh $mesh}"
+  out=$tmp/$how-$sched${mesh:+-8}.out
   commands "$how" > "$tmp/cmds"
   echo "==== session: $name ===="
   if test "$how" = started; then
@@ -185,8 +190,10 @@ session () {
   else
     # The README's hang workflow: a map that takes long (device 3 sleeps
     # up to 100 s), the watchdog reporting it, gdb attached once it did.
-    SHMAP_SCHED=$sched SHMAP_WATCHDOG=1 "$prog" 100 \
-      > "$tmp/prog.out" 2> "$tmp/prog.err" &
+    # (env execs the program: $! is its process.)
+    GDB_TARGET_MESH=${mesh:-i=2, j=2} SHMAP_SCHED=$sched SHMAP_WATCHDOG=1 \
+      env ${mesh:+SHMAP_WORKERS=2} \
+      "$prog" 100 > "$tmp/prog.out" 2> "$tmp/prog.err" &
     bgpid=$!
     i=0
     while ! grep 'has run for' "$tmp/prog.err" >/dev/null 2>&1; do
@@ -217,6 +224,10 @@ session () {
   echo "---- gdb output (exit status $rc) ----"
   cat "$out"
   echo "---- checks ($name) ----"
+  if test -n "$mesh"; then
+    eight_checks
+    return
+  fi
 
   if test "$how" = started; then
     if test "$sched" = threads; then
@@ -314,10 +325,52 @@ session () {
   check "$name: gdb reached the end of the session" grep '^@@end$' "$out"
 }
 
+# The hung program on eight devices, i=4, j=2, in fiber mode: devices 0
+# to 3 on the first worker, 4 to 7 on the second (contiguous ranges), so
+# that device 3's sleep in its body holds the first worker and device 2 is
+# a parked fiber waiting for it in the psum over 'j'.
+eight_checks () {
+  check "$name: shmap meshes shows the eight-device mesh running a map" \
+    has meshes '^mesh #[0-9]+ i=4, j=2 \(8 devices\): a map is running'
+  for d in 0 1 2 3 4 5 6 7; do
+    check "$name: shmap devices lists device $d at ($((d / 2)),$((d % 2)))" \
+      has devices "^[* ] device $d \(i=$((d / 2)), j=$((d % 2))\): +(thread [0-9]+ +\"[^\"]*\"|parked +\"shmap-w[0-9]+\") +$states"
+  done
+  check "$name: exactly eight devices are listed" \
+    test "$(part devices | grep -c '^[* ] device ')" -eq 8
+  check "$name: device 3 is in its body, in sleep_delay()" \
+    has devices "^  device 3 \(i=1, j=1\): .*running its body for [0-9.]+ s +sleep_delay\(\) at gdb_target\.c:[0-9]+ \(frame [0-9]+\)\$"
+  check "$name: device 2 is a parked fiber waiting in psum, called from body()" \
+    has devices "^  device 2 \(i=1, j=0\): +parked +\"shmap-w[0-9]+\" +waiting in psum over 'j' \(call #1\) for [0-9.]+ s +body\(\) at gdb_target\.c:$line \(frame [0-9]+\)\$"
+  check "$name: shmap device 2 shows the parked fiber's saved registers" \
+    has select2 '^\[Device 2 \(i=1, j=0\) is a parked fiber: thread [0-9]+ "[^"]*" shows its saved registers until the program resumes\]$'
+  check "$name: device 2's backtrace reaches body() and ends at the fiber's entry" \
+    sh -c "sed -n '/^@@bt2\$/,/^@@/p' '$out' | grep -E '^#[0-9]+ +0x[0-9a-f]+ in body \(' >/dev/null &&
+           sed -n '/^@@bt2\$/,/^@@/p' '$out' | grep '^#' | tail -n 1 | grep fiber_start"
+  check "$name: device 2's backtrace ends cleanly (no ?? frame)" \
+    hasnt bt2 '\?\? \(\)|Backtrace stopped'
+  check "$name: \$shmap_device() is 2 with device 2 selected" \
+    has device2 '^\$[0-9]+ = 2$'
+  check "$name: print *y shows device 2's block" \
+    has frame2 '^\$[0-9]+ = f32\[1,8\] \{16, 17, 18, 19, 20, 21, 22, 23\}$'
+  check "$name: info locals shows dev = 2" has frame2 '^dev = 2$'
+  check "$name: shmap thread 3 selects device 3" \
+    has device3 '^\$[0-9]+ = 3$'
+  check "$name: device 3's backtrace shows it sleeping in its body" \
+    has bt3 '^#[0-9]+ +0x[0-9a-f]+ in sleep_delay \(\)'
+  check "$name: gdb detached" has detach 'Inferior 1 \(process [0-9]+\) detached'
+  check "$name: detached, the program ends normally" \
+    sh -c "test $prc -eq 0 && grep '^gdb_target: ok\$' '$tmp/prog.out'"
+  check "$name: the extension raised no Python error" \
+    sh -c "! grep -E 'Python Exception|Traceback|Error occurred in Python' '$out'"
+  check "$name: gdb reached the end of the session" grep '^@@end$' "$out"
+}
+
 session started threads
 session started fibers
 session attached threads
 session attached fibers
+session attached fibers 'i=4, j=2'
 
 if test $status -ne 0; then
   echo "test_gdb: FAIL (gdb output above)"

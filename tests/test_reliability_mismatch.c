@@ -6,11 +6,15 @@
  *
  * Each case draws a mesh (one to three axes, 2 to 16 devices), a sequence
  * of one to six collective calls (every kind, over a random ordered group
- * of axes, possibly empty), and one device that deviates at one call:
+ * of axes, possibly empty; the reductions, psum_scatter, all_gather and
+ * all_to_all often split into axis_index_groups, consecutive or strided),
+ * and one device that deviates at one call:
  *   KIND   the call has another kind (same axes);
  *   AXES   the call names other axes, or the same ones in another order;
  *   ORDER  the call is swapped with the next one;
- *   EARLY  the device returns from its body instead of making the call.
+ *   EARLY  the device returns from its body instead of making the call;
+ *   GROUPS the call splits its axes into other axis_index_groups (or none,
+ *          or some where the others use none).
  * Only deviations another device can see are drawn: the deviating call (or
  * the one it replaces) has a group of more than one device.  The map must
  * return SHMAP_EMISMATCH with a message that names the deviating device,
@@ -22,8 +26,14 @@
  * (default 2000), SHMAP_MISMATCH_SEED the seed (printed at the start).
  * A case that does not return within a minute prints its description and
  * aborts the test.
+ *
+ * Built with MISMATCH_OVER_PROCESSES, the same file is
+ * tests/mpi/test_mpi_mismatch, a plain program (an MPI process must not
+ * fork, and Check forks) that tests/mpi/run.sh starts under mpirun: the
+ * meshes' devices are then spread over the processes (their count divides
+ * every mesh's), every process draws the same cases from the same seed and
+ * must see the same outcome, and the default is 150 cases per mode.
  */
-#include <check.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -31,7 +41,28 @@
 #include <string.h>
 #include <unistd.h>
 
+#ifdef MISMATCH_OVER_PROCESSES
+#include "shmap.h"
+static int self, nproc = 1;
+#define DEFAULT_CASES 150
+/* A failed check ends the job: mpirun stops the other processes. */
+#define CHECK(cond, ...)                                                     \
+  do {                                                                       \
+    if (!(cond)) {                                                           \
+      fprintf(stderr, "[process %d of %d] %s:%d: ", self, nproc, __FILE__,      \
+              __LINE__);                                                     \
+      fprintf(stderr, __VA_ARGS__);                                          \
+      fputc('\n', stderr);                                                   \
+      abort();                                                               \
+    }                                                                        \
+  } while (0)
+#else
+#include <check.h>
 #include "testutil.h"
+static const int self = 0, nproc = 1;
+#define DEFAULT_CASES 2000
+#define CHECK ck_assert_msg
+#endif
 
 #define TIMEOUT 600
 #define MAXCALLS 6
@@ -49,11 +80,13 @@ typedef struct call {
   int axes[3];  /* mesh axis numbers, in the order named */
   int p1, p2;   /* all_gather axis / all_to_all concat axis */
   int tiled;    /* all_gather */
+  int gsize;    /* axis_index_groups of gsize ranks each; 0: none */
+  int strided;  /* groups {r, r+n/gsize, ...} instead of consecutive ranks */
 } call;
 
-enum dev_kind { KIND, AXES, ORDER, EARLY, NDEV_KINDS };
+enum dev_kind { KIND, AXES, ORDER, EARLY, GROUPS, NDEV_KINDS };
 static const char *const dev_names[NDEV_KINDS] = {"kind", "axes", "order",
-                                                   "early return"};
+                                                   "early return", "groups"};
 
 typedef struct tmesh {
   shmap_mesh *mesh;
@@ -87,6 +120,45 @@ static unsigned rnd(unsigned n)
   return (unsigned)(rng % n);
 }
 
+/* ---- axis_index_groups ------------------------------------------------------ */
+
+static bool groupable(int kind) { return kind != PPERMUTE; }
+
+static int group_size(const tmesh *m, const call *c)
+{
+  int n = 1;
+  for (int k = 0; k < c->naxes; k++)
+    n *= m->sizes[c->axes[k]];
+  return n;
+}
+
+/* The ranks of c's axis_index_groups, group after group (n of them). */
+static int group_ranks(const tmesh *m, const call *c, int ranks[16])
+{
+  int n = group_size(m, c), ngroups = n / c->gsize;
+  for (int g = 0; g < ngroups; g++)
+    for (int k = 0; k < c->gsize; k++)
+      ranks[g * c->gsize + k] = c->strided ? g + k * ngroups : g * c->gsize + k;
+  return n;
+}
+
+/* Random axis_index_groups for c's axes: none, or groups of a size that
+ * divides the axes' size, from 2 up (so that no member is alone). */
+static void draw_groups(const tmesh *m, call *c)
+{
+  c->gsize = 0;
+  c->strided = 0;
+  int n = group_size(m, c);
+  if (!groupable(c->kind) || n < 2 || rnd(2) == 0)
+    return;
+  int sizes[16], ns = 0;
+  for (int g = 2; g <= n; g++)
+    if (n % g == 0)
+      sizes[ns++] = g;
+  c->gsize = sizes[rnd((unsigned)ns)];
+  c->strided = c->gsize < n ? (int)rnd(2) : 0;
+}
+
 /* ---- describing calls ----------------------------------------------------- */
 
 static void axes_text(const tmesh *m, const call *c, char *buf, size_t n,
@@ -116,36 +188,46 @@ static void call_text(const tmesh *m, const call *c, char *buf, size_t n)
                      2 * m->ndev, ax);
   switch (c->kind) {
   case PSUM_SCATTER:
-    snprintf(buf + len, n - (size_t)len, ", scatter_dimension=0, tiled)");
+    len += snprintf(buf + len, n - (size_t)len, ", scatter_dimension=0, tiled");
     break;
   case ALL_GATHER:
-    snprintf(buf + len, n - (size_t)len, ", axis=%d, %s)", c->p1,
-             c->tiled ? "tiled" : "untiled");
+    len += snprintf(buf + len, n - (size_t)len, ", axis=%d, %s", c->p1,
+                    c->tiled ? "tiled" : "untiled");
     break;
   case ALL_TO_ALL:
-    snprintf(buf + len, n - (size_t)len, ", split_axis=0, concat_axis=%d, tiled)",
-             c->p2);
+    len += snprintf(buf + len, n - (size_t)len,
+                    ", split_axis=0, concat_axis=%d, tiled", c->p2);
     break;
   case PPERMUTE:
     snprintf(buf + len, n - (size_t)len, ", ");
-    break;
+    return;
   default:
-    snprintf(buf + len, n - (size_t)len, ")");
     break;
   }
+  if (c->gsize) {
+    int ranks[16];
+    int size = group_ranks(m, c, ranks);
+    len += snprintf(buf + len, n - (size_t)len, ", axis_index_groups [");
+    for (int k = 0; k < size && (size_t)len < n; k++)
+      len += snprintf(buf + len, n - (size_t)len, "%s%d%s",
+                      k == 0 ? "[" : k % c->gsize == 0 ? "], [" : ", ",
+                      ranks[k], k == size - 1 ? "]]" : "");
+  }
+  if ((size_t)len < n)
+    snprintf(buf + len, n - (size_t)len, ")");
 }
 
 static void case_text(const tcase_ *t, char *buf, size_t n)
 {
   int len = snprintf(buf, n, "mesh %s, calls:", t->m->text);
   for (int c = 0; c < t->ncalls && (size_t)len < n; c++) {
-    char ct[160];
+    char ct[256];
     call_text(t->m, &t->calls[c], ct, sizeof ct);
     len += snprintf(buf + len, n - (size_t)len, " #%d %s", c + 1, ct);
   }
   if (t->deviate && (size_t)len < n) {
-    char ct[160] = "";
-    if (t->how == KIND || t->how == AXES)
+    char ct[256] = "";
+    if (t->how == KIND || t->how == AXES || t->how == GROUPS)
       call_text(t->m, &t->other, ct, sizeof ct);
     snprintf(buf + len, n - (size_t)len,
              "; device %d deviates at call #%d (%s) %s", t->dev, t->at + 1,
@@ -154,14 +236,6 @@ static void case_text(const tcase_ *t, char *buf, size_t n)
 }
 
 /* ---- drawing cases ---------------------------------------------------------- */
-
-static int group_size(const tmesh *m, const call *c)
-{
-  int n = 1;
-  for (int k = 0; k < c->naxes; k++)
-    n *= m->sizes[c->axes[k]];
-  return n;
-}
 
 static bool call_same(const call *a, const call *b)
 {
@@ -174,7 +248,9 @@ static bool call_same(const call *a, const call *b)
     return false;
   if (a->kind == ALL_TO_ALL && a->p2 != b->p2)
     return false;
-  return true;
+  /* draw_groups never makes strided groups of the whole axes, which would
+   * be the consecutive ones. */
+  return a->gsize == b->gsize && a->strided == b->strided;
 }
 
 /* A random ordered group of distinct axes (possibly empty). */
@@ -200,6 +276,7 @@ static void draw_call(const tmesh *m, call *c)
   c->p1 = (int)rnd(2);
   c->p2 = (int)rnd(2);
   c->tiled = (int)rnd(2);
+  draw_groups(m, c);
 }
 
 static void draw_mesh(tmesh *m)
@@ -211,13 +288,13 @@ static void draw_mesh(tmesh *m)
       m->sizes[a] = 1 + (int)rnd(4);
       m->ndev *= m->sizes[a];
     }
-  } while (m->ndev < 2 || m->ndev > 16);
+  } while (m->ndev < 2 || m->ndev > 16 || m->ndev % nproc != 0);
   int len = 0;
   for (int a = 0; a < m->naxes; a++)
     len += snprintf(m->text + len, sizeof m->text - (size_t)len, "%s%s=%d",
                     a ? ", " : "", axis_names[a], m->sizes[a]);
   int rc = shmap_mesh_create(&m->mesh, m->text);
-  ck_assert_msg(rc == 0, "shmap_mesh_create(%s): %s", m->text, shmap_errmsg());
+  CHECK(rc == 0, "shmap_mesh_create(%s): %s", m->text, shmap_errmsg());
 }
 
 /* A case with a deviation the other devices can see. */
@@ -237,14 +314,23 @@ static void draw_case(tcase_ *t, const tmesh *m)
     case KIND:
       t->other = *orig;
       t->other.kind = (orig->kind + 1 + (int)rnd(NKINDS - 1)) % NKINDS;
+      if (!groupable(t->other.kind))
+        t->other.gsize = t->other.strided = 0;
       if (group_size(m, orig) > 1)
         return;
       break;
     case AXES:
       t->other = *orig;
       draw_axes(m, &t->other);
+      draw_groups(m, &t->other);
       if (!call_same(&t->other, orig) &&
           (group_size(m, orig) > 1 || group_size(m, &t->other) > 1))
+        return;
+      break;
+    case GROUPS:
+      t->other = *orig;
+      draw_groups(m, &t->other);
+      if (!call_same(&t->other, orig) && group_size(m, orig) > 1)
         return;
       break;
     case ORDER:
@@ -268,20 +354,27 @@ static int make_call(shmap_ctx *ctx, const tmesh *m, const call *c,
   char ax[64];
   axes_text(m, c, ax, sizeof ax, false);
   shmap_block *out = NULL;
-  int rc;
+  int rc, ranks[16];
+  shmap_groups groups = {0, 0, ranks}, *g = NULL;
+  if (c->gsize) {
+    int n = group_ranks(m, c, ranks);
+    groups.size = c->gsize;
+    groups.ngroups = n / c->gsize;
+    g = &groups;
+  }
   switch (c->kind) {
-  case PSUM: return shmap_psum(ctx, x, ax);
-  case PMAX: return shmap_pmax(ctx, x, ax);
-  case PMIN: return shmap_pmin(ctx, x, ax);
-  case PMEAN: return shmap_pmean(ctx, x, ax);
+  case PSUM: return shmap_psum_groups(ctx, x, ax, g);
+  case PMAX: return shmap_pmax_groups(ctx, x, ax, g);
+  case PMIN: return shmap_pmin_groups(ctx, x, ax, g);
+  case PMEAN: return shmap_pmean_groups(ctx, x, ax, g);
   case PSUM_SCATTER:
-    rc = shmap_psum_scatter(ctx, x, ax, 0, 1, &out);
+    rc = shmap_psum_scatter_groups(ctx, x, ax, g, 0, 1, &out);
     break;
   case ALL_GATHER:
-    rc = shmap_all_gather(ctx, x, ax, c->p1, c->tiled, &out);
+    rc = shmap_all_gather_groups(ctx, x, ax, g, c->p1, c->tiled, &out);
     break;
   case ALL_TO_ALL:
-    rc = shmap_all_to_all(ctx, x, ax, 0, c->p2, 1, &out);
+    rc = shmap_all_to_all_groups(ctx, x, ax, g, 0, c->p2, 1, &out);
     break;
   default: {
     int n = shmap_axis_size(ctx, ax);
@@ -360,8 +453,14 @@ static void draw_mixed(mixed *x, const tmesh *m)
     int at = (int)rnd((unsigned)n);
     call *c = &x->seq[1][at];
     switch (rnd(5)) {
-    case 0: c->kind = (int)rnd(NKINDS); break;
-    case 1: draw_axes(m, c); break;
+    case 0:
+      c->kind = (int)rnd(NKINDS);
+      draw_groups(m, c);
+      break;
+    case 1:
+      draw_axes(m, c);
+      draw_groups(m, c);
+      break;
     case 2:
       if (at + 1 < n) {
         call t = c[0];
@@ -382,7 +481,9 @@ static void draw_mixed(mixed *x, const tmesh *m)
 
 /* Serial model of the rule: the map fails with SHMAP_EMISMATCH when, at
  * some call number, a device's group (over the axes it names) holds a
- * member that makes another call or none; otherwise it succeeds. */
+ * member that makes another call or none; otherwise it succeeds.  A call
+ * with axis_index_groups is, as in JAX, one collective over its whole axes
+ * that computes within each group: every device of the axes makes it. */
 static bool mixed_consistent(const mixed *x)
 {
   const tmesh *m = x->m;
@@ -440,7 +541,7 @@ static void mixed_text(const mixed *x, char *buf, size_t n)
       if (x->which[d] == w)
         len += snprintf(buf + len, n - (size_t)len, " %d", d);
     for (int c = 0; c < x->len[w] && (size_t)len < n; c++) {
-      char ct[160];
+      char ct[256];
       call_text(x->m, &x->seq[w][c], ct, sizeof ct);
       len += snprintf(buf + len, n - (size_t)len, " #%d %s", c + 1, ct);
     }
@@ -449,7 +550,7 @@ static void mixed_text(const mixed *x, char *buf, size_t n)
 
 /* ---- running cases ---------------------------------------------------------------- */
 
-static char current[4096];
+static char current[16384];
 
 static void on_alarm(int sig)
 {
@@ -466,11 +567,11 @@ static bool contains(const char *s, const char *sub) { return strstr(s, sub); }
 
 static void check_message(const tcase_ *t, const char *msg)
 {
-  char want[160], dname[32];
+  char want[256], dname[32];
   snprintf(dname, sizeof dname, "device %d (", t->dev);
-  ck_assert_msg(contains(msg, dname), "%s\nmessage does not name %s: %s",
+  CHECK(contains(msg, dname), "%s\nmessage does not name %s: %s",
                 current, dname, msg);
-  ck_assert_msg(contains(msg, "collective call #"),
+  CHECK(contains(msg, "collective call #"),
                 "%s\nmessage does not number the call: %s", current, msg);
   const call *orig = &t->calls[t->at];
   if (t->how == EARLY) {
@@ -479,36 +580,38 @@ static void check_message(const tcase_ *t, const char *msg)
     char ret[96];
     snprintf(ret, sizeof ret, "returned from its body after %d collective "
              "call", t->at);
-    ck_assert_msg(contains(msg, ret), "%s\nmessage does not say \"%s\": %s",
+    CHECK(contains(msg, ret), "%s\nmessage does not say \"%s\": %s",
                   current, ret, msg);
     bool named = false;
     for (int c = t->at; c < t->ncalls && !named; c++) {
       call_text(t->m, &t->calls[c], want, sizeof want);
       named = contains(msg, want);
     }
-    ck_assert_msg(named, "%s\nmessage names none of the calls the others "
+    CHECK(named, "%s\nmessage names none of the calls the others "
                   "make: %s", current, msg);
     return;
   }
   call_text(t->m, orig, want, sizeof want);
-  ck_assert_msg(contains(msg, want), "%s\nmessage does not name %s: %s",
+  CHECK(contains(msg, want), "%s\nmessage does not name %s: %s",
                 current, want, msg);
   const call *dev_call = t->how == ORDER ? orig + 1 : &t->other;
   call_text(t->m, dev_call, want, sizeof want);
-  ck_assert_msg(contains(msg, want), "%s\nmessage does not name %s: %s",
+  CHECK(contains(msg, want), "%s\nmessage does not name %s: %s",
                 current, want, msg);
 }
 
 static void run_cases(const char *mode)
 {
-  ck_assert_int_eq(setenv("SHMAP_SCHED", mode, 1), 0);
+  CHECK(setenv("SHMAP_SCHED", mode, 1) == 0, "setenv");
   const char *env = getenv("SHMAP_MISMATCH_CASES");
-  int ncases = env && *env ? atoi(env) : 2000;
+  int ncases = env && *env ? atoi(env) : DEFAULT_CASES;
   env = getenv("SHMAP_MISMATCH_SEED");
   uint64_t seed = env && *env ? strtoull(env, NULL, 0) : 20261123;
-  fprintf(stderr, "test_reliability_mismatch (%s): %d cases, "
-                  "SHMAP_MISMATCH_SEED=%llu\n",
-          mode, ncases, (unsigned long long)seed);
+  if (self == 0)
+    fprintf(stderr, "test_reliability_mismatch (%s, %d process%s): %d cases, "
+                    "SHMAP_MISMATCH_SEED=%llu\n",
+            mode, nproc, nproc == 1 ? "" : "es", ncases,
+            (unsigned long long)seed);
   rng = seed * 2654435761u + 1;
   signal(SIGALRM, on_alarm);
   tmesh meshes[NMESH];
@@ -524,7 +627,7 @@ static void run_cases(const char *mode)
     alarm(60);
     int rc = shmap_map(t.m->mesh, body, &t, 0, NULL, NULL, 0, NULL, NULL);
     alarm(0);
-    ck_assert_msg(rc == SHMAP_EMISMATCH, "%s\nmap returned %d (%s): %s",
+    CHECK(rc == SHMAP_EMISMATCH, "%s\nmap returned %d (%s): %s",
                   current, rc, shmap_strerror(rc), shmap_errmsg());
     check_message(&t, shmap_errmsg());
     if (i % 10 == 0) {
@@ -532,23 +635,23 @@ static void run_cases(const char *mode)
       alarm(60);
       rc = shmap_map(t.m->mesh, body, &t, 0, NULL, NULL, 0, NULL, NULL);
       alarm(0);
-      ck_assert_msg(rc == 0, "%s\nwithout the deviation: %d (%s): %s",
+      CHECK(rc == 0, "%s\nwithout the deviation: %d (%s): %s",
                     current, rc, shmap_strerror(rc), shmap_errmsg());
     }
   }
   for (int i = 0; i < NMESH; i++)
     shmap_mesh_destroy(meshes[i].mesh);
   for (int h = 0; h < NDEV_KINDS && ncases >= 100; h++)
-    ck_assert_msg(by_how[h] > 0, "no case deviates by %s", dev_names[h]);
+    CHECK(by_how[h] > 0, "no case deviates by %s", dev_names[h]);
 }
 
 /* Any two sequences over random device subsets: the map's code agrees
  * with the serial model, and a mismatch is reported as one. */
 static void run_mixed(const char *mode)
 {
-  ck_assert_int_eq(setenv("SHMAP_SCHED", mode, 1), 0);
+  CHECK(setenv("SHMAP_SCHED", mode, 1) == 0, "setenv");
   const char *env = getenv("SHMAP_MISMATCH_CASES");
-  int ncases = env && *env ? atoi(env) : 2000;
+  int ncases = env && *env ? atoi(env) : DEFAULT_CASES;
   env = getenv("SHMAP_MISMATCH_SEED");
   uint64_t seed = env && *env ? strtoull(env, NULL, 0) : 20261123;
   rng = seed * 0x9e3779b97f4a7c15ull + 7;
@@ -569,13 +672,13 @@ static void run_mixed(const char *mode)
     const char *msg = shmap_errmsg();
     if (want_ok) {
       ok++;
-      ck_assert_msg(rc == 0, "%s\nconsistent calls, but the map returned %d "
+      CHECK(rc == 0, "%s\nconsistent calls, but the map returned %d "
                     "(%s): %s", current, rc, shmap_strerror(rc), msg);
     } else {
       bad++;
-      ck_assert_msg(rc == SHMAP_EMISMATCH, "%s\nmismatched calls, but the map "
+      CHECK(rc == SHMAP_EMISMATCH, "%s\nmismatched calls, but the map "
                     "returned %d (%s): %s", current, rc, shmap_strerror(rc), msg);
-      ck_assert_msg(contains(msg, "differs between devices") ||
+      CHECK(contains(msg, "differs between devices") ||
                         contains(msg, "returned from its body after"),
                     "%s\nmessage: %s", current, msg);
     }
@@ -583,10 +686,31 @@ static void run_mixed(const char *mode)
   for (int i = 0; i < NMESH; i++)
     shmap_mesh_destroy(meshes[i].mesh);
   if (ncases >= 100)
-    ck_assert_msg(ok > 0 && bad > 0, "%d consistent and %d mismatched cases",
+    CHECK(ok > 0 && bad > 0, "%d consistent and %d mismatched cases",
                   ok, bad);
 }
 
+#ifdef MISMATCH_OVER_PROCESSES
+int main(void)
+{
+  nproc = shmap_process_count();
+  self = shmap_process_rank();
+  /* The mode tests/mpi/run.sh chose, or both. */
+  static const char *const modes[2] = {"threads", "fibers"};
+  const char *sched = getenv("SHMAP_SCHED");
+  for (int k = 0; k < 2; k++) {
+    if (sched && (!strcmp(sched, "threads") || !strcmp(sched, "fibers")) &&
+        strcmp(sched, modes[k]))
+      continue;
+    run_cases(modes[k]);
+    run_mixed(modes[k]);
+  }
+  if (self == 0)
+    printf("test_mpi_mismatch: %d process%s, all passed\n", nproc,
+           nproc == 1 ? "" : "es");
+  return 0;
+}
+#else
 START_TEST(test_mismatch_threads) { run_cases("threads"); }
 END_TEST
 
@@ -615,3 +739,4 @@ int main(void)
   suite_add_tcase(s, tc);
   return tu_run_suite(s);
 }
+#endif
