@@ -106,6 +106,9 @@ static int ring_allreduce_ordered(shmap_ctx *ctx, float *v, shmap_block *msg)
   float *m = msg->data;
   ring_pairs(n, pairs);
 
+  /* An in-place ppermute may give the block new storage (it writes what
+   * it receives into memory no peer reads): read msg->data again after
+   * each call rather than keeping a pointer across it. */
   for (int s = 0; s < 3 * (n - 1); s++) {
     /* Put the chunk I forward this step (if any) into the message. */
     int c;
@@ -117,6 +120,7 @@ static int ring_allreduce_ordered(shmap_ctx *ctx, float *v, shmap_block *msg)
     int rc = shmap_ppermute(ctx, msg, "i", n, (const int(*)[2])pairs);
     if (rc < 0)
       return rc;
+    m = msg->data;
     /* What did I receive?  The same schedule, seen from the sender. */
     int k = ordered_hop(n, s, from, &c);
     if (k < 0)
@@ -152,6 +156,7 @@ static int ring_allreduce_classic(shmap_ctx *ctx, float *v, shmap_block *msg)
     int rc = shmap_ppermute(ctx, msg, "i", n, (const int(*)[2])pairs);
     if (rc < 0)
       return rc;
+    m = msg->data; /* see ring_allreduce_ordered */
     for (int e = 0; e < C; e++)
       v[recv * C + e] = m[e] + v[recv * C + e];
   }
@@ -163,6 +168,7 @@ static int ring_allreduce_classic(shmap_ctx *ctx, float *v, shmap_block *msg)
     int rc = shmap_ppermute(ctx, msg, "i", n, (const int(*)[2])pairs);
     if (rc < 0)
       return rc;
+    m = msg->data; /* see ring_allreduce_ordered */
     memcpy(v + recv * C, m, C * sizeof *m);
   }
   return 0;

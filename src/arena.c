@@ -5,6 +5,7 @@
 
 #include "map.h"
 #include "runtime/sched.h"
+#include "transport/comm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,9 @@ shmap__chunk *shmap__arena_alloc(shmap_ctx *ctx, shmap_dtype dtype, int rank,
     return NULL;
   }
   c->kind = kind;
+  c->spare = NULL;
+  c->busy_dev = -1;
+  c->busy_k = 0;
   c->block.data = (char *)c + CHUNK_HDR;
   c->block.dtype = dtype;
   c->block.rank = rank;
@@ -116,10 +120,87 @@ void shmap__arena_unlink(shmap_ctx *ctx, shmap__chunk *c)
   c->prev = c->next = NULL;
 }
 
+static void *room(shmap__chunk *c) { return (char *)c + CHUNK_HDR; }
+
+/* Wait until nobody reads the room the block's data is not in. */
+static void settle_busy(shmap_ctx *ctx, shmap__chunk *c)
+{
+  if (c->busy_dev >= 0) {
+    shmap__comm_src_wait(ctx, c->busy_dev, c->busy_k);
+    c->busy_dev = -1;
+  }
+}
+
 void shmap__arena_free(shmap_ctx *ctx, shmap__chunk *c)
 {
   shmap__arena_unlink(ctx, c);
-  cache_put(&ctx->rt->devs[ctx->dev], c);
+  settle_busy(ctx, c);
+  shmap__dev *d = &ctx->rt->devs[ctx->dev];
+  if (c->spare) {
+    cache_put(d, c->spare);
+    c->spare = NULL;
+  }
+  cache_put(d, c);
+}
+
+void *shmap__arena_spare(shmap_ctx *ctx, shmap__chunk *c, size_t bytes,
+                         bool *oom)
+{
+  void *data = c->block.data;
+  *oom = false;
+  if (bytes > c->cap ||
+      (data != room(c) && !(c->spare && data == room(c->spare))))
+    return NULL;
+  if (!c->spare) {
+    shmap__chunk *s = cache_take(ctx, c->cap);
+    if (!s && (s = shmap__alloc(CHUNK_HDR + c->cap, false)))
+      s->cap = c->cap;
+    if (!s) {
+      char sh[128];
+      shmap__shape_format(c->block.dtype, c->block.rank, c->block.shape, sh,
+                          sizeof sh);
+      shmap__err(SHMAP_ENOMEM,
+                 "out of memory allocating a second %s block (%zu bytes)", sh,
+                 c->cap);
+      *oom = true;
+      return NULL;
+    }
+    s->prev = s->next = s->spare = NULL;
+    s->kind = SHMAP__CHUNK_SCRATCH;
+    s->busy_dev = -1;
+    s->block = c->block;
+    s->block.data = room(s);
+    c->spare = s;
+  }
+  if (bytes > c->spare->cap)
+    return NULL;
+  settle_busy(ctx, c);
+  return data == room(c) ? room(c->spare) : room(c);
+}
+
+void shmap__arena_swap(shmap__chunk *c, void *r, int reader, uint32_t k)
+{
+  c->block.data = r;
+  c->busy_dev = reader;
+  c->busy_k = k;
+}
+
+shmap__chunk *shmap__arena_settle(shmap_ctx *ctx, shmap__chunk *c)
+{
+  shmap__chunk *s = c->spare;
+  if (!s)
+    return c;
+  settle_busy(ctx, c);
+  shmap__dev *d = &ctx->rt->devs[ctx->dev];
+  c->spare = NULL;
+  if (c->block.data != room(s)) {
+    cache_put(d, s);
+    return c;
+  }
+  s->block = c->block;
+  s->kind = c->kind;
+  cache_put(d, c);
+  return s;
 }
 
 shmap__chunk *shmap__arena_find(shmap_ctx *ctx, const shmap_block *block)

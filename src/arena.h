@@ -22,6 +22,13 @@ typedef struct shmap__chunk {
   struct shmap__chunk *prev, *next;
   int kind;
   size_t cap;        /* bytes of data room */
+  /* A second buffer for in-place ppermute (shmap__arena_spare): the
+   * block's data is the chunk's own room or the spare's, and the other one
+   * may still be read by device busy_dev until it finishes its collective
+   * call busy_k (busy_dev -1: nobody reads it). */
+  struct shmap__chunk *spare;
+  int busy_dev;
+  uint32_t busy_k;
   shmap_block block; /* data follows the header, 64-byte aligned */
 } shmap__chunk;
 
@@ -36,6 +43,22 @@ void shmap__arena_unlink(struct shmap_ctx *ctx, shmap__chunk *c);
 shmap__chunk *shmap__arena_find(struct shmap_ctx *ctx, const shmap_block *block);
 /* Free every chunk still in the arena (the end of a map). */
 void shmap__arena_clear(struct shmap_ctx *ctx);
+/* In-place ppermute: room of at least `bytes` bytes, other than the
+ * block's data, that no other device reads and that may become the
+ * block's data (shmap__arena_swap): the chunk's own room or its spare
+ * (allocated on first use), after the last reader of that room finished.
+ * NULL when the block's data is not the chunk's (a user set it), and
+ * NULL with *oom true (message set) when out of memory. */
+void *shmap__arena_spare(struct shmap_ctx *ctx, shmap__chunk *c, size_t bytes,
+                         bool *oom);
+/* The block's data becomes `room` (from shmap__arena_spare); the room it
+ * had may still be read by device `reader` (-1: nobody) until that device
+ * finishes its call number k. */
+void shmap__arena_swap(shmap__chunk *c, void *room, int reader, uint32_t k);
+/* A chunk leaves the arena for good after the map (every device done):
+ * the chunk that holds the block's data, the block described in it, and
+ * the other room freed.  Returns c or its spare. */
+shmap__chunk *shmap__arena_settle(struct shmap_ctx *ctx, shmap__chunk *c);
 /* Free a device's cache (the runtime goes away). */
 void shmap__arena_cache_free(struct shmap__dev *d);
 

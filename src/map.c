@@ -748,6 +748,7 @@ static int adopt_output(shmap__job *job, int k, const shmap__spec *spec,
     }
     shmap__chunk *c = shmap__arena_find(ctx, ctx->out[k]);
     shmap__arena_unlink(ctx, c);
+    c = shmap__arena_settle(ctx, c);
     a->mem[d] = c;
     a->blocks[d] = c->block;
   }

@@ -28,7 +28,12 @@
 int shmap__algo_allreduce(shmap__plan *p, shmap_block *x)
 {
   shmap__coll *c = &p->c;
-  int rc = shmap__comm_arrive(c);
+  /* A few hundred bytes: one round trip, each member folding them all. */
+  int rc = shmap__comm_allreduce_small(c, (size_t)shmap_block_numel(x),
+                                       &p->fold, shmap_block_nbytes(x));
+  if (rc <= 0)
+    return rc;
+  rc = shmap__comm_arrive(c);
   if (rc)
     return rc;
   size_t es = c->esize;
@@ -207,14 +212,56 @@ int shmap__algo_ppermute_new(shmap__plan *p, shmap_block *res)
   return shmap__comm_depart(c, bytes);
 }
 
-/* The incoming block waits in a scratch block of the device's arena
- * (reused from call to call) until every member has read its source;
- * only then is the input overwritten in place. */
+/* In place, for a block in the device's arena: the incoming block is
+ * written once, into a room of the block's chunk that no peer reads (its
+ * spare, or its own room when the data is in the spare), and the block's
+ * data then points there; the room it leaves may still be read by the
+ * member this device sends to, which the next use of that room waits for
+ * (shmap__arena_spare, shmap__arena_free).  One copy, and no wait for the
+ * reader here. */
+static int ppermute_swap(shmap__plan *p, shmap_block *x, shmap__chunk *ch,
+                         void *into)
+{
+  shmap__coll *c = &p->c;
+  size_t bytes = shmap_block_nbytes(x);
+  int rc = shmap__comm_arrive(c);
+  if (rc)
+    return rc;
+  size_t numel = (size_t)shmap_block_numel(x);
+  RUN(whole, 0, numel);
+  if (p->to >= 0 && p->to != c->rank && shmap__comm_two_sided(c))
+    shmap__comm_send(c, p->to, &whole);
+  if (p->from >= 0)
+    shmap__comm_get(c, p->from, &whole, into, whole_str);
+  else
+    memset(into, 0, bytes);
+  bool deferred;
+  rc = shmap__comm_depart_deferred(c, bytes, &deferred);
+  if (rc)
+    return rc;
+  int reader = deferred && p->to >= 0 && p->to != c->rank
+                   ? shmap__comm_member(c, p->to)
+                   : -1;
+  shmap__arena_swap(ch, into, reader, c->k);
+  return 0;
+}
+
+/* Otherwise the incoming block waits in a scratch block of the device's
+ * arena until every member has read its source; only then is the input
+ * overwritten in place. */
 int shmap__algo_ppermute(shmap__plan *p, shmap_block *x)
 {
   shmap__coll *c = &p->c;
   shmap_ctx *ctx = c->ctx;
   size_t bytes = shmap_block_nbytes(x);
+  shmap__chunk *ch = bytes ? shmap__arena_find(ctx, x) : NULL;
+  bool oom = false;
+  void *into = ch ? shmap__arena_spare(ctx, ch, bytes, &oom) : NULL;
+  if (oom)
+    return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM, "%s",
+                           shmap__errbuf());
+  if (into)
+    return ppermute_swap(p, x, ch, into);
   shmap__chunk *tmp = NULL;
   if (p->from >= 0 && bytes &&
       !(tmp = shmap__arena_alloc(ctx, x->dtype, x->rank, x->shape,

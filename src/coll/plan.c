@@ -61,6 +61,7 @@ int shmap__plan_prepare(shmap_ctx *ctx, const char *name, int kind,
   c->name = name;
   c->axes_ok = false;
   c->op[0] = '\0';
+  c->from = c->to = -1;
   p->x = x;
   int rc = shmap__ctx_check(ctx, name);
   if (rc)
@@ -453,6 +454,8 @@ int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
   p->orank = x->rank;
   memcpy(p->oshape, x->shape, sizeof p->oshape);
   p->from = from[p->c.rank];
+  p->c.from = p->from;
+  p->c.to = p->to;
   free(from);
   return 0;
 }

@@ -69,12 +69,11 @@ static int leave(shmap__coll *c, uint64_t bytes, int rc)
   return rc;
 }
 
-int shmap__comm_arrive(shmap__coll *c)
+/* Entering a call: the device's state, trace and call number. */
+static void enter(shmap__coll *c)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
-  if (atomic_load(&rt->abort))
-    return shmap__canceled(ctx, shmap__coll_opname(c));
   /* Calls the device started run first, on its progress helper
    * (coll/async.c); the helper itself makes them here. */
   if (!shmap__helper_for && atomic_load_explicit(&rt->async,
@@ -89,6 +88,31 @@ int shmap__comm_arrive(shmap__coll *c)
               ? shmap__now()
               : shmap__set_state(self, SHMAP__ST_COLL, c->packed, shmap__now());
   c->k = ++ctx->seq;
+}
+
+int shmap__comm_allreduce_small(shmap__coll *c, size_t count,
+                                const shmap__fold *fold, uint64_t bytes)
+{
+  const shmap__transport *tp = c->ctx->comm->tp;
+  size_t es = c->esize > fold->out_esize ? c->esize : fold->out_esize;
+  if (!tp->allreduce_small || c->n > tp->small_max_n ||
+      count * es > SHMAP__SMALL_BYTES)
+    return 1;
+  shmap_ctx *ctx = c->ctx;
+  if (atomic_load(&ctx->rt->abort))
+    return shmap__canceled(ctx, shmap__coll_opname(c));
+  enter(c);
+  int rc = tp->allreduce_small(c, count, fold);
+  return leave(c, rc ? 0 : bytes, rc);
+}
+
+int shmap__comm_arrive(shmap__coll *c)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  if (atomic_load(&rt->abort))
+    return shmap__canceled(ctx, shmap__coll_opname(c));
+  enter(c);
   int rc = c->comm->tp->arrive(c);
   return rc ? leave(c, 0, rc) : 0;
 }
@@ -97,4 +121,26 @@ int shmap__comm_depart(shmap__coll *c, uint64_t bytes)
 {
   int rc = c->comm->tp->depart(c);
   return leave(c, rc ? 0 : bytes, rc);
+}
+
+int shmap__comm_depart_deferred(shmap__coll *c, uint64_t bytes, bool *deferred)
+{
+  const shmap__transport *tp = c->comm->tp;
+  *deferred = tp->depart_deferred != NULL;
+  int rc = *deferred ? tp->depart_deferred(c) : tp->depart(c);
+  return leave(c, rc ? 0 : bytes, rc);
+}
+
+void shmap__comm_src_wait(shmap_ctx *ctx, int reader, uint32_t k)
+{
+  const shmap__transport *tp = ctx->comm ? ctx->comm->tp : NULL;
+  if (!tp || !tp->src_wait)
+    return;
+  /* The wait may sleep on the device's waiter, where its progress helper
+   * sleeps while it carries out a started call, and a waiter has one
+   * sleeper: the calls the device started finish first. */
+  if (!shmap__helper_for &&
+      atomic_load_explicit(&ctx->rt->async, memory_order_relaxed))
+    shmap__async_drain(ctx);
+  tp->src_wait(ctx, reader, k);
 }

@@ -88,6 +88,9 @@
  * or none does.  A transport whose members decide apart (mpi.c) releases
  * arrive only for a member that will not come, never for the failure
  * alone, lest one member give up while a peer waits for its data.
+ * (depart_deferred moves the wait for a ppermute's one reader to the
+ * owner's next use of its buffer; allreduce_small does a whole small
+ * reduction with the same guarantees as arrive, allreduce and depart.)
  * A transport that learns of a failure in another address space records
  * it here with shmap__fail(rt, failing device, code, message), so that
  * local waiters are released and the map reports that message; failed()
@@ -141,6 +144,10 @@ typedef struct shmap__coll {
   shmap__comm *comm;
   shmap__call call;   /* the descriptor; src and dst are this device's */
   int n, rank;        /* group size and this device's rank in it */
+  /* ppermute: the ranks this member receives from and sends to (-1: none);
+   * -1 for every other collective.  The member of rank `to` is the one
+   * peer that reads this device's src. */
+  int from, to;
   size_t esize;       /* bytes per element of the call's dtype */
   const char *name;   /* "psum", for messages */
   bool axes_ok;       /* call.axes hold the parsed axes */
@@ -226,7 +233,36 @@ typedef struct shmap__transport {
    * elsewhere (every member that passed arrive completes the call), unless
    * the transport lost a peer: then an error code, message set. */
   int (*depart)(shmap__coll *c);
+
+  /* ---- deferred completion (optional, both or neither) ----------------- */
+  /* ppermute only: complete the call like depart, except that the member
+   * reading this device's src (rank c->to) may still be reading it when
+   * this returns.  The caller must then leave src unchanged, and keep it
+   * allocated, until src_wait(ctx, that member's device, c->k) returned:
+   * the reader's completion rides on this device's next use of the
+   * buffer instead of a wait here. */
+  int (*depart_deferred)(shmap__coll *c);
+  /* Wait until device `reader` has finished call number k (or left its
+   * body), after which what it read of this device's src in that call
+   * may change.  Called by the device of ctx, inside its body or (map
+   * over, every device done) by the map's caller. */
+  void (*src_wait)(struct shmap_ctx *ctx, int reader, uint32_t k);
+
+  /* ---- small reductions (optional) ------------------------------------ */
+  /* psum, pmax, pmin, pmean of at most SHMAP__SMALL_BYTES bytes (terms and
+   * result) in a group of at most small_max_n members: the whole call in
+   * one operation, instead of arrive, allreduce and depart.  Publish the
+   * call and this device's src (c->k set, as for arrive), agree with every
+   * member exactly as arrive would (same errors, same messages, the same
+   * verdict on every member), then write the left fold in rank order of
+   * every member's src[0..count) (with fold) into this device's dst.
+   * 0, or an error code with the message set. */
+  int (*allreduce_small)(shmap__coll *c, size_t count, const shmap__fold *fold);
+  int small_max_n;
 } shmap__transport;
+
+/* The most bytes of a small reduction (allreduce_small). */
+#define SHMAP__SMALL_BYTES 512
 
 /* How a reduction combines: fn is the fused kernel of the operation and
  * dtype (dtype.h, coll/ops.c).  It takes every member's term at once, in
@@ -266,6 +302,19 @@ int shmap__comm_arrive(shmap__coll *c);
 /* Leave the call: the transport's depart, then the device's state and
  * trace (`bytes` moved, for the trace).  0 or an error code. */
 int shmap__comm_depart(shmap__coll *c, uint64_t bytes);
+/* A small reduction in one operation when the transport has one for this
+ * size and group (0 or an error code, the call entered and left as by
+ * arrive and depart), or 1 when it has not: then use arrive/depart. */
+int shmap__comm_allreduce_small(shmap__coll *c, size_t count,
+                                const shmap__fold *fold, uint64_t bytes);
+/* Leave the call like shmap__comm_depart, but without waiting for the
+ * member reading this device's src when the transport can defer that:
+ * *deferred is then true, and the caller calls shmap__comm_src_wait(ctx,
+ * that member's device, c->k) before it changes or frees src. */
+int shmap__comm_depart_deferred(shmap__coll *c, uint64_t bytes, bool *deferred);
+/* Wait until device `reader` finished its call number k (see
+ * depart_deferred); returns at once for a transport that never defers. */
+void shmap__comm_src_wait(struct shmap_ctx *ctx, int reader, uint32_t k);
 /* The call's name for messages: "psum over ('i', 'j')" (coll/plan.c). */
 const char *shmap__coll_opname(shmap__coll *c);
 

@@ -14,6 +14,10 @@
  *      folding and writing the result into every peer's dst (allreduce);
  *   3. depart: announce that this device is done reading, and wait until
  *      every member is, so no buffer changes while a peer still reads it.
+ *
+ * ppermute skips step 3 ("Readers" below): each buffer has one reader,
+ * whose completion the owner waits for only when it next writes or frees
+ * that buffer.
  */
 #include "transport/comm.h"
 
@@ -35,6 +39,21 @@ typedef struct bslot {
   _Atomic uint64_t gkey;
 } bslot;
 
+/* A small reduction's publication (see "Small reductions"): the call
+ * number and a hash of the call in one word, then the device's terms,
+ * starting on the same cache line. */
+typedef struct sbox {
+  alignas(SHMAP__CACHELINE) _Atomic uint64_t word;
+  unsigned char data[SHMAP__SMALL_BYTES];
+} sbox;
+
+/* The group a box was last published to (the owner's own notes). */
+typedef struct sgroup {
+  uint32_t k; /* 0: none yet in this map */
+  int naxes, base, n;
+  int axes[SHMAP_MAX_AXES];
+} sgroup;
+
 /* What shm keeps per device: written by the device and read by its
  * peers (calls), or shared by a group it leads (slots). */
 typedef struct shm_dev {
@@ -45,6 +64,13 @@ typedef struct shm_dev {
   /* Who waits for this device's next arrival, written by peers (see
    * "Waking" below). */
   alignas(SHMAP__CACHELINE) _Atomic uint32_t watch;
+  /* How many calls the device has left (completed, or failed out of), and
+   * who waits for that (see "Pairs" below). */
+  alignas(SHMAP__CACHELINE) _Atomic uint32_t left;
+  _Atomic uint32_t lwatch;
+  /* Small reductions, by the parity of the call number. */
+  sbox box[2];
+  sgroup boxg[2];
 } shm_dev;
 
 /* What shm keeps per mesh (rt->tstate). */
@@ -120,6 +146,14 @@ static int shm_open(shmap__comm *comm)
       for (int i = 0; i < SLOTS; i++)
         atomic_store(&st->devs[d].slot[i].word, 0);
   st->dirty = 0;
+  for (int d = 0; d < rt->ndev; d++) {
+    shm_dev *sd = &st->devs[d];
+    atomic_store_explicit(&sd->left, 0, memory_order_relaxed);
+    for (int i = 0; i < 2; i++) {
+      atomic_store_explicit(&sd->box[i].word, 0, memory_order_relaxed);
+      sd->boxg[i].k = 0;
+    }
+  }
   comm->priv = st;
   return 0;
 }
@@ -241,31 +275,40 @@ static void wake_members(shmap__runtime *rt, const shmap__coll *c)
  * bits above hold the device that claimed the slot. */
 #define KEY_CALL (((uint64_t)1 << 48) - 1)
 
-/* Ask the successor to wake this device at its next arrival. */
-static void watch_succ(const shm_call *g)
+/* Ask the owner of watch word w to wake device me - 1 at its next
+ * arrival (or departure, for lwatch). */
+static void watch_word(_Atomic uint32_t *w, uint32_t me)
 {
-  _Atomic uint32_t *w = &g->ssucc->watch;
   uint32_t cur = atomic_load(w);
-  if (cur == g->me || (cur & WATCH_MANY))
+  if (cur == me || (cur & WATCH_MANY))
     return;
-  if (cur == 0 && atomic_compare_exchange_strong(w, &cur, g->me))
+  if (cur == 0 && atomic_compare_exchange_strong(w, &cur, me))
     return;
-  if (cur != g->me)
+  if (cur != me)
     atomic_fetch_or(w, WATCH_MANY);
 }
 
-/* This device has arrived: wake whoever waits for it.  Cleared each time,
- * a registration lasts one wake; a waiter whose condition still fails
- * registers again before it sleeps (see succ_arrived). */
-static void wake_watchers(shmap__runtime *rt, shm_dev *self)
+/* Ask the successor to wake this device at its next arrival. */
+static void watch_succ(const shm_call *g) { watch_word(&g->ssucc->watch, g->me); }
+
+/* Wake whoever watch word w names.  Cleared each time, a registration
+ * lasts one wake; a waiter whose condition still fails registers again
+ * before it sleeps (see succ_arrived). */
+static void wake_word(shmap__runtime *rt, _Atomic uint32_t *word)
 {
-  if (!atomic_load(&self->watch))
+  if (!atomic_load(word))
     return;
-  uint32_t w = atomic_exchange(&self->watch, 0);
+  uint32_t w = atomic_exchange(word, 0);
   if (w & WATCH_MANY)
     shmap__wake_all(rt);
   else if (w)
     shmap__dev_wake(&rt->devs[w - 1]);
+}
+
+/* This device has arrived: wake whoever waits for it. */
+static void wake_watchers(shmap__runtime *rt, shm_dev *self)
+{
+  wake_word(rt, &self->watch);
 }
 
 static bool succ_arrived(void *arg)
@@ -391,50 +434,49 @@ static int join(shmap__coll *c)
   }
 }
 
-static int shm_arrive(shmap__coll *c)
+/* Wait until device m has published call k (or left its body), then
+ * compare its call with ours.  0, or the error code. */
+static int agree_with(shmap__coll *c, int m)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
-  shm_state *st = c->comm->priv;
-  shmap__dev *self = &rt->devs[ctx->dev];
   shm_call *g = S(c);
-  g->devs = rt->devs;
-  g->sdevs = st->devs;
-  g->members = st->devs[ctx->dev].members;
-  g->srcs = st->devs[ctx->dev].srcs;
-  g->filled = false;
-  g->base = ctx->dev;
-  for (int i = 0; i < c->call.naxes; i++) {
-    int a = c->call.axes[i];
-    g->base -= ctx->coords[a] * rt->mesh->strides[a];
-  }
-  st->devs[ctx->dev].calls[c->k % HIST] = c->call;
-  atomic_store(&self->coll.arrive, c->k);
-  /* Whoever waits to compare its call with ours (even for a group of one:
-   * a device of another group may count us in its own). */
-  wake_watchers(rt, &st->devs[ctx->dev]);
-  if (c->n == 1)
-    return 0;
-  int succ = member(c, (c->rank + 1) % c->n);
-  g->succ = &rt->devs[succ];
-  g->ssucc = &st->devs[succ];
-  g->me = (uint32_t)ctx->dev + 1;
-  if (!shmap__dev_wait_on(rt, self, g->succ, succ_arrived, c, &rt->abort))
+  g->succ = &rt->devs[m];
+  g->ssucc = &g->sdevs[m];
+  if (!shmap__dev_wait_on(rt, &rt->devs[ctx->dev], g->succ, succ_arrived, c,
+                          &rt->abort))
     return shmap__canceled(ctx, shmap__coll_opname(c));
   char why[SHMAP__MSG_MAX - 200];
-  if (!member_agrees(c, (int)(g->succ - rt->devs), why, sizeof why)) {
-    /* A successor that left because the map already failed is a
+  if (!member_agrees(c, m, why, sizeof why)) {
+    /* A member that left because the map already failed is a
      * consequence, not a second cause. */
     if (atomic_load(&rt->abort))
       return shmap__canceled(ctx, shmap__coll_opname(c));
     return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH, "%s",
                            why);
   }
+  return 0;
+}
+
+/* The group-wide protocol (every collective but ppermute), after the
+ * descriptor is published. */
+static int slot_arrive(shmap__coll *c)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shm_state *st = c->comm->priv;
+  shmap__dev *self = &rt->devs[ctx->dev];
+  shm_call *g = S(c);
+  if (c->n == 1)
+    return 0;
+  int rc = agree_with(c, member(c, (c->rank + 1) % c->n));
+  if (rc)
+    return rc;
   g->slot = &st->devs[g->base].slot[c->k % SLOTS];
   /* Kind and axes name the call; the dtype (top byte of packed) is left
    * out, and the claimer goes above them. */
   g->gkey = (c->packed & KEY_CALL) | (uint64_t)ctx->dev << 48;
-  int rc = join(c);
+  rc = join(c);
   if (rc)
     return rc;
   for (;;) {
@@ -456,26 +498,290 @@ static int shm_arrive(shmap__coll *c)
   }
 }
 
+/*
+ * Readers.  A ppermute member's buffer is read by one peer (rank c->to),
+ * so the call needs no departure rendezvous: after the arrivals (which
+ * give every member the same verdict, as for any call) each member copies
+ * its piece, counts its departure in the slot without waiting for the
+ * others', and records in `left` that it left call k.  depart then waits
+ * only until its reader left call k; depart_deferred does not wait at
+ * all, and the owner of the buffer waits (src_wait) before it next writes
+ * or frees it -- by then, in a loop of calls, the reader long finished.
+ *
+ * This cannot hang: a reader has passed the arrivals, so it moves its
+ * data and leaves without waiting for anything.  Without the departure
+ * rendezvous members still stay within one call of each other, since the
+ * arrivals of call k + 1 wait for every member; descriptors (HIST) and
+ * slots (SLOTS) outlast that.
+ */
+typedef struct leftw {
+  const shmap__dev *d;
+  shm_dev *sd;
+  uint32_t k, me;
+} leftw;
+
+static bool has_left(void *arg)
+{
+  const leftw *w = arg;
+  if (atomic_load(&w->sd->left) >= w->k || atomic_load(&w->d->coll.finished))
+    return true;
+  watch_word(&w->sd->lwatch, w->me); /* then look again, as succ_arrived */
+  return atomic_load(&w->sd->left) >= w->k ||
+         atomic_load(&w->d->coll.finished);
+}
+
+/* Wait (as device `self`) until device m left its call k or its body. */
+static void wait_left(shmap__runtime *rt, int self, int m, uint32_t k)
+{
+  shm_state *st = rt->tstate;
+  leftw w = {&rt->devs[m], &st->devs[m], k, (uint32_t)self + 1};
+  if (!has_left(&w))
+    shmap__dev_wait_on(rt, &rt->devs[self], w.d, has_left, &w, NULL);
+}
+
+/* This device left its call k: publish it (the store orders its reads of
+ * the peers' buffers before it), and wake whoever waits for it. */
+static void left_call(shmap__runtime *rt, shm_dev *sd, uint32_t k)
+{
+  atomic_store(&sd->left, k);
+  wake_word(rt, &sd->lwatch);
+}
+
+static int shm_arrive(shmap__coll *c)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shm_state *st = c->comm->priv;
+  shmap__dev *self = &rt->devs[ctx->dev];
+  shm_dev *sd = &st->devs[ctx->dev];
+  shm_call *g = S(c);
+  g->devs = rt->devs;
+  g->sdevs = st->devs;
+  g->members = sd->members;
+  g->srcs = sd->srcs;
+  g->filled = false;
+  g->me = (uint32_t)ctx->dev + 1;
+  g->base = ctx->dev;
+  for (int i = 0; i < c->call.naxes; i++) {
+    int a = c->call.axes[i];
+    g->base -= ctx->coords[a] * rt->mesh->strides[a];
+  }
+  sd->calls[c->k % HIST] = c->call;
+  atomic_store(&self->coll.arrive, c->k);
+  /* Whoever waits to compare its call with ours (even for a group of one:
+   * a device of another group may count us in its own). */
+  wake_watchers(rt, sd);
+  int rc = slot_arrive(c);
+  if (rc)
+    left_call(rt, sd, c->k);
+  return rc;
+}
+
 /* No abort here: every member that got through arrive() moves data without
  * waiting for anything, so departures always come; leaving early would let
  * a buffer change while a peer still reads it. */
+/* Count this device's departure in the slot; the last one frees it.
+ * Whether others are still due. */
+static bool slot_depart(shmap__coll *c)
+{
+  shmap__runtime *rt = c->ctx->rt;
+  bslot *slot = S(c)->slot;
+  uint64_t w = atomic_fetch_sub(&slot->word, 1);
+  if (LEFT(w) != 1)
+    return true;
+  atomic_store(&slot->word, 0); /* free the slot for a later call */
+  if (w & WAITED)
+    shmap__wake_all(rt);
+  else if (c->call.kind != SHMAP__PPERMUTE)
+    wake_members(rt, c); /* ppermute's members do not wait for it */
+  return false;
+}
+
+/* ppermute (see "Readers"). */
+static int shm_depart_deferred(shmap__coll *c)
+{
+  shm_state *st = c->comm->priv;
+  if (c->n > 1)
+    slot_depart(c);
+  left_call(c->ctx->rt, &st->devs[c->ctx->dev], c->k);
+  return 0;
+}
+
+static void shm_src_wait(shmap_ctx *ctx, int reader, uint32_t k)
+{
+  wait_left(ctx->rt, ctx->dev, reader, k);
+}
+
 static int shm_depart(shmap__coll *c)
 {
-  if (c->n > 1) {
-    shmap__runtime *rt = c->ctx->rt;
-    bslot *slot = S(c)->slot;
-    uint64_t w = atomic_fetch_sub(&slot->word, 1);
-    if (LEFT(w) == 1) {
-      atomic_store(&slot->word, 0); /* free the slot for a later call */
-      if (w & WAITED)
-        shmap__wake_all(rt);
-      else
-        wake_members(rt, c);
-    } else {
-      shmap__dev_wait(rt, &rt->devs[c->ctx->dev], departures_done, c, NULL);
-    }
+  if (c->call.kind == SHMAP__PPERMUTE) {
+    shm_depart_deferred(c);
+    if (c->n > 1 && c->to >= 0 && c->to != c->rank)
+      wait_left(c->ctx->rt, c->ctx->dev, member(c, c->to), c->k);
+    return 0;
   }
+  if (c->n > 1 && slot_depart(c))
+    shmap__dev_wait(c->ctx->rt, &c->ctx->rt->devs[c->ctx->dev],
+                    departures_done, c, NULL);
+  shm_state *st = c->comm->priv;
+  left_call(c->ctx->rt, &st->devs[c->ctx->dev], c->k);
   return 0;
+}
+
+/*
+ * Small reductions.  A psum of a few floats is all latency: the group-wide
+ * protocol costs several dependent round trips between cores (successor,
+ * slot, departures).  Here each member writes its terms into a box of its
+ * own, then one word holding the call number and a hash of the call (a
+ * release store); waits until every member's word shows call k (acquire
+ * loads); and folds every member's terms in rank order itself, into its
+ * own dst.  One round trip, no atomic read-modify-write, and the result is
+ * the serial left fold bit for bit, like every fold.
+ *
+ * Agreement.  Each member compares every member's hash with its own;
+ * only when one differs (or a member published call k by another protocol,
+ * or left its body) does it compare the full descriptors, which gives the
+ * mismatch message of any other call.  A difference anywhere in the group
+ * is seen by every member, so all reach the same verdict.
+ *
+ * Reuse.  Boxes alternate by the parity of the call number.  A member at
+ * call k + 1 has finished reading every box of call k, but a box of call
+ * k - 2 may have been read by a group this device has not met since (the
+ * calls in between can be over other axes).  So before writing its box
+ * for call k the device waits until every member of the group it last
+ * published that box to has left that call: in a loop of calls, they
+ * long have.
+ */
+/* Every field shmap__call_equal compares goes in, so that two calls whose
+ * hashes agree differ only by a collision. */
+static uint32_t call_hash(const shmap__call *a)
+{
+  uint64_t h = 1469598103934665603ull;
+#define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
+  MIX(a->kind);
+  MIX(a->naxes);
+  for (int i = 0; i < a->naxes; i++)
+    MIX(a->axes[i]);
+  MIX(a->dtype);
+  MIX(a->rank);
+  for (int i = 0; i < a->rank; i++)
+    MIX(a->shape[i]);
+  MIX(a->p1);
+  MIX(a->p2);
+  MIX(a->tiled);
+  MIX(a->npairs);
+  MIX(a->pairs_hash);
+  MIX(a->gsize);
+  MIX(a->ngroups);
+  MIX(a->groups_hash);
+  MIX(a->source);
+  MIX(a->op_hash);
+#undef MIX
+  return (uint32_t)(h ^ h >> 32);
+}
+
+typedef struct swait {
+  shmap__coll *c;
+  int next; /* members before this rank have published */
+} swait;
+
+/* Whether member m has published call k: in its box, by another
+ * protocol, or left its body. */
+static bool box_ready(const shmap__coll *c, int m)
+{
+  const shm_call *g = CS(c);
+  uint64_t w = atomic_load(&g->sdevs[m].box[c->k & 1].word);
+  return (uint32_t)(w >> 32) == c->k ||
+         atomic_load(&g->devs[m].coll.arrive) >= c->k ||
+         atomic_load(&g->devs[m].coll.finished);
+}
+
+static bool boxes_ready(void *arg)
+{
+  swait *sw = arg;
+  shmap__coll *c = sw->c;
+  shm_call *g = S(c);
+  for (; sw->next < c->n; sw->next++) {
+    if (sw->next == c->rank)
+      continue;
+    int m = g->members[sw->next];
+    if (box_ready(c, m))
+      continue;
+    watch_word(&g->sdevs[m].watch, g->me); /* then look again */
+    if (!box_ready(c, m))
+      return false;
+  }
+  return true;
+}
+
+static int shm_allreduce_small(shmap__coll *c, size_t count,
+                               const shmap__fold *fold)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shm_state *st = c->comm->priv;
+  shmap__dev *self = &rt->devs[ctx->dev];
+  shm_dev *sd = &st->devs[ctx->dev];
+  shm_call *g = S(c);
+  g->devs = rt->devs;
+  g->sdevs = st->devs;
+  g->members = sd->members;
+  g->srcs = sd->srcs;
+  g->filled = false;
+  g->me = (uint32_t)ctx->dev + 1;
+  g->base = ctx->dev;
+  for (int i = 0; i < c->call.naxes; i++) {
+    int a = c->call.axes[i];
+    g->base -= ctx->coords[a] * rt->mesh->strides[a];
+  }
+  /* The box's readers from its last use must be done with it. */
+  sbox *box = &sd->box[c->k & 1];
+  sgroup *bg = &sd->boxg[c->k & 1];
+  if (bg->k)
+    for (int r = 0; r < bg->n; r++) {
+      int m = shmap__group_member(rt->mesh, bg->axes, bg->naxes, bg->base, r);
+      if (m != ctx->dev)
+        wait_left(rt, ctx->dev, m, bg->k);
+    }
+  bg->k = c->k;
+  bg->naxes = c->call.naxes;
+  memcpy(bg->axes, c->call.axes, sizeof bg->axes);
+  bg->base = g->base;
+  bg->n = c->n;
+  memcpy(box->data, c->call.src, count * c->esize);
+  sd->calls[c->k % HIST] = c->call;
+  uint32_t hash = call_hash(&c->call);
+  atomic_store_explicit(&box->word, (uint64_t)c->k << 32 | hash,
+                        memory_order_release);
+  atomic_store(&self->coll.arrive, c->k);
+  wake_watchers(rt, sd);
+  fill_members(c);
+  swait sw = {c, 0};
+  int rc = 0;
+  if (!boxes_ready(&sw) &&
+      !shmap__dev_wait_on(rt, self, NULL, boxes_ready, &sw, &rt->abort))
+    rc = shmap__canceled(ctx, shmap__coll_opname(c));
+  for (int r = 0; r < c->n && !rc; r++) {
+    int m = g->members[r];
+    uint64_t w = atomic_load_explicit(&st->devs[m].box[c->k & 1].word,
+                                      memory_order_acquire);
+    if (m == ctx->dev || w == ((uint64_t)c->k << 32 | hash))
+      continue;
+    char why[SHMAP__MSG_MAX - 200];
+    if (!member_agrees(c, m, why, sizeof why))
+      rc = atomic_load(&rt->abort)
+               ? shmap__canceled(ctx, shmap__coll_opname(c))
+               : shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH,
+                                 "%s", why);
+  }
+  if (!rc) {
+    const void **srcs = g->srcs;
+    for (int r = 0; r < c->n; r++)
+      srcs[r] = st->devs[g->members[r]].box[c->k & 1].data;
+    fold->fn(c->call.dst, srcs, c->n, count, fold->count);
+  }
+  left_call(rt, sd, c->k);
+  return rc;
 }
 
 /* ---- data -------------------------------------------------------------- */
@@ -539,4 +845,8 @@ const shmap__transport shmap__shm_transport = {
     .send = NULL,
     .recv = NULL,
     .depart = shm_depart,
+    .depart_deferred = shm_depart_deferred,
+    .src_wait = shm_src_wait,
+    .allreduce_small = shm_allreduce_small,
+    .small_max_n = 64,
 };

@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_small_reduce.c - reductions of a few hundred bytes, which the
+ * shared-memory transport runs in one round trip: every member publishes
+ * its terms and folds everyone's itself.
+ *
+ * The members' boxes alternate by call number, so a box is written again
+ * two calls later; these tests alternate groups (the whole mesh, rows,
+ * columns) so that a box is rewritten while devices of another group may
+ * still be on the call that read it, mix in calls of other protocols and
+ * sizes, and check every result exactly against the serial left fold in
+ * rank order (with values whose sums round, so the order shows).  Every
+ * case runs in both scheduling modes.
+ */
+#include "testutil.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 60
+#define LEN 100 /* floats: 400 bytes */
+
+static const char *const modes[2] = {"threads", "fibers"};
+
+typedef struct sarg {
+  int ni, nj;
+  _Atomic int bad;
+  _Atomic int failed;
+} sarg;
+
+/* Term e of the device at (i, j) in step t: sums of these round in f32,
+ * so a fold in another order gives other bits. */
+static float term(int i, int j, int t, int e)
+{
+  return 1.0f / (float)(1 + i * 7 + j * 3 + t + e) + (float)(i + j) * 1e4f;
+}
+
+static int body(shmap_ctx *ctx, void *arg)
+{
+  sarg *sa = arg;
+  int i = shmap_axis_index(ctx, "i"), j = shmap_axis_index(ctx, "j");
+  float x[LEN];
+  shmap_block b = {x, SHMAP_F32, 1, {LEN}};
+  for (int t = 0; t < STEPS; t++) {
+    for (int e = 0; e < LEN; e++)
+      x[e] = term(i, j, t, e);
+    const char *axes = t % 3 == 0 ? "i, j" : t % 3 == 1 ? "j" : "i";
+    bool max = t % 5 == 4;
+    int rc = max ? shmap_pmax(ctx, &b, axes) : shmap_psum(ctx, &b, axes);
+    if (rc) {
+      sa->failed++;
+      return rc;
+    }
+    /* The serial fold over the group in rank order (first axis named
+     * major). */
+    int wrong = 0;
+    for (int e = 0; e < LEN; e++) {
+      float acc = 0;
+      bool first = true;
+      for (int a = 0; a < sa->ni; a++)
+        for (int c = 0; c < sa->nj; c++) {
+          if ((t % 3 == 1 && a != i) || (t % 3 == 2 && c != j))
+            continue;
+          float v = term(a, c, t, e);
+          acc = first ? v : max ? (v > acc ? v : acc) : acc + v;
+          first = false;
+        }
+      wrong += memcmp(&acc, &x[e], sizeof acc) != 0;
+    }
+    if (wrong)
+      sa->bad++;
+    if (t % 7 == 6) {
+      /* A call of the group-wide protocol in between. */
+      float big[1024];
+      shmap_block bb = {big, SHMAP_F32, 1, {1024}};
+      for (int e = 0; e < 1024; e++)
+        big[e] = 1;
+      if ((rc = shmap_psum(ctx, &bb, "i")) || big[0] != (float)sa->ni) {
+        sa->failed++;
+        return rc ? rc : -1;
+      }
+    }
+  }
+  /* bool terms give an i32 sum, four times their bytes. */
+  uint8_t flag[LEN]; /* SHMAP_BOOL: one byte, 0 or 1 */
+  for (int e = 0; e < LEN; e++)
+    flag[e] = (e + i + j) % 2;
+  shmap_block fb = {flag, SHMAP_BOOL, 1, {LEN}};
+  shmap_block *sum;
+  int rc = shmap_psum_new(ctx, &fb, "i, j", &sum);
+  if (rc)
+    return rc;
+  for (int e = 0; e < LEN; e++) {
+    int want = 0;
+    for (int a = 0; a < sa->ni; a++)
+      for (int c = 0; c < sa->nj; c++)
+        want += (e + a + c) % 2;
+    if (((int32_t *)sum->data)[e] != want) {
+      sa->bad++;
+      break;
+    }
+  }
+  return shmap_block_free(ctx, sum);
+}
+
+START_TEST(t_groups)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  static const int shapes[][2] = {{2, 3}, {4, 4}, {1, 5}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    char text[32];
+    snprintf(text, sizeof text, "i=%d, j=%d", shapes[s][0], shapes[s][1]);
+    shmap_mesh *mesh = tu_mesh_new(text);
+    sarg sa = {.ni = shapes[s][0], .nj = shapes[s][1]};
+    tu_map_ok(shmap_map(mesh, body, &sa, 0, NULL, NULL, 0, NULL, NULL), text);
+    ck_assert_msg(sa.bad == 0, "%s (%s): %d wrong results", text, modes[_i],
+                  (int)sa.bad);
+    ck_assert_int_eq(sa.failed, 0);
+    shmap_mesh_destroy(mesh);
+  }
+}
+END_TEST
+
+/* A device leaves in the middle of a loop of small reductions: everyone
+ * is released, and the map names it. */
+static int body_leave(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  int d = shmap_ctx_device(ctx);
+  float x[8] = {0};
+  shmap_block b = {x, SHMAP_F32, 1, {8}};
+  for (int t = 0; t < 20; t++) {
+    if (d == 3 && t == 9)
+      return 0;
+    int rc = shmap_psum(ctx, &b, "i");
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+START_TEST(t_leave)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  shmap_mesh *mesh = tu_mesh_new("i=5");
+  int rc = shmap_map(mesh, body_leave, NULL, 0, NULL, NULL, 0, NULL, NULL);
+  ck_assert_msg(rc == SHMAP_EMISMATCH, "%d (%s): %s", rc, shmap_strerror(rc),
+                shmap_errmsg());
+  ck_assert_msg(strstr(shmap_errmsg(), "device 3") &&
+                    strstr(shmap_errmsg(), "returned from its body after 9"),
+                "message: %s", shmap_errmsg());
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
+/* Small reductions carried out by a device's progress helper (started,
+ * then waited for) meet the same calls made by other devices themselves,
+ * with blocking ones in between; and within axis_index_groups, which take
+ * the group-wide protocol. */
+static int body_async_groups(shmap_ctx *ctx, void *arg)
+{
+  _Atomic int *bad = arg;
+  int r = shmap_axis_index(ctx, "i");
+  static const int ranks[4] = {0, 2, 1, 3};
+  const shmap_groups g = {2, 2, ranks};
+  for (int t = 0; t < 20; t++) {
+    float x[16];
+    for (int e = 0; e < 16; e++)
+      x[e] = term(r, 0, t, e);
+    shmap_block b = {x, SHMAP_F32, 1, {16}};
+    int rc;
+    if (t % 3 == 2) {
+      rc = shmap_psum_groups(ctx, &b, "i", &g);
+    } else if ((r + t) % 2) {
+      shmap_request *req;
+      rc = shmap_psum_start(ctx, &b, "i", &req);
+      if (!rc)
+        rc = shmap_wait(ctx, &req);
+    } else {
+      rc = shmap_psum(ctx, &b, "i");
+    }
+    if (rc)
+      return rc;
+    for (int e = 0; e < 16; e++) {
+      float acc = 0;
+      bool first = true;
+      for (int a = 0; a < 4; a++) {
+        if (t % 3 == 2 && a % 2 != r % 2)
+          continue;
+        acc = first ? term(a, 0, t, e) : acc + term(a, 0, t, e);
+        first = false;
+      }
+      if (memcmp(&acc, &x[e], sizeof acc) != 0) {
+        (*bad)++;
+        break;
+      }
+    }
+  }
+  return 0;
+}
+
+START_TEST(t_async_groups)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  shmap_mesh *mesh = tu_mesh_new("i=4");
+  _Atomic int bad = 0;
+  tu_map_ok(shmap_map(mesh, body_async_groups, &bad, 0, NULL, NULL, 0, NULL,
+                      NULL),
+            "small reductions started, blocking and within groups");
+  ck_assert_int_eq(bad, 0);
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
+/* One device reduces within axis_index_groups where the others reduce
+ * over the whole axis: a mismatch naming both calls. */
+static int body_groups_mismatch(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  static const int ranks[4] = {0, 1, 2, 3};
+  const shmap_groups g = {2, 2, ranks};
+  float x[8] = {0};
+  shmap_block b = {x, SHMAP_F32, 1, {8}};
+  int rc = shmap_psum(ctx, &b, "i");
+  if (rc)
+    return rc;
+  return shmap_axis_index(ctx, "i") == 1 ? shmap_psum_groups(ctx, &b, "i", &g)
+                                         : shmap_psum(ctx, &b, "i");
+}
+
+START_TEST(t_groups_mismatch)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  shmap_mesh *mesh = tu_mesh_new("i=4");
+  int rc = shmap_map(mesh, body_groups_mismatch, NULL, 0, NULL, NULL, 0, NULL,
+                     NULL);
+  ck_assert_msg(rc == SHMAP_EMISMATCH, "%d (%s): %s", rc, shmap_strerror(rc),
+                shmap_errmsg());
+  const char *m = shmap_errmsg();
+  ck_assert_msg(strstr(m, "#2") && strstr(m, "device 1") &&
+                    strstr(m, "axis_index_groups [[0, 1], [2, 3]]") &&
+                    strstr(m, "psum"),
+                "message: %s", m);
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+  Suite *s = suite_create("small_reduce");
+  TCase *tc = tcase_create("small");
+  tcase_set_timeout(tc, 120);
+  tcase_add_loop_test(tc, t_groups, 0, 2);
+  tcase_add_loop_test(tc, t_leave, 0, 2);
+  tcase_add_loop_test(tc, t_async_groups, 0, 2);
+  tcase_add_loop_test(tc, t_groups_mismatch, 0, 2);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) { return tu_run_suite(suite()); }

@@ -1,0 +1,18 @@
+# SPDX-License-Identifier: MIT
+# tests fragment for the shared-memory transport's protocols, included by
+# the top Makefile.am: in-place ppermute on blocks the devices own (one
+# copy, readers waited for at the next use of a buffer) and small
+# reductions in one round trip.
+TRANSPORT_TESTS = tests/test_ppermute_inplace tests/test_small_reduce
+check_PROGRAMS += $(TRANSPORT_TESTS)
+TESTS += $(TRANSPORT_TESTS)
+
+tests_test_ppermute_inplace_SOURCES = tests/test_ppermute_inplace.c \
+	tests/testutil.c tests/testutil.h
+tests_test_ppermute_inplace_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_ppermute_inplace_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+tests_test_small_reduce_SOURCES = tests/test_small_reduce.c \
+	tests/testutil.c tests/testutil.h
+tests_test_small_reduce_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_small_reduce_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
