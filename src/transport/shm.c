@@ -547,12 +547,13 @@ static void left_call(shmap__runtime *rt, shm_dev *sd, uint32_t k)
   wake_word(rt, &sd->lwatch);
 }
 
-static int shm_arrive(shmap__coll *c)
+/* The call's per-device state, before its arrival is published: the
+ * member tables and the base device of the caller's group. */
+static shm_call *call_begin(shmap__coll *c)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
   shm_state *st = c->comm->priv;
-  shmap__dev *self = &rt->devs[ctx->dev];
   shm_dev *sd = &st->devs[ctx->dev];
   shm_call *g = S(c);
   g->devs = rt->devs;
@@ -566,6 +567,17 @@ static int shm_arrive(shmap__coll *c)
     int a = c->call.axes[i];
     g->base -= ctx->coords[a] * rt->mesh->strides[a];
   }
+  return g;
+}
+
+static int shm_arrive(shmap__coll *c)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shm_state *st = c->comm->priv;
+  shmap__dev *self = &rt->devs[ctx->dev];
+  shm_dev *sd = &st->devs[ctx->dev];
+  call_begin(c);
   sd->calls[c->k % HIST] = c->call;
   atomic_store(&self->coll.arrive, c->k);
   /* Whoever waits to compare its call with ours (even for a group of one:
@@ -722,18 +734,7 @@ static int shm_allreduce_small(shmap__coll *c, size_t count,
   shm_state *st = c->comm->priv;
   shmap__dev *self = &rt->devs[ctx->dev];
   shm_dev *sd = &st->devs[ctx->dev];
-  shm_call *g = S(c);
-  g->devs = rt->devs;
-  g->sdevs = st->devs;
-  g->members = sd->members;
-  g->srcs = sd->srcs;
-  g->filled = false;
-  g->me = (uint32_t)ctx->dev + 1;
-  g->base = ctx->dev;
-  for (int i = 0; i < c->call.naxes; i++) {
-    int a = c->call.axes[i];
-    g->base -= ctx->coords[a] * rt->mesh->strides[a];
-  }
+  shm_call *g = call_begin(c);
   /* The box's readers from its last use must be done with it. */
   sbox *box = &sd->box[c->k & 1];
   sgroup *bg = &sd->boxg[c->k & 1];
