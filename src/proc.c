@@ -299,18 +299,25 @@ int shmap__place_sub(shmap_mesh *mesh, const shmap_mesh *parent,
 /* ---- waiting for one request --------------------------------------------- */
 
 #ifdef SHMAP_HAVE_MPI
-int shmap__mpi_wait(void *request)
+int shmap__mpi_wait_all(int n, void *requests, const char *what)
 {
   /* Test, yielding the core, then sleeping a little longer each time up
    * to a millisecond: a peer may still be computing for seconds, and its
-   * cores may be ours. */
-  MPI_Request *r = request;
+   * cores may be ours.  One MPI_Test per request: MPICH declares
+   * MPI_STATUSES_IGNORE as a zero-length array, which GCC's
+   * -Wstringop-overflow rejects in MPI_Testall.  A completed request tests
+   * as complete again. */
+  MPI_Request *reqs = requests;
   long sleep_ns = 1000;
   for (int i = 0;; i++) {
-    int done = 0;
-    int rc = MPI_Test(r, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS)
-      return mpi_fail(SHMAP_ESYS, "waiting for another process", rc);
+    int done = 1;
+    for (int k = 0; k < n; k++) {
+      int one = 0;
+      int rc = MPI_Test(&reqs[k], &one, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS)
+        return mpi_fail(SHMAP_ESYS, what, rc);
+      done &= one;
+    }
     if (done)
       return 0;
     if (i < 100) {
@@ -322,6 +329,11 @@ int shmap__mpi_wait(void *request)
     if (sleep_ns < 1000000)
       sleep_ns *= 2;
   }
+}
+
+int shmap__mpi_wait(void *request)
+{
+  return shmap__mpi_wait_all(1, request, "waiting for another process");
 }
 
 #endif

@@ -70,6 +70,9 @@ void shmap__proc_suffix(const shmap_mesh *mesh, int dev, char *buf, size_t n);
 /* Wait for one MPI request (an MPI_Request *) without a blocking call:
  * 0 or SHMAP_ESYS with a message. */
 int shmap__mpi_wait(void *request);
+/* The same for n requests (an MPI_Request array); `what` names the
+ * exchange in the message. */
+int shmap__mpi_wait_all(int n, void *requests, const char *what);
 
 /* Host data over processes (spmd.c). */
 /* Copy every block this process holds into `dst` (row-major, whole). */

@@ -14,11 +14,9 @@
 #include "transport/mpi.h"
 
 #include <limits.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #ifdef SHMAP_HAVE_MPI
 #include <mpi.h>
@@ -173,31 +171,7 @@ SHMAP_EXTERN int shmap_array_to_host_local(const shmap_array *array, void *data)
 /* ---- a map's outputs over processes ---------------------------------------- */
 
 #ifdef SHMAP_HAVE_MPI
-/* Wait without a blocking MPI call, yielding the core. */
-static int test_all(int n, MPI_Request *reqs, const char *what)
-{
-  for (int i = 0;; i++) {
-    /* One MPI_Test per request: MPICH declares MPI_STATUSES_IGNORE as a
-     * zero-length array, which GCC's -Wstringop-overflow rejects in
-     * MPI_Testall.  A completed request tests as complete again. */
-    int done = 1, bad = 0;
-    for (int k = 0; k < n; k++) {
-      int one = 0;
-      bad |= MPI_Test(&reqs[k], &one, MPI_STATUS_IGNORE) != MPI_SUCCESS;
-      done &= one;
-    }
-    if (bad)
-      return shmap__err(SHMAP_ESYS, "%s between processes failed", what);
-    if (done)
-      return 0;
-    if (i < 100) {
-      sched_yield();
-      continue;
-    }
-    struct timespec ts = {0, i < 1000 ? 20000 : 500000};
-    nanosleep(&ts, NULL);
-  }
-}
+#define AGREE_OUTPUTS "agreeing on a map's outputs between processes"
 
 /* One device's description of one output (rank -1: none declared). */
 typedef struct odesc {
@@ -265,7 +239,7 @@ int shmap__proc_outputs(const shmap_mesh *mesh, int nout,
   int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all,
                           (int)(sizeof *all * per), MPI_BYTE, *comm,
                           &req) == MPI_SUCCESS
-               ? test_all(1, &req, "agreeing on a map's outputs")
+               ? shmap__mpi_wait_all(1, &req, AGREE_OUTPUTS)
                : shmap__err(SHMAP_ESYS, "MPI_Iallgather failed at the end of "
                             "a map");
   for (int k = 0; k < nout && rc == 0; k++) {
@@ -372,7 +346,7 @@ int shmap__proc_rep_blocks(const shmap_mesh *mesh, unsigned mask,
   MPI_Request req;
   int rc = MPI_Iallreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, *comm,
                           &req) == MPI_SUCCESS
-               ? test_all(1, &req, "agreeing on a map's outputs")
+               ? shmap__mpi_wait_all(1, &req, AGREE_OUTPUTS)
                : shmap__err(SHMAP_ESYS, "MPI_Iallreduce failed at the end of "
                             "a map");
   if (rc == 0 && !all)
@@ -405,7 +379,8 @@ int shmap__proc_rep_blocks(const shmap_mesh *mesh, unsigned mask,
     }
   }
   if (rc == 0 && n)
-    rc = test_all(n, reqs, "moving copies of outputs");
+    rc = shmap__mpi_wait_all(n, reqs,
+                             "moving copies of outputs between processes");
   free(reqs);
   if (rc) {
     free(buf);
@@ -443,7 +418,7 @@ int shmap__proc_agree_first(const shmap_mesh *mesh, int dev, int rc)
   MPI_Request req;
   int err = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all,
                            (int)sizeof *all, MPI_BYTE, *comm, &req) == MPI_SUCCESS
-                ? test_all(1, &req, "agreeing on a map's outputs")
+                ? shmap__mpi_wait_all(1, &req, AGREE_OUTPUTS)
                 : shmap__err(SHMAP_ESYS, "MPI_Iallgather failed at the end "
                              "of a map");
   if (err) {

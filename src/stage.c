@@ -30,10 +30,8 @@
 #include "runtime/runtime.h"
 #include "transport/mpi.h"
 
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #ifdef SHMAP_HAVE_MPI
 #include <mpi.h>
@@ -220,36 +218,6 @@ static MPI_Datatype piece_type(int rank, const int64_t sb[], const piece *p,
   return t;
 }
 
-/* Wait without a blocking MPI call, yielding the core. */
-static int test_all(int n, MPI_Request *reqs, const char *op)
-{
-  long nap = 1000;
-  for (int i = 0;; i++) {
-    /* One MPI_Test per request: MPICH declares MPI_STATUSES_IGNORE as a
-     * zero-length array, which GCC's -Wstringop-overflow rejects in
-     * MPI_Testall.  A completed request tests as complete again. */
-    int done = 1, bad = 0;
-    for (int k = 0; k < n; k++) {
-      int one = 0;
-      bad |= MPI_Test(&reqs[k], &one, MPI_STATUS_IGNORE) != MPI_SUCCESS;
-      done &= one;
-    }
-    if (bad)
-      return shmap__err(SHMAP_ESYS, "%s: moving pieces between processes "
-                        "failed", op);
-    if (done)
-      return 0;
-    if (i < 100) {
-      sched_yield();
-      continue;
-    }
-    struct timespec ts = {0, nap};
-    nanosleep(&ts, NULL);
-    if (nap < 1000000)
-      nap *= 2;
-  }
-}
-
 int shmap__stage(const shmap_array *a, shmap_mesh *tm, const shmap__spec *tspec,
                  const int64_t tbshape[], const char *op, shmap_array **out)
 {
@@ -285,11 +253,13 @@ int shmap__stage(const shmap_array *a, shmap_mesh *tm, const shmap__spec *tspec,
   int all = ok;
   MPI_Request req;
   int rc = 0;
+  char what[128];
+  snprintf(what, sizeof what, "%s: moving pieces between processes", op);
   if (MPI_Iallreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, *comm, &req) !=
       MPI_SUCCESS)
     rc = shmap__err(SHMAP_ESYS, "%s: MPI_Iallreduce failed", op);
   else
-    rc = test_all(1, &req, op);
+    rc = shmap__mpi_wait_all(1, &req, what);
   if (rc == 0 && !all)
     rc = shmap__err(SHMAP_ENOMEM, "%s: out of memory for the pieces of the "
                     "array that other processes hold (in %s)", op,
@@ -319,7 +289,7 @@ int shmap__stage(const shmap_array *a, shmap_mesh *tm, const shmap__spec *tspec,
     MPI_Type_free(&t);
   }
   if (rc == 0 && nreq)
-    rc = test_all(nreq, reqs, op);
+    rc = shmap__mpi_wait_all(nreq, reqs, what);
   free(reqs);
   free(l.v);
   if (rc) {
