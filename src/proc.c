@@ -183,6 +183,24 @@ void shmap__proc_suffix(const shmap_mesh *mesh, int dev, char *buf, size_t n)
   }
 }
 
+
+/* An empty placement of the mesh's devices, or SHMAP_ENOMEM. */
+static int place_alloc(const shmap_mesh *mesh, shmap__place **out)
+{
+  shmap__place *p = shmap__calloc(1, sizeof *p);
+  if (p) {
+    p->owner = shmap__calloc((size_t)mesh->ndev, sizeof *p->owner);
+    p->local = shmap__calloc((size_t)mesh->ndev, sizeof *p->local);
+  }
+  if (!p || !p->owner || !p->local) {
+    shmap__place_free(p);
+    return shmap__err(SHMAP_ENOMEM, "out of memory placing %d devices",
+                      mesh->ndev);
+  }
+  *out = p;
+  return 0;
+}
+
 /* ---- placement ---------------------------------------------------------- */
 
 void shmap__place_free(shmap__place *p)
@@ -225,16 +243,10 @@ int shmap__place_new(const shmap_mesh *mesh, const int axes[], int naxes,
                       "product of the process axes' sizes",
                       at, mt, P, P == 1 ? "" : "s", R);
   }
-  shmap__place *p = shmap__calloc(1, sizeof *p);
-  if (p) {
-    p->owner = shmap__calloc((size_t)mesh->ndev, sizeof *p->owner);
-    p->local = shmap__calloc((size_t)mesh->ndev, sizeof *p->local);
-  }
-  if (!p || !p->owner || !p->local) {
-    shmap__place_free(p);
-    return shmap__err(SHMAP_ENOMEM, "out of memory placing %d devices",
-                      mesh->ndev);
-  }
+  shmap__place *p;
+  int rc = place_alloc(mesh, &p);
+  if (rc)
+    return rc;
   p->nproc = R;
   p->self = self.rank;
   p->naxes = naxes;
@@ -274,16 +286,10 @@ int shmap__place_sub(shmap_mesh *mesh, const shmap_mesh *parent,
   if (!parent->place)
     return 0;
   const shmap__place *pp = parent->place;
-  shmap__place *p = shmap__calloc(1, sizeof *p);
-  if (p) {
-    p->owner = shmap__calloc((size_t)mesh->ndev, sizeof *p->owner);
-    p->local = shmap__calloc((size_t)mesh->ndev, sizeof *p->local);
-  }
-  if (!p || !p->owner || !p->local) {
-    shmap__place_free(p);
-    return shmap__err(SHMAP_ENOMEM, "out of memory placing %d devices",
-                      mesh->ndev);
-  }
+  shmap__place *p;
+  int rc = place_alloc(mesh, &p);
+  if (rc)
+    return rc;
   p->nproc = pp->nproc;
   p->self = pp->self;
   p->naxes = 0; /* chosen by the parent's placement, not by axes */
