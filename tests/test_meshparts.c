@@ -920,10 +920,14 @@ static int slow_inner(shmap_ctx *ctx, void *arg)
 
 static int slow_outer(shmap_ctx *ctx, void *arg)
 {
-  /* After a psum over data (which starts every device in fiber mode),
-   * device 0 is slow while its replica, device 1, waits. */
+  /* After a psum over data, device 0 is slow while its replica, device 1,
+   * waits.  Device 2 comes to the psum late, so that device 0 waits there
+   * and, in fiber mode, its worker starts device 1 before device 0's body
+   * holds it (a psum that completes at once would not yield). */
   double v = 1;
   shmap_block b = {&v, SHMAP_F64, 0, {0}};
+  if (shmap_ctx_device(ctx) == 2)
+    tu_sleep_ms(100);
   int rc = shmap_psum(ctx, &b, "data");
   if (rc)
     return rc;
