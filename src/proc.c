@@ -305,36 +305,37 @@ int shmap__place_sub(shmap_mesh *mesh, const shmap_mesh *parent,
 /* ---- waiting for one request --------------------------------------------- */
 
 #ifdef SHMAP_HAVE_MPI
+typedef struct reqs_wait {
+  MPI_Request *reqs;
+  int n, rc;
+} reqs_wait;
+
+/* One MPI_Test per request: MPICH declares MPI_STATUSES_IGNORE as a
+ * zero-length array, which GCC's -Wstringop-overflow rejects in
+ * MPI_Testall.  A completed request tests as complete again. */
+static bool reqs_done(void *arg)
+{
+  reqs_wait *w = arg;
+  int done = 1;
+  for (int k = 0; k < w->n; k++) {
+    int one = 0;
+    int rc = MPI_Test(&w->reqs[k], &one, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      w->rc = rc;
+      return true;
+    }
+    done &= one;
+  }
+  return done;
+}
+
 int shmap__mpi_wait_all(int n, void *requests, const char *what)
 {
-  /* Test, yielding the core, then sleeping a little longer each time up
-   * to a millisecond: a peer may still be computing for seconds, and its
-   * cores may be ours.  One MPI_Test per request: MPICH declares
-   * MPI_STATUSES_IGNORE as a zero-length array, which GCC's
-   * -Wstringop-overflow rejects in MPI_Testall.  A completed request tests
-   * as complete again. */
-  MPI_Request *reqs = requests;
-  long sleep_ns = 1000;
-  for (int i = 0;; i++) {
-    int done = 1;
-    for (int k = 0; k < n; k++) {
-      int one = 0;
-      int rc = MPI_Test(&reqs[k], &one, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS)
-        return mpi_fail(SHMAP_ESYS, what, rc);
-      done &= one;
-    }
-    if (done)
-      return 0;
-    if (i < 100) {
-      sched_yield();
-      continue;
-    }
-    struct timespec ts = {0, sleep_ns};
-    nanosleep(&ts, NULL);
-    if (sleep_ns < 1000000)
-      sleep_ns *= 2;
-  }
+  /* Polled (a peer may still be computing for seconds, and its cores may
+   * be ours: shmap__poll_until yields them, then naps). */
+  reqs_wait w = {.reqs = requests, .n = n, .rc = MPI_SUCCESS};
+  shmap__poll_until(NULL, NULL, reqs_done, &w, NULL);
+  return w.rc != MPI_SUCCESS ? mpi_fail(SHMAP_ESYS, what, w.rc) : 0;
 }
 
 int shmap__mpi_wait(void *request)

@@ -281,6 +281,51 @@ int shmap__wait_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
   return wait_impl(rt, w, pred, arg, abort, deadline, NULL, NULL);
 }
 
+/*
+ * Waiting for a condition that only polling makes true: MPI requests, which
+ * progress only inside MPI_Test, on both sides of a transfer (a large
+ * message takes several such steps, each needing the other side to look).
+ * Sleeping between looks would add its length to every step, so the waiter
+ * spins for SPIN_PURE, then yields its core at every look (what MPI's own
+ * blocking calls do when the cores are shared), and only after POLL_YIELD
+ * of that (a peer busy elsewhere) sleeps for POLL_NAP at a time between
+ * looks, still woken early by a local failure or wake-up (w NULL: a thread
+ * with no waiter, which just sleeps; rt is then unused).
+ */
+#define POLL_YIELD 5000000u /* ns */
+#define POLL_NAP 50000u     /* ns */
+
+int shmap__poll_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
+                      void *arg, _Atomic int *abort)
+{
+  uint64_t t0 = shmap__now();
+  for (;;) {
+    for (int i = 0; i < SPIN_CHECK; i++) {
+      if (pred(arg))
+        return 1;
+      cpu_relax();
+    }
+    if (abort && atomic_load(abort))
+      return 0;
+    uint64_t el = shmap__now() - t0;
+    if (el < SPIN_PURE)
+      continue;
+    if (el < POLL_YIELD) {
+      sched_yield();
+      continue;
+    }
+    if (!w) {
+      struct timespec ts = {0, POLL_NAP};
+      nanosleep(&ts, NULL);
+      continue;
+    }
+    int r = wait_impl(rt, w, pred, arg, abort, shmap__now() + POLL_NAP, NULL,
+                      NULL);
+    if (r >= 0)
+      return r;
+  }
+}
+
 bool shmap__wait(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
                  void *arg, _Atomic int *abort)
 {
@@ -517,11 +562,13 @@ static void worker_job(shmap__worker *w)
       if (dev->sched.fstate == SHMAP__F_DONE)
         left--;
     }
-    if (!ran && left > 0)
-      /* Nobody wakes a device waiting for MPI: test again soon. */
-      wait_impl(rt, &w->waiter, any_ready, w, NULL,
-                atomic_load(&rt->mpi_waiters) ? shmap__now() + 50000 : 0,
-                others_asleep, w);
+    if (!ran && left > 0) {
+      /* Nobody wakes a device waiting for MPI: poll for it. */
+      if (atomic_load(&rt->mpi_waiters))
+        shmap__poll_until(rt, &w->waiter, any_ready, w, NULL);
+      else
+        wait_impl(rt, &w->waiter, any_ready, w, NULL, 0, others_asleep, w);
+    }
   }
   if (atomic_fetch_add(&rt->done, w->count) + w->count == rt->ndev)
     shmap__wake(&rt->host);
@@ -564,13 +611,10 @@ bool shmap__dev_wait_on(shmap__runtime *rt, shmap__dev *d,
                      awaited ? dev_asleep : NULL, awaited) == 1;
   if (shmap__helper_for == d) {
     /* A progress helper in fiber mode waits like a device thread; nobody
-     * wakes it for MPI transfers, so then it looks again every 50 us. */
-    for (;;) {
-      uint64_t dl = atomic_load(&rt->mpi_waiters) ? shmap__now() + 50000 : 0;
-      int r = wait_impl(rt, &d->waiter, pred, arg, abort, dl, NULL, NULL);
-      if (r >= 0)
-        return r == 1;
-    }
+     * wakes it for MPI transfers, so then it polls. */
+    if (atomic_load(&rt->mpi_waiters))
+      return shmap__poll_until(rt, &d->waiter, pred, arg, abort) == 1;
+    return wait_impl(rt, &d->waiter, pred, arg, abort, 0, NULL, NULL) == 1;
   }
   /* A fiber never spins: while it waits its worker runs the others. */
   if (pred(arg))

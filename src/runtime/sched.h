@@ -262,6 +262,12 @@ bool shmap__wait(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
  * 1 condition, 0 abort, -1 deadline passed. */
 int shmap__wait_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
                       void *arg, _Atomic int *abort, uint64_t deadline);
+/* The same for a condition nobody wakes the waiter for (MPI requests, which
+ * progress only while polled): polls, yielding the core, instead of
+ * sleeping; 1 condition, 0 abort.  w may be NULL (no waiter: no early
+ * wake-up while it naps). */
+int shmap__poll_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
+                      void *arg, _Atomic int *abort);
 void shmap__wake(shmap__waiter *w);
 void shmap__wake_all(shmap__runtime *rt);
 /* A device waits (inside a map): sleeps its thread, or in fiber mode

@@ -669,11 +669,8 @@ static int wait_all(shmap_ctx *ctx, waitarg *w)
       ;
     atomic_fetch_sub(&rt->mpi_waiters, 1);
   } else {
-    uint64_t nap = 20000; /* 20 us, doubling up to 1 ms */
-    while (shmap__wait_until(rt, &self->waiter, requests_done, w, NULL,
-                             shmap__now() + nap) != 1)
-      if (nap < 1000000)
-        nap *= 2;
+    while (shmap__poll_until(rt, &self->waiter, requests_done, w, NULL) != 1)
+      ;
   }
   if (w->done)
     return 0;
@@ -1009,11 +1006,9 @@ static void wait_must(shmap__coll *c, MPI_Request *reqs, int n)
       ;
     atomic_fetch_sub(&rt->mpi_waiters, 1);
   } else {
-    uint64_t nap = 20000;
-    while (shmap__wait_until(rt, &self->waiter, requests_done, &w, NULL,
-                             shmap__now() + nap) != 1 || !w.done)
-      if (nap < 1000000)
-        nap *= 2;
+    while (shmap__poll_until(rt, &self->waiter, requests_done, &w, NULL) != 1 ||
+           !w.done)
+      ;
   }
 }
 
@@ -1330,6 +1325,28 @@ typedef struct verdict {
   char msg[SHMAP__MSG_MAX];
 } verdict;
 
+typedef struct endwait {
+  shmap__mpimesh *m;
+  MPI_Request *req;
+  unsigned polls;
+} endwait;
+
+/* The results' exchange is done; meanwhile notices are taken in. */
+static bool end_done(void *arg)
+{
+  endwait *w = arg;
+  int flag = 0;
+  MPI_Test(w->req, &flag, MPI_STATUS_IGNORE);
+  if (flag)
+    return true;
+  if ((w->polls++ & 15) == 0) {
+    uv_mutex_lock(&w->m->lock);
+    drain(w->m);
+    uv_mutex_unlock(&w->m->lock);
+  }
+  return false;
+}
+
 int shmap__mpi_map_end(shmap_mesh *mesh, int rc, const uint32_t *calls)
 {
   shmap__mpimesh *m = mm_of(mesh);
@@ -1352,20 +1369,8 @@ int shmap__mpi_map_end(shmap_mesh *mesh, int rc, const uint32_t *calls)
     free(all);
     return shmap__err(SHMAP_ESYS, "MPI_Iallgather failed at the end of a map");
   }
-  for (int i = 0;; i++) {
-    int flag = 0;
-    MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
-    if (flag)
-      break;
-    if ((i & 15) == 0) {
-      uv_mutex_lock(&m->lock);
-      drain(m);
-      uv_mutex_unlock(&m->lock);
-    }
-    uv_sleep(0);
-    struct timespec ts = {0, i < 100 ? 1000 : 200000};
-    nanosleep(&ts, NULL);
-  }
+  endwait ew = {.m = m, .req = &req};
+  shmap__poll_until(NULL, NULL, end_done, &ew, NULL);
   int pick = -1;
   for (int p = 0; p < m->nproc && pick < 0; p++)
     if (all[p].code && all[p].origin)
