@@ -13,8 +13,9 @@
  *
  * Waiting.  A device never makes a blocking MPI call: it posts non-blocking
  * sends and receives and waits for them with the runtime's own waiting
- * (its thread sleeps briefly between tests; in fiber mode its worker runs
- * other devices and tests again), checking meanwhile for the map's failure
+ * (shmap__poll_until: its thread tests, yielding its core; in fiber mode
+ * its worker runs other devices and tests again), checking meanwhile for
+ * the map's failure
  * and for notices from the other processes:
  *   FAIL - a device of that process failed: this process's map fails too,
  *          with the same message;
