@@ -173,6 +173,7 @@ void shmap__fiber_host_init(shmap__fiber *host)
 
 void shmap__fiber_switch(shmap__fiber *from, shmap__fiber *to)
 {
+  to->resumer = from;
 #ifdef SHMAP_ASAN
   void *fake = NULL;
   __sanitizer_start_switch_fiber(&fake, to->stack, to->stack_size);
@@ -193,29 +194,32 @@ void shmap__fiber_switch(shmap__fiber *from, shmap__fiber *to)
   const void *bottom;
   size_t size;
   __sanitizer_finish_switch_fiber(fake, &bottom, &size);
-  /* Back in a fiber: whoever resumed it is the thread context `to`, and
-   * that thread may differ from map to map (the map's caller runs worker
-   * 0's devices), so learn its stack every time.  Without it LeakSanitizer
-   * would stop scanning that thread's real stack. */
-  if (!to->map) {
-    to->stack = (void *)bottom;
-    to->stack_size = size;
+  /* Back in `from`: whoever resumed it may be a thread context other than
+   * `to` (a worker that took the device over), and the thread behind a
+   * context may differ from map to map (the map's caller runs worker 0's
+   * devices), so learn the resumer's stack every time.  Without it
+   * LeakSanitizer would scan the wrong range for that thread. */
+  shmap__fiber *r = from->resumer;
+  if (r && !r->map) {
+    r->stack = (void *)bottom;
+    r->stack_size = size;
   }
 #endif
 }
 
 void shmap__fiber_entered(shmap__fiber *self, shmap__fiber *from)
 {
-  (void)self;
+  (void)from; /* the resumer is known: self->resumer */
 #ifdef SHMAP_ASAN
   const void *bottom;
   size_t size;
   __sanitizer_finish_switch_fiber(NULL, &bottom, &size);
-  if (!from->stack) {
-    from->stack = (void *)bottom;
-    from->stack_size = size;
+  shmap__fiber *r = self->resumer;
+  if (r && !r->map) {
+    r->stack = (void *)bottom;
+    r->stack_size = size;
   }
 #else
-  (void)from;
+  (void)self;
 #endif
 }

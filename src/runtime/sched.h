@@ -69,6 +69,9 @@ typedef struct shmap__fiber {
   void *map;         /* mmap'ed region (stack + guard page) */
   size_t map_size;
   void *tsan;        /* ThreadSanitizer's fiber handle */
+  /* The context that last switched to this one: a fiber may be resumed by
+   * another worker than the one it left to (runtime.c). */
+  struct shmap__fiber *resumer;
 } shmap__fiber;
 
 int shmap__fiber_create(shmap__fiber *f, size_t stack_size,
