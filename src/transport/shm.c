@@ -619,6 +619,36 @@ static int shm_depart_deferred(shmap__coll *c)
   return 0;
 }
 
+/*
+ * Handover.  A ppermute loop on arena blocks copies every block once per
+ * call, and the copy reads lines the source device just wrote, from its
+ * core's cache: the slowest copy there is.  Instead, when every member
+ * of this member's cycle of the permutation published `hand` (its data
+ * is in a room that may pass to another block, and it takes its
+ * source's), each member takes its source's room as is, and nothing is
+ * copied.  The cycle is the same for all its members and each walks all
+ * of it, so all decide alike, and every room passes to exactly the
+ * member that takes it.  Nobody reads another's buffer, so there is no
+ * reader to wait for either.  The walk reads one descriptor per member
+ * of the cycle, so it stops (and the members copy) when the cycle is
+ * longer than the copy is worth: a bound every member computes alike.
+ */
+static const void *shm_handover(shmap__coll *c)
+{
+  size_t bytes = c->esize * (size_t)shmap__numel(c->call.rank, c->call.shape);
+  size_t limit = 8 + bytes / 2048; /* members of the cycle */
+  int r = c->call.hand - 1;
+  for (size_t len = 1; r != c->rank;) {
+    if (++len > limit)
+      return NULL;
+    int h = peer(c, r)->hand;
+    if (!h)
+      return NULL;
+    r = h - 1;
+  }
+  return peer(c, c->call.hand - 1)->src;
+}
+
 static void shm_src_wait(shmap_ctx *ctx, int reader, uint32_t k)
 {
   wait_left(ctx->rt, ctx->dev, reader, k);
@@ -850,4 +880,5 @@ const shmap__transport shmap__shm_transport = {
     .src_wait = shm_src_wait,
     .allreduce_small = shm_allreduce_small,
     .small_max_n = 64,
+    .handover = shm_handover,
 };
