@@ -13,8 +13,9 @@
  *
  * Waiting.  A device never makes a blocking MPI call: it posts non-blocking
  * sends and receives and waits for them with the runtime's own waiting
- * (its thread sleeps briefly between tests; in fiber mode its worker runs
- * other devices and tests again), checking meanwhile for the map's failure
+ * (shmap__poll_until: its thread tests, yielding its core; in fiber mode
+ * its worker runs other devices and tests again), checking meanwhile for
+ * the map's failure
  * and for notices from the other processes:
  *   FAIL - a device of that process failed: this process's map fails too,
  *          with the same message;
@@ -56,6 +57,7 @@
 #include "proc.h"
 #include "transport/comm.h"
 
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,7 +102,18 @@ typedef struct mdev {
   uint32_t published;
   int finished;        /* ST_FINISHED, | ST_RELEASED: by the map's failure */
   shmap__call ring[RING];
+  /* Peers in this process (see Members in one process): the buffers of
+   * call `cur` (valid once cur is stored, a release), and the last call
+   * the device left. */
+  const void *src;
+  void *dst;
+  _Atomic uint32_t cur, left;
+  /* Buffers a call stages other processes' terms and its folded chunk in
+   * (see scratch()), kept from call to call. */
+  void *scratch[2];
+  size_t scap[2];
 } mdev;
+enum { SCRATCH_TERMS, SCRATCH_ACC };
 
 /* A send left to complete on its own, with its buffer (status notices). */
 typedef struct pend {
@@ -274,8 +287,11 @@ void shmap__mpi_mesh_free(shmap_mesh *mesh)
   for (int i = 0; i < m->npend; i++)
     free(m->pend[i].buf);
   free(m->pend);
-  for (int d = 0; d < m->ndev; d++)
+  for (int d = 0; d < m->ndev; d++) {
     uv_mutex_destroy(&m->dev[d].lock);
+    free(m->dev[d].scratch[SCRATCH_TERMS]);
+    free(m->dev[d].scratch[SCRATCH_ACC]);
+  }
   free(m->dev);
   free(m->reply);
   free(m->ask_id);
@@ -503,6 +519,8 @@ void shmap__mpi_map_begin(shmap_mesh *mesh)
   for (int d = 0; d < m->ndev; d++) {
     m->dev[d].published = 0;
     m->dev[d].finished = 0;
+    atomic_store(&m->dev[d].cur, 0);
+    atomic_store(&m->dev[d].left, 0);
     m->reply[d].epoch = 0;
   }
   uv_mutex_unlock(&m->lock);
@@ -929,13 +947,10 @@ static int tag_of(const shmap__mpimesh *m, int from, int to)
 
 /* ---- the transport (transport/comm.h) ---------------------------------------- */
 
-/* Per call: the requests this device posted, and buffers that must live
- * until depart (allreduce results being sent). */
+/* Per call: the requests this device posted. */
 typedef struct mcall {
   MPI_Request *reqs;
   int nreq, cap;
-  void **keep;
-  int nkeep, capkeep;
 } mcall;
 
 static mcall *MC(shmap__coll *c) { return *(mcall **)c->priv; }
@@ -952,20 +967,6 @@ static void add_req(shmap__coll *c, MPI_Request r)
     mc->cap = cap;
   }
   mc->reqs[mc->nreq++] = r;
-}
-
-static void keep(shmap__coll *c, void *p)
-{
-  mcall *mc = MC(c);
-  if (mc->nkeep == mc->capkeep) {
-    int cap = mc->capkeep ? 2 * mc->capkeep : 8;
-    void **n = shmap__realloc(mc->keep, sizeof *n * (size_t)cap);
-    if (!n)
-      abort(); /* a few pointers: the allocator is gone */
-    mc->keep = n;
-    mc->capkeep = cap;
-  }
-  mc->keep[mc->nkeep++] = p;
 }
 
 /* The MPI type of a strided box of elements of `es` bytes. */
@@ -988,6 +989,84 @@ static int peer_proc(shmap__coll *c, int r, int *dev)
 {
   *dev = shmap__comm_member(c, r);
   return c->comm->mesh->place->owner[*dev];
+}
+
+/*
+ * Members in one process.  Devices of one process share its memory, so
+ * pieces between them never go through MPI: the pulling side reads the
+ * peer's buffer directly (get, a reduction's term) and the writing side
+ * of a reduction's result writes into the peer's dst, while the matching
+ * send and recv are nothing.  Both sides agree on who is local (the
+ * placement is the same in every process), so the messages that remain
+ * between each pair of processes still match in order.  A member's
+ * buffers are found in its mdev: it stores them, then the call number
+ * `cur` (a release), before its descriptor goes out, and a peer holding
+ * that descriptor (every peer, after arrive) loads `cur` (an acquire).
+ * Comm.h's rule that buffers stay unchanged until depart becomes a
+ * barrier of the local members at depart: each stores the call it left
+ * in `left` (after its last read and write of a peer's buffer), wakes the
+ * others, and leaves once every local member has left the call.  A
+ * member's pieces of its own chunk in an in-place psum are read only by
+ * the member that writes the result there, so reads come before writes.
+ */
+static bool local_member(shmap__coll *c, int r, int *dev)
+{
+  const shmap__place *pl = c->comm->mesh->place;
+  *dev = shmap__comm_member(c, r);
+  return pl->owner[*dev] == pl->self;
+}
+
+/* Local member d's buffers for our call (it published before sending us
+ * its descriptor, which we hold: the loop only guards against a compiler
+ * or MPI library that made that order invisible). */
+static const mdev *peer_bufs(shmap__coll *c, int d)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  const mdev *v = &m->dev[d];
+  while (atomic_load_explicit(&v->cur, memory_order_acquire) != c->k)
+    sched_yield();
+  return v;
+}
+
+typedef struct leftarg {
+  shmap__coll *c;
+  int next; /* ranks below it have left */
+} leftarg;
+
+static bool locals_left(void *arg)
+{
+  leftarg *a = arg;
+  shmap__coll *c = a->c;
+  shmap__mpimesh *m = c->comm->priv;
+  for (; a->next < c->n; a->next++) {
+    int d;
+    if (a->next == c->rank || !local_member(c, a->next, &d))
+      continue;
+    if (atomic_load_explicit(&m->dev[d].left, memory_order_acquire) < c->k)
+      return false;
+  }
+  return true;
+}
+
+/* The barrier of the local members at depart (see above). */
+static void locals_depart(shmap__coll *c)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  shmap__runtime *rt = c->ctx->rt;
+  atomic_store_explicit(&m->dev[c->ctx->dev].left, c->k, memory_order_release);
+  int nlocal = 0;
+  for (int r = 0; r < c->n; r++) {
+    int d;
+    if (r != c->rank && local_member(c, r, &d)) {
+      nlocal++;
+      shmap__dev_wake(&rt->devs[d]);
+    }
+  }
+  if (nlocal == 0)
+    return;
+  leftarg a = {c, 0};
+  if (!locals_left(&a))
+    shmap__dev_wait(rt, &rt->devs[c->ctx->dev], locals_left, &a, NULL);
 }
 
 /* Wait for requests that must complete (data of a call every member
@@ -1063,6 +1142,9 @@ static void mpi_failed(shmap__runtime *rt)
 static void publish(shmap__mpimesh *m, const shmap__coll *c)
 {
   mdev *v = &m->dev[c->ctx->dev];
+  v->src = c->call.src;
+  v->dst = c->call.dst;
+  atomic_store_explicit(&v->cur, c->k, memory_order_release);
   uv_mutex_lock(&v->lock);
   v->ring[c->k % RING] = c->call;
   v->ring[c->k % RING].src = NULL;
@@ -1114,6 +1196,9 @@ static int mpi_arrive(shmap__coll *c)
   wire->call.src = NULL;
   wire->call.dst = NULL;
   int nreq = 0, nwatch = 0;
+  /* Before the sends: a member of this process that has our descriptor
+   * finds our buffers (see Members in one process). */
+  publish(m, c);
   for (int r = 0; r < n; r++) {
     if (r == c->rank)
       continue;
@@ -1127,7 +1212,6 @@ static int mpi_arrive(shmap__coll *c)
     procs[nwatch] = p;
     watch[nwatch++] = d;
   }
-  publish(m, c);
   atomic_store(&self->coll.arrive, c->k);
   char why[SHMAP__MSG_MAX - 200];
   why[0] = '\0';
@@ -1164,6 +1248,8 @@ static void mpi_send(shmap__coll *c, int peer, const shmap__box *from)
 {
   shmap__mpimesh *m = c->comm->priv;
   int d, p = peer_proc(c, peer, &d);
+  if (p == m->self)
+    return; /* the peer reads it (Members in one process) */
   MPI_Datatype t = box_type(from->rank, from->shape, from->strides, c->esize);
   MPI_Request r;
   atomic_fetch_add(&m->sent[p], 1);
@@ -1177,6 +1263,8 @@ static void mpi_recv(shmap__coll *c, int peer, const shmap__box *to)
 {
   shmap__mpimesh *m = c->comm->priv;
   int d, p = peer_proc(c, peer, &d);
+  if (p == m->self)
+    return; /* the peer writes it (Members in one process) */
   MPI_Datatype t = box_type(to->rank, to->shape, to->strides, c->esize);
   MPI_Request r;
   atomic_fetch_add(&m->got[p], 1);
@@ -1197,6 +1285,11 @@ static void mpi_get(shmap__coll *c, int peer, const shmap__box *from, void *to,
   }
   shmap__mpimesh *m = c->comm->priv;
   int d, p = peer_proc(c, peer, &d);
+  if (p == m->self) {
+    shmap__copy_box(to, to_strides, (const char *)peer_bufs(c, d)->src + from->off,
+                    from->strides, from->rank, from->shape, c->esize);
+    return;
+  }
   MPI_Datatype t = box_type(from->rank, from->shape, to_strides, c->esize);
   MPI_Request r;
   atomic_fetch_add(&m->got[p], 1);
@@ -1206,44 +1299,80 @@ static void mpi_get(shmap__coll *c, int peer, const shmap__box *from, void *to,
   c->ctx->remote += p != m->self ? (uint64_t)shmap__numel(from->rank, from->shape) * c->esize : 0;
 }
 
-/* Every member's src[off..off+count) folded in rank order into acc. */
+/* A device's staging buffer `which` of at least `bytes`.  Kept for the
+ * mesh's life, because fresh memory costs more than the transfer: MPI
+ * writes received pieces page by page into it (with Open MPI's
+ * single-copy path, process_vm_readv faults each new page in), and the C
+ * library gives freed megabytes back to the kernel, so a buffer allocated
+ * per call was new pages on every call (a psum of 1 MiB over 2 processes
+ * of 4 devices took 6-7 times as long).  A device makes one call at a
+ * time (comm.h), and a call's buffers live until its depart. */
+static void *scratch(shmap__coll *c, int which, size_t bytes)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  mdev *v = &m->dev[c->ctx->dev];
+  if (v->scap[which] < bytes) {
+    free(v->scratch[which]);
+    v->scap[which] = 0;
+    v->scratch[which] = shmap__alloc(bytes, false);
+    if (!v->scratch[which])
+      abort(); /* no way to fail a call every member entered */
+    v->scap[which] = bytes;
+  }
+  return v->scratch[which];
+}
+
+/* Every member's src[off..off+count) folded in rank order into acc: terms
+ * of other processes received into one buffer, those of this process read
+ * where they are. */
 static void fold_terms(shmap__coll *c, size_t off, size_t count,
                        const shmap__fold *fold, void *acc)
 {
   shmap__mpimesh *m = c->comm->priv;
   size_t bytes = count * c->esize;
   int n = c->n;
-  char *terms = shmap__alloc(bytes * (size_t)n + 1, false);
+  const void **srcs = shmap__malloc(sizeof *srcs * (size_t)n);
   MPI_Request *reqs = shmap__malloc(sizeof *reqs * (size_t)n);
-  if (!terms || !reqs)
+  if (!srcs || !reqs)
     abort(); /* no way to fail a call every member entered */
+  int nremote = 0;
+  for (int r = 0; r < n; r++) {
+    int d;
+    if (r != c->rank && !local_member(c, r, &d))
+      nremote++;
+  }
+  char *terms = nremote ? scratch(c, SCRATCH_TERMS, bytes * (size_t)nremote)
+                        : NULL;
   MPI_Datatype t;
   MPI_Type_contiguous((int)c->esize, MPI_BYTE, &t);
   MPI_Type_commit(&t);
   int nreq = 0;
+  char *next = terms;
   for (int r = 0; r < n; r++) {
-    if (r == c->rank)
+    int d;
+    if (r == c->rank) {
+      srcs[r] = (const char *)c->call.src + off * c->esize;
       continue;
-    int d, p = peer_proc(c, r, &d);
+    }
+    if (local_member(c, r, &d)) {
+      srcs[r] = (const char *)peer_bufs(c, d)->src + off * c->esize;
+      continue;
+    }
+    int p = c->comm->mesh->place->owner[d];
     atomic_fetch_add(&m->got[p], 1);
-    MPI_Irecv(terms + (size_t)r * bytes, (int)count, t, p,
-              tag_of(m, d, c->ctx->dev), m->comm, &reqs[nreq++]);
-    if (p != m->self)
-      c->ctx->remote += bytes;
+    MPI_Irecv(next, (int)count, t, p, tag_of(m, d, c->ctx->dev), m->comm,
+              &reqs[nreq++]);
+    srcs[r] = next;
+    next += bytes;
+    c->ctx->remote += bytes;
   }
   MPI_Type_free(&t);
-  wait_must(c, reqs, nreq);
+  if (nreq)
+    wait_must(c, reqs, nreq);
   /* Every term at once, in rank order: the fused kernel folds them in
    * one pass (and divides for pmean). */
-  const void **srcs = shmap__malloc(sizeof *srcs * (size_t)n);
-  if (!srcs)
-    abort(); /* no way to fail a call every member entered */
-  const char *own = (const char *)c->call.src + off * c->esize;
-  for (int r = 0; r < n; r++)
-    srcs[r] = r == c->rank ? own : terms + (size_t)r * bytes;
   fold->fn(acc, srcs, n, count, fold->count);
   free(srcs);
-  free(terms);
   free(reqs);
 }
 
@@ -1260,9 +1389,7 @@ static void mpi_allreduce(shmap__coll *c, size_t off, size_t count,
   /* The result's elements may be wider than the terms (a bool sum). */
   size_t des = fold->out_esize;
   size_t bytes = count * des;
-  char *acc = shmap__alloc(bytes + 1, false);
-  if (!acc)
-    abort(); /* no way to fail a call every member entered */
+  char *acc = scratch(c, SCRATCH_ACC, bytes + 1);
   fold_terms(c, off, count, fold, acc);
   /* In place (psum): what this device sent from src must be out before
    * its dst, the same memory, changes. */
@@ -1277,13 +1404,16 @@ static void mpi_allreduce(shmap__coll *c, size_t off, size_t count,
     if (r == c->rank)
       continue;
     int d, p = peer_proc(c, r, &d);
+    if (p == m->self) {
+      memcpy((char *)peer_bufs(c, d)->dst + off * des, acc, bytes);
+      continue;
+    }
     MPI_Request q;
     atomic_fetch_add(&m->sent[p], 1);
     MPI_Isend(acc, (int)count, t, p, tag_of(m, c->ctx->dev, d), m->comm, &q);
     add_req(c, q);
   }
   MPI_Type_free(&t);
-  keep(c, acc);
 }
 
 static int mpi_depart(shmap__coll *c)
@@ -1293,9 +1423,7 @@ static int mpi_depart(shmap__coll *c)
     return 0;
   if (mc->nreq)
     wait_must(c, mc->reqs, mc->nreq);
-  for (int i = 0; i < mc->nkeep; i++)
-    free(mc->keep[i]);
-  free(mc->keep);
+  locals_depart(c);
   free(mc->reqs);
   free(mc);
   memset(c->priv, 0, sizeof mc);
