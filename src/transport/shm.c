@@ -74,6 +74,9 @@ typedef struct shm_dev {
   sgroup boxg[2];
   sbox res[2];
   sgroup resg[2];
+  /* The last small reduction whose every member this device saw publish
+   * it (so every member had left its earlier calls). */
+  sgroup done;
 } shm_dev;
 
 /* What shm keeps per mesh (rt->tstate). */
@@ -158,6 +161,7 @@ static int shm_open(shmap__comm *comm)
       atomic_store_explicit(&sd->res[i].word, 0, memory_order_relaxed);
       sd->resg[i].k = 0;
     }
+    sd->done.k = 0;
   }
   comm->priv = st;
   return 0;
@@ -766,11 +770,33 @@ static bool boxes_ready(void *arg)
  * `readers` false when only this call's group rank 0 reads it and has
  * finished when this device leaves the call (nothing to wait for next
  * time). */
+static bool same_group(const sgroup *a, const sgroup *b)
+{
+  return a->n == b->n && a->base == b->base && a->naxes == b->naxes &&
+         memcmp(a->axes, b->axes, sizeof(int) * (size_t)a->naxes) == 0;
+}
+
+/* Every member published call k of this group: remember it. */
+static void group_done(shmap__coll *c)
+{
+  shm_state *st = c->comm->priv;
+  sgroup *d = &st->devs[c->ctx->dev].done;
+  d->k = c->k;
+  d->naxes = c->call.naxes;
+  memcpy(d->axes, c->call.axes, sizeof d->axes);
+  d->base = CS(c)->base;
+  d->n = c->n;
+}
+
 static void box_reuse(shmap__coll *c, sgroup *bg, bool readers)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
-  if (bg->k)
+  shm_state *st = c->comm->priv;
+  const sgroup *done = &st->devs[ctx->dev].done;
+  /* In a loop over one group nothing is waited for: every member
+   * published a later call of the group, so it left that one. */
+  if (bg->k && !(done->k > bg->k && same_group(done, bg)))
     for (int r = 0; r < bg->n; r++) {
       int m = shmap__group_member(rt->mesh, bg->axes, bg->naxes, bg->base, r);
       if (m != ctx->dev)
@@ -940,6 +966,7 @@ static int allreduce_lead(shmap__coll *c, size_t count, const shmap__fold *fold)
       box_reuse(c, rg, true);
     boxes_fold(c, count, fold, res->data);
     memcpy(c->call.dst, res->data, count * fold->out_esize);
+    group_done(c);
   }
   atomic_store_explicit(&res->word,
                         (uint64_t)c->k << 32 | (rc ? RES_FAILED : 0),
@@ -971,6 +998,7 @@ static int allreduce_member(shmap__coll *c, size_t count,
     uint64_t w = atomic_load_explicit(&res->word, memory_order_acquire);
     if (TAG(w) == c->k && !(w & RES_FAILED)) {
       memcpy(c->call.dst, res->data, count * fold->out_esize);
+      group_done(c);
     } else if (TAG(w) == c->k) {
       rc = boxes_agree(c, rw.hash);
       if (!rc) /* cannot happen: the leader saw a difference */
@@ -997,16 +1025,25 @@ static int shm_allreduce_small(shmap__coll *c, size_t count,
   shmap__runtime *rt = ctx->rt;
   shm_state *st = c->comm->priv;
   shm_dev *sd = &st->devs[ctx->dev];
+  shmap__dev *self = &rt->devs[ctx->dev];
   shm_call *g = call_begin(c);
   if (c->n > SMALL_ALL)
     return ctx->dev == g->base ? allreduce_lead(c, count, fold)
                                : allreduce_member(c, count, fold);
   uint32_t hash = box_publish(c, count, true);
-  int rc = boxes_wait(c);
+  /* The wait is made here, as the gdb transcripts in README.md show it. */
+  fill_members(c);
+  swait sw = {c, 0};
+  int rc = 0;
+  if (!boxes_ready(&sw) &&
+      !shmap__dev_wait_on(rt, self, NULL, boxes_ready, &sw, &rt->abort))
+    rc = shmap__canceled(ctx, shmap__coll_opname(c));
   if (!rc)
     rc = boxes_agree(c, hash);
-  if (!rc)
+  if (!rc) {
     boxes_fold(c, count, fold, c->call.dst);
+    group_done(c);
+  }
   left_call(rt, sd, c->k);
   return rc;
 }
