@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 # tests fragment for the shared-memory transport's protocols, included by
 # the top Makefile.am: in-place ppermute on blocks the devices own (one
-# copy, readers waited for at the next use of a buffer) and small
-# reductions in one round trip.
+# copy, readers waited for at the next use of a buffer, or buffers passed
+# around cycles of the permutation) and small reductions in one round trip
+# (folded by every member, or by rank 0 alone in groups of more than 64).
 TRANSPORT_TESTS = tests/test_ppermute_inplace tests/test_small_reduce \
 	tests/test_ppermute_handover
 check_PROGRAMS += $(TRANSPORT_TESTS)

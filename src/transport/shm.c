@@ -17,7 +17,9 @@
  *
  * ppermute skips step 3 ("Readers" below): each buffer has one reader,
  * whose completion the owner waits for only when it next writes or frees
- * that buffer.
+ * that buffer; in a loop of in-place calls it skips step 2 as well, each
+ * member taking its source's buffer ("Handover").  Small reductions take
+ * one step ("Small reductions", "Large groups").
  */
 #include "transport/comm.h"
 
