@@ -363,10 +363,8 @@ static void random_mesh(uint64_t *rng, ref_mesh *m, char *text, size_t n,
   do {
     m->naxes = t_rng_range(rng, 1, 3);
     text[0] = '\0';
-    int ndev = 1;
     for (int a = 0; a < m->naxes; a++) {
       m->sizes[a] = t_rng_range(rng, 1, 3);
-      ndev *= m->sizes[a];
       snprintf(m->names[a], sizeof m->names[a], "%c", 'a' + a);
       size_t len = strlen(text);
       snprintf(text + len, n - len, "%s%s=%d", a ? ", " : "", m->names[a],

@@ -146,7 +146,8 @@ SHMAP_EXTERN int shmap_set_watchdog(double seconds)
 
 /* Fiber mode: a device keeps its worker until it calls a collective (or
  * returns), so a body that waits for another device by other means (a
- * flag, a barrier) never ends when that device shares its worker.  Name
+ * flag, a barrier) never ends when that device shares its worker and no
+ * other worker is free to take that device over (runtime.c).  Name
  * the likely cause: the device longest in its body, and a device of the
  * same worker still to run. */
 static void stuck_fiber_hint(const shmap__runtime *rt, uint64_t now, FILE *out)
@@ -182,7 +183,7 @@ static void stuck_fiber_hint(const shmap__runtime *rt, uint64_t now, FILE *out)
             "collective while %s, which shares its worker thread, %s; in "
             "fiber mode a device runs until it calls a collective or returns, "
             "so devices may synchronise only through collectives (a spin on "
-            "a flag or a barrier between devices never ends; "
+            "a flag or a barrier between devices can wait for ever; "
             "SHMAP_SCHED=threads gives each device a thread)\n",
             a, (double)(now - longest_since) / 1e9, b,
             state == SHMAP__ST_COLL ? "waits in a collective"

@@ -288,8 +288,10 @@ int shmap__wait_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
  * Sleeping between looks would add its length to every step, so the waiter
  * spins for SPIN_PURE, then yields its core at every look (what MPI's own
  * blocking calls do when the cores are shared), and only after POLL_YIELD
- * of that (a peer busy elsewhere) sleeps for POLL_NAP at a time between
- * looks, still woken early by a local failure or wake-up (w NULL: a thread
+ * of that (a peer busy elsewhere), or as soon as a yield shows that other
+ * threads wait for the cores (more threads than cores: the spinning would
+ * take the peer's time), sleeps for POLL_NAP at a time between looks,
+ * still woken early by a local failure or wake-up (w NULL: a thread
  * with no waiter, which just sleeps; rt is then unused).
  */
 #define POLL_YIELD 5000000u /* ns */
@@ -299,6 +301,7 @@ int shmap__poll_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
                       void *arg, _Atomic int *abort)
 {
   uint64_t t0 = shmap__now();
+  bool shared = false;
   for (;;) {
     for (int i = 0; i < SPIN_CHECK; i++) {
       if (pred(arg))
@@ -307,11 +310,15 @@ int shmap__poll_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
     }
     if (abort && atomic_load(abort))
       return 0;
-    uint64_t el = shmap__now() - t0;
+    uint64_t now = shmap__now(), el = now - t0;
     if (el < SPIN_PURE)
       continue;
-    if (el < POLL_YIELD) {
+    if (el < POLL_YIELD && !shared) {
       sched_yield();
+      /* A yield that gave the core away for long: more threads want the
+       * cores than there are (more processes, or another program), and
+       * the peer may be one of them; napping leaves it the core. */
+      shared = shmap__now() - now > PREEMPTED;
       continue;
     }
     if (!w) {
@@ -484,42 +491,158 @@ static void host_run_device0(shmap__runtime *rt)
 static void fiber_main(void *arg)
 {
   shmap__dev *d = arg;
-  shmap__worker *w = d->sched.worker;
-  shmap__fiber_entered(&d->sched.fiber, &w->self);
+  shmap__fiber_entered(&d->sched.fiber, &d->sched.worker->self);
   for (;;) {
     d->rt->run(d->rt->job, d->id);
     shmap__set_state(d, SHMAP__ST_PARKED, 0, shmap__now());
-    d->sched.fstate = SHMAP__F_DONE;
-    shmap__fiber_switch(&d->sched.fiber, &w->self);
+    d->sched.fnext = SHMAP__F_DONE;
+    /* Whichever worker runs it now (it may have moved, see below). */
+    shmap__fiber_switch(&d->sched.fiber, &d->sched.worker->self);
   }
 }
 
-/* Whether the worker should continue fiber d now (sets d->sched.wres). */
-static bool fiber_ready(shmap__dev *d)
+/*
+ * Workers and stealing.  Each worker runs a contiguous range of devices,
+ * its home range: neighbouring ranks share a core.  When the cores are
+ * shared with another process, the kernel deschedules a worker for
+ * milliseconds at a time; every collective then waits for the devices of
+ * that worker, and a loop of collectives crawls (1000 times slower here).
+ * So a worker with nothing of its own to run takes over the runnable
+ * devices of a worker that has not looked for work for STEAL_AFTER: a
+ * descheduled one, or one busy in a long body.  Fibers are resumed by
+ * whichever worker claims them; a device waits and returns to the worker
+ * that runs it (sched.worker).
+ *
+ * A device's state changes hands by compare-and-swap, so that exactly one
+ * worker checks its wait condition (F_WAIT -> F_CHECK) and one runs it
+ * (F_START or F_READY -> F_RUN).  A running fiber cannot be claimed; it
+ * says in fnext how it leaves, and its worker publishes that state (a
+ * release) only once the switch back is complete, so no other worker
+ * resumes a fiber whose registers are still being saved.
+ */
+#define STEAL_AFTER 50000u /* ns */
+
+static int fstate(const shmap__dev *d)
 {
-  if (d->sched.fstate == SHMAP__F_START)
+  return atomic_load_explicit(&d->sched.fstate, memory_order_acquire);
+}
+
+static bool fstate_cas(shmap__dev *d, int from, int to)
+{
+  return atomic_compare_exchange_strong_explicit(
+      &d->sched.fstate, &from, to, memory_order_acq_rel, memory_order_relaxed);
+}
+
+/* Whether fiber d may continue now; a waiting one whose wait is over
+ * becomes READY (with wres set).  Only the worker that moved it to CHECK
+ * evaluates its condition.  With `maybe`, a fiber another worker is
+ * checking counts as ready: its condition may have become true after that
+ * worker evaluated it, and the wake-up for it went to this worker, which
+ * must then not go to sleep (it looks again instead). */
+static bool fiber_ready_or(shmap__dev *d, bool maybe)
+{
+  int s = fstate(d);
+  if (s == SHMAP__F_START || s == SHMAP__F_READY)
     return true;
-  if (d->sched.fstate != SHMAP__F_WAIT)
+  if (s == SHMAP__F_CHECK)
+    return maybe;
+  if (s != SHMAP__F_WAIT || !fstate_cas(d, SHMAP__F_WAIT, SHMAP__F_CHECK))
+    return maybe && fstate(d) == SHMAP__F_CHECK;
+  int res = d->sched.wpred(d->sched.warg)                              ? 1
+            : d->sched.wabort && atomic_load(d->sched.wabort) ? 0
+                                                                       : -1;
+  if (res >= 0)
+    d->sched.wres = res;
+  atomic_store_explicit(&d->sched.fstate,
+                        res >= 0 ? SHMAP__F_READY : SHMAP__F_WAIT,
+                        memory_order_release);
+  return res >= 0;
+}
+
+static bool fiber_ready(shmap__dev *d) { return fiber_ready_or(d, false); }
+
+/* Run fiber d on worker w until it waits or is done, if w can claim it. */
+static bool run_fiber(shmap__worker *w, shmap__dev *dev)
+{
+  shmap__runtime *rt = w->rt;
+  if (!fiber_ready(dev) || !(fstate_cas(dev, SHMAP__F_START, SHMAP__F_RUN) ||
+                             fstate_cas(dev, SHMAP__F_READY, SHMAP__F_RUN)))
     return false;
-  if (d->sched.wpred(d->sched.warg)) {
-    d->sched.wres = 1;
-    return true;
+  dev->sched.worker = w;
+  /* The device's context and messages follow it onto this thread. */
+  shmap__set_current(dev->ctx);
+  shmap__errbuf_use(dev->sched.errbuf);
+  shmap__fiber_switch(&w->self, &dev->sched.fiber);
+  shmap__errbuf_use(NULL);
+  shmap__set_current(NULL);
+  int next = dev->sched.fnext;
+  shmap__worker *home = dev->sched.home;
+  atomic_store_explicit(&dev->sched.fstate, next, memory_order_release);
+  if (next == SHMAP__F_DONE) {
+    atomic_fetch_add(&home->ndone, 1);
+    if (atomic_fetch_add(&rt->done, 1) + 1 == rt->ndev)
+      shmap__wake(&rt->host);
   }
-  if (d->sched.wabort && atomic_load(d->sched.wabort)) {
-    d->sched.wres = 0;
-    return true;
+  /* A wake-up for a taken-over device goes to its home worker, which may
+   * have seen it running and gone to sleep: it looks again. */
+  if (home != w)
+    shmap__wake(&home->waiter);
+  return true;
+}
+
+/* Workers that have not looked for work lately. */
+static bool stale(const shmap__worker *o, uint64_t now)
+{
+  return atomic_load(&o->ndone) < o->count &&
+         now - atomic_load_explicit(&o->beat, memory_order_relaxed) > STEAL_AFTER;
+}
+
+/* Run one runnable device of a stale worker; whether one ran. */
+static bool steal(shmap__worker *w)
+{
+  shmap__runtime *rt = w->rt;
+  uint64_t now = shmap__now();
+  for (int i = 1; i < rt->nworkers; i++) {
+    shmap__worker *o = &rt->workers[(w->id + i) % rt->nworkers];
+    if (!stale(o, now))
+      continue;
+    for (int d = o->first; d < o->first + o->count; d++)
+      if (run_fiber(w, &rt->devs[d]))
+        return true;
   }
   return false;
 }
 
+/* The wait condition of an idle worker: one of its devices can go on, all
+ * are done, or a stale worker has one that can. */
 static bool any_ready(void *arg)
 {
   shmap__worker *w = arg;
   shmap__runtime *rt = w->rt;
+  uint64_t now = shmap__now();
+  atomic_store_explicit(&w->beat, now, memory_order_relaxed);
+  if (atomic_load(&w->ndone) == w->count)
+    return true;
   for (int d = w->first; d < w->first + w->count; d++)
-    if (fiber_ready(&rt->devs[d]))
+    if (fiber_ready_or(&rt->devs[d], true))
       return true;
+  for (int i = 1; i < rt->nworkers; i++) {
+    shmap__worker *o = &rt->workers[(w->id + i) % rt->nworkers];
+    if (!stale(o, now))
+      continue;
+    for (int d = o->first; d < o->first + o->count; d++)
+      if (fiber_ready(&rt->devs[d]))
+        return true;
+  }
   return false;
+}
+
+/* The same, or a device started waiting for MPI (perhaps one of ours that
+ * another worker ran): then the worker must poll instead of sleeping. */
+static bool any_ready_or_mpi(void *arg)
+{
+  shmap__worker *w = arg;
+  return atomic_load(&w->rt->mpi_waiters) || any_ready(arg);
 }
 
 /* A worker whose fibers all wait spins only while another worker runs:
@@ -542,36 +665,26 @@ static void worker_job(shmap__worker *w)
   shmap__fiber_host_init(&w->self);
   shmap__guard_thread();
   int lo = w->first, hi = w->first + w->count;
-  for (int d = lo; d < hi; d++)
-    rt->devs[d].sched.fstate = SHMAP__F_START;
-  int left = w->count;
-  while (left > 0) {
+  while (atomic_load(&w->ndone) < w->count) {
+    atomic_store_explicit(&w->beat, shmap__now(), memory_order_relaxed);
     bool ran = false;
-    for (int d = lo; d < hi; d++) {
-      shmap__dev *dev = &rt->devs[d];
-      if (!fiber_ready(dev))
-        continue;
-      dev->sched.fstate = SHMAP__F_RUN;
-      /* The device's context and messages follow it onto this thread. */
-      shmap__set_current(dev->ctx);
-      shmap__errbuf_use(dev->sched.errbuf);
-      shmap__fiber_switch(&w->self, &dev->sched.fiber);
-      shmap__errbuf_use(NULL);
-      shmap__set_current(NULL);
-      ran = true;
-      if (dev->sched.fstate == SHMAP__F_DONE)
-        left--;
-    }
-    if (!ran && left > 0) {
+    for (int d = lo; d < hi; d++)
+      ran |= run_fiber(w, &rt->devs[d]);
+    if (!ran)
+      ran = steal(w);
+    if (!ran && atomic_load(&w->ndone) < w->count) {
       /* Nobody wakes a device waiting for MPI: poll for it. */
       if (atomic_load(&rt->mpi_waiters))
         shmap__poll_until(rt, &w->waiter, any_ready, w, NULL);
       else
-        wait_impl(rt, &w->waiter, any_ready, w, NULL, 0, others_asleep, w);
+        wait_impl(rt, &w->waiter, any_ready_or_mpi, w, NULL, 0, others_asleep,
+                  w);
     }
   }
-  if (atomic_fetch_add(&rt->done, w->count) + w->count == rt->ndev)
-    shmap__wake(&rt->host);
+  /* Its own are done: help a stale worker finish, rather than wait for it
+   * to be scheduled. */
+  while (atomic_load(&rt->done) < rt->ndev && steal(w))
+    ;
 }
 
 static bool worker_epoch(void *arg)
@@ -624,7 +737,9 @@ bool shmap__dev_wait_on(shmap__runtime *rt, shmap__dev *d,
   d->sched.wpred = pred;
   d->sched.warg = arg;
   d->sched.wabort = abort;
-  d->sched.fstate = SHMAP__F_WAIT;
+  d->sched.fnext = SHMAP__F_WAIT;
+  /* Back to the worker that runs it; whichever worker claims it next
+   * resumes it here (see Workers and stealing). */
   shmap__fiber_switch(&d->sched.fiber, &d->sched.worker->self);
   return d->sched.wres;
 }
@@ -787,7 +902,9 @@ static int start(shmap__runtime *rt)
            d < rt->workers[w].first + rt->workers[w].count; d++) {
         shmap__dev *dev = &rt->devs[d];
         dev->sched.worker = &rt->workers[w];
+        dev->sched.home = &rt->workers[w];
         dev->sched.wq = &dev->sched.worker->waiter;
+        atomic_init(&dev->sched.fstate, SHMAP__F_DONE);
         if (shmap__fiber_create(&dev->sched.fiber,
                                 ss ? ss : SHMAP__FIBER_STACK_DEFAULT,
                                 fiber_main, dev) != 0) {
@@ -891,6 +1008,20 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
   atomic_store(&rt->done, 0);
   rt->job = job;
   rt->run = run;
+  if (rt->mode == SHMAP__FIBERS) {
+    /* After the job, before the epoch: a worker still finishing the last
+     * map, or one that took over another's devices (see Workers and
+     * stealing), may start a device as soon as it reads START.  A worker
+     * counts as stale until it looks for work in this map, so that the
+     * devices of one not yet awake are not left waiting for it. */
+    for (int w = 0; w < rt->nworkers; w++) {
+      atomic_store(&rt->workers[w].ndone, 0);
+      atomic_store(&rt->workers[w].beat, 0);
+    }
+    for (int d = 0; d < rt->ndev; d++)
+      atomic_store_explicit(&rt->devs[d].sched.fstate, SHMAP__F_START,
+                            memory_order_release);
+  }
   /* The caller runs worker 0's devices (fiber mode) or device 0 (thread
    * mode) itself, which saves a wake-up and a thread switch per map --
    * unless a watchdog must keep watching, which the caller does instead. */

@@ -91,8 +91,17 @@ enum shmap__mode {
   SHMAP__FIBERS       /* devices are fibers on a few worker threads */
 };
 
-/* States of a device fiber, as its worker sees them. */
-enum { SHMAP__F_START = 1, SHMAP__F_RUN, SHMAP__F_WAIT, SHMAP__F_DONE };
+/* States of a device fiber (runtime.c, "Workers and stealing"): not yet
+ * started, ready (its wait is over), running on a worker, waiting, being
+ * checked by a worker, done. */
+enum {
+  SHMAP__F_START = 1,
+  SHMAP__F_READY,
+  SHMAP__F_RUN,
+  SHMAP__F_WAIT,
+  SHMAP__F_CHECK,
+  SHMAP__F_DONE
+};
 
 struct shmap__worker;
 typedef bool (*shmap__pred)(void *arg);
@@ -119,9 +128,11 @@ typedef struct shmap__dev {
    * waits for. */
   struct shmap__dev_sched {
     alignas(SHMAP__CACHELINE) shmap__fiber fiber;
-    struct shmap__worker *worker;
-    shmap__waiter *wq; /* where to wake this device: own or worker's waiter */
-    int fstate;
+    struct shmap__worker *worker; /* the worker running it (or that last did) */
+    struct shmap__worker *home;   /* the worker whose range it is in */
+    shmap__waiter *wq; /* where to wake this device: own or home worker's */
+    _Atomic int fstate;
+    int fnext;         /* the state it leaves its worker in: WAIT or DONE */
     shmap__pred wpred;
     void *warg;
     _Atomic int *wabort;
@@ -187,6 +198,10 @@ typedef struct shmap__worker {
   uintptr_t thread;
   int tid;           /* kernel thread id, for debuggers */
   char name[16];
+  /* Of the current map: how many of its devices are done (by whichever
+   * worker ran them), and when it last looked for a device to run. */
+  alignas(SHMAP__CACHELINE) _Atomic int ndone;
+  _Atomic uint64_t beat;
 } shmap__worker;
 
 struct shmap__transport;
