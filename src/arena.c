@@ -185,6 +185,18 @@ void shmap__arena_swap(shmap__chunk *c, void *r, int reader, uint32_t k)
   c->busy_k = k;
 }
 
+bool shmap__arena_in_spare(const shmap__chunk *c)
+{
+  return c->spare && c->block.data == room(c->spare);
+}
+
+void shmap__arena_adopt(shmap__chunk *c, const void *r)
+{
+  /* A room starts CHUNK_HDR bytes into its chunk (room()). */
+  c->spare = (shmap__chunk *)((char *)(uintptr_t)r - CHUNK_HDR);
+  c->block.data = (void *)(uintptr_t)r;
+}
+
 shmap__chunk *shmap__arena_settle(shmap_ctx *ctx, shmap__chunk *c)
 {
   shmap__chunk *s = c->spare;

@@ -55,6 +55,15 @@ void *shmap__arena_spare(struct shmap_ctx *ctx, shmap__chunk *c, size_t bytes,
  * had may still be read by device `reader` (-1: nobody) until that device
  * finishes its call number k. */
 void shmap__arena_swap(shmap__chunk *c, void *room, int reader, uint32_t k);
+/* Whether the block's data is in its spare: a room allocated apart from
+ * the block, which may pass to another device's block whole
+ * (shmap__arena_adopt). */
+bool shmap__arena_in_spare(const shmap__chunk *c);
+/* In-place ppermute by handover: `room` is the data of another device's
+ * block, in that block's spare; it becomes this block's data and spare.
+ * The spare this block had passes to another device the same way, so it
+ * is only forgotten here; the chunk's own room keeps its state. */
+void shmap__arena_adopt(shmap__chunk *c, const void *room);
 /* A chunk leaves the arena for good after the map (every device done):
  * the chunk that holds the block's data, the block described in it, and
  * the other room freed.  Returns c or its spare. */

@@ -9,8 +9,11 @@
  * columns) so that a box is rewritten while devices of another group may
  * still be on the call that read it, mix in calls of other protocols and
  * sizes, and check every result exactly against the serial left fold in
- * rank order (with values whose sums round, so the order shows).  Every
- * case runs in both scheduling modes.
+ * rank order (with values whose sums round, so the order shows).  Groups
+ * of more than 64 members, where only rank 0 folds and the others copy
+ * its result, get the same checks, and mismatches and a member leaving
+ * there are reported with the usual messages.  Every case runs in both
+ * scheduling modes.
  */
 #include "testutil.h"
 
@@ -248,6 +251,100 @@ START_TEST(t_groups_mismatch)
 }
 END_TEST
 
+/* Groups of more than 64 members: the group's rank 0 folds every box
+ * once and the others copy its result.  Whole-mesh groups of 144 and 140
+ * alternate with groups of 72 or 70 (two leaders, one of them also the
+ * whole mesh's, so its result box passes between groups) and of 2, and
+ * with calls of the group-wide protocol; every result is the serial left
+ * fold in rank order, bit for bit. */
+START_TEST(t_large_groups)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  static const int shapes[][2] = {{72, 2}, {2, 70}};
+  for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+    char text[32];
+    snprintf(text, sizeof text, "i=%d, j=%d", shapes[s][0], shapes[s][1]);
+    shmap_mesh *mesh = tu_mesh_new(text);
+    sarg sa = {.ni = shapes[s][0], .nj = shapes[s][1]};
+    tu_map_ok(shmap_map(mesh, body, &sa, 0, NULL, NULL, 0, NULL, NULL), text);
+    ck_assert_msg(sa.bad == 0, "%s (%s): %d wrong results", text, modes[_i],
+                  (int)sa.bad);
+    ck_assert_int_eq(sa.failed, 0);
+    shmap_mesh_destroy(mesh);
+  }
+}
+END_TEST
+
+/* A member of a group of 100 leaves in the middle of a loop: everyone is
+ * released, and the map names it. */
+static int body_large_leave(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  int d = shmap_ctx_device(ctx);
+  float x[8] = {0};
+  shmap_block b = {x, SHMAP_F32, 1, {8}};
+  for (int t = 0; t < 20; t++) {
+    if (d == 77 && t == 9)
+      return 0;
+    int rc = shmap_psum(ctx, &b, "i");
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+START_TEST(t_large_leave)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  shmap_mesh *mesh = tu_mesh_new("i=100");
+  int rc = shmap_map(mesh, body_large_leave, NULL, 0, NULL, NULL, 0, NULL,
+                     NULL);
+  ck_assert_msg(rc == SHMAP_EMISMATCH, "%d (%s): %s", rc, shmap_strerror(rc),
+                shmap_errmsg());
+  ck_assert_msg(strstr(shmap_errmsg(), "device 77") &&
+                    strstr(shmap_errmsg(), "returned from its body after 9"),
+                "message: %s", shmap_errmsg());
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
+/* In a group of 100, one member (the leader, rank 0, or another) reduces
+ * a block of another shape at its third call: a mismatch naming it. */
+static int body_large_mismatch(shmap_ctx *ctx, void *arg)
+{
+  const int *odd = arg;
+  float x[8] = {0};
+  for (int t = 0; t < 5; t++) {
+    int64_t n = t == 2 && shmap_ctx_device(ctx) == *odd ? 6 : 8;
+    shmap_block b = {x, SHMAP_F32, 1, {n}};
+    int rc = shmap_psum(ctx, &b, "i");
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+START_TEST(t_large_mismatch)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  shmap_mesh *mesh = tu_mesh_new("i=100");
+  static const int odds[2] = {0, 50};
+  for (int k = 0; k < 2; k++) {
+    int rc = shmap_map(mesh, body_large_mismatch, (void *)&odds[k], 0, NULL,
+                       NULL, 0, NULL, NULL);
+    ck_assert_msg(rc == SHMAP_EMISMATCH, "%d (%s): %s", rc,
+                  shmap_strerror(rc), shmap_errmsg());
+    char dev[32];
+    snprintf(dev, sizeof dev, "device %d ", odds[k]);
+    const char *m = shmap_errmsg();
+    ck_assert_msg(strstr(m, "#3") && strstr(m, dev) && strstr(m, "f32[6]") &&
+                      strstr(m, "f32[8]") && strstr(m, "differs"),
+                  "message: %s", m);
+  }
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
 static Suite *suite(void)
 {
   Suite *s = suite_create("small_reduce");
@@ -257,6 +354,9 @@ static Suite *suite(void)
   tcase_add_loop_test(tc, t_leave, 0, 2);
   tcase_add_loop_test(tc, t_async_groups, 0, 2);
   tcase_add_loop_test(tc, t_groups_mismatch, 0, 2);
+  tcase_add_loop_test(tc, t_large_groups, 0, 2);
+  tcase_add_loop_test(tc, t_large_leave, 0, 2);
+  tcase_add_loop_test(tc, t_large_mismatch, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }

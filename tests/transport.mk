@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: MIT
 # tests fragment for the shared-memory transport's protocols, included by
 # the top Makefile.am: in-place ppermute on blocks the devices own (one
-# copy, readers waited for at the next use of a buffer) and small
-# reductions in one round trip.
-TRANSPORT_TESTS = tests/test_ppermute_inplace tests/test_small_reduce
+# copy, readers waited for at the next use of a buffer, or buffers passed
+# around cycles of the permutation) and small reductions in one round trip
+# (folded by every member, or by rank 0 alone in groups of more than 64).
+TRANSPORT_TESTS = tests/test_ppermute_inplace tests/test_small_reduce \
+	tests/test_ppermute_handover
 check_PROGRAMS += $(TRANSPORT_TESTS)
 TESTS += $(TRANSPORT_TESTS)
 
@@ -16,3 +18,8 @@ tests_test_small_reduce_SOURCES = tests/test_small_reduce.c \
 	tests/testutil.c tests/testutil.h
 tests_test_small_reduce_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_small_reduce_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+tests_test_ppermute_handover_SOURCES = tests/test_ppermute_handover.c \
+	tests/testutil.c tests/testutil.h
+tests_test_ppermute_handover_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_ppermute_handover_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)

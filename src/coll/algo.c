@@ -218,15 +218,32 @@ int shmap__algo_ppermute_new(shmap__plan *p, shmap_block *res)
  * data then points there; the room it leaves may still be read by the
  * member this device sends to, which the next use of that room waits for
  * (shmap__arena_spare, shmap__arena_free).  One copy, and no wait for the
- * reader here. */
+ * reader here.
+ *
+ * No copy at all when the transport hands buffers over: a block whose
+ * data is in its spare (after the first call of a loop) offers that
+ * room, and when every member of this member's cycle of the permutation
+ * offers, each takes its source's room as its data and spare
+ * (shmap__comm_handover, shmap__arena_adopt). */
 static int ppermute_swap(shmap__plan *p, shmap_block *x, shmap__chunk *ch,
                          void *into)
 {
   shmap__coll *c = &p->c;
   size_t bytes = shmap_block_nbytes(x);
+  if (shmap__arena_in_spare(ch) && p->from >= 0 && p->from != c->rank &&
+      p->to >= 0 && p->to != c->rank)
+    c->call.hand = p->from + 1;
   int rc = shmap__comm_arrive(c);
   if (rc)
     return rc;
+  const void *room = shmap__comm_handover(c);
+  if (room) {
+    /* Taken whatever depart says: the room this block had is now its
+     * destination's. */
+    shmap__arena_adopt(ch, room);
+    bool deferred;
+    return shmap__comm_depart_deferred(c, bytes, &deferred);
+  }
   size_t numel = (size_t)shmap_block_numel(x);
   RUN(whole, 0, numel);
   if (p->to >= 0 && p->to != c->rank && shmap__comm_two_sided(c))

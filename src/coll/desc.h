@@ -56,6 +56,10 @@ typedef struct shmap__call {
    * Meaningful only in the device's own address space. */
   const void *src;
   void *dst;
+  /* In-place ppermute on shm: this member's source rank + 1 when its
+   * data buffer may pass to its destination and it can take its source's
+   * (0: not).  Not part of the agreement; see shm_handover. */
+  int hand;
 } shmap__call;
 
 /* Whether two descriptors describe the same call (data pointers aside). */

@@ -259,6 +259,15 @@ typedef struct shmap__transport {
    * 0, or an error code with the message set. */
   int (*allreduce_small)(shmap__coll *c, size_t count, const shmap__fold *fold);
   int small_max_n;
+
+  /* ---- buffer handover (optional) ------------------------------------ */
+  /* In-place ppermute, after arrive, when this member published
+   * call.hand: the source member's src, which becomes this member's
+   * buffer instead of being copied, or NULL to copy.  Every member of a
+   * cycle of the permutation gets the same answer, so each buffer passes
+   * to exactly the member that takes it; a member that takes one reads
+   * and writes nothing of its peers' (and needs no reader to finish). */
+  const void *(*handover)(shmap__coll *c);
 } shmap__transport;
 
 /* The most bytes of a small reduction (allreduce_small). */
@@ -315,6 +324,14 @@ int shmap__comm_depart_deferred(shmap__coll *c, uint64_t bytes, bool *deferred);
 /* Wait until device `reader` finished its call number k (see
  * depart_deferred); returns at once for a transport that never defers. */
 void shmap__comm_src_wait(struct shmap_ctx *ctx, int reader, uint32_t k);
+/* In-place ppermute after arrive: the buffer this member takes over from
+ * its source instead of copying it, or NULL (see the transport's
+ * handover). */
+static inline const void *shmap__comm_handover(shmap__coll *c)
+{
+  return c->call.hand && c->comm->tp->handover ? c->comm->tp->handover(c)
+                                               : NULL;
+}
 /* The call's name for messages: "psum over ('i', 'j')" (coll/plan.c). */
 const char *shmap__coll_opname(shmap__coll *c);
 

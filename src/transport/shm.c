@@ -17,7 +17,9 @@
  *
  * ppermute skips step 3 ("Readers" below): each buffer has one reader,
  * whose completion the owner waits for only when it next writes or frees
- * that buffer.
+ * that buffer; in a loop of in-place calls it skips step 2 as well, each
+ * member taking its source's buffer ("Handover").  Small reductions take
+ * one step ("Small reductions", "Large groups").
  */
 #include "transport/comm.h"
 
@@ -68,9 +70,15 @@ typedef struct shm_dev {
    * who waits for that (see "Pairs" below). */
   alignas(SHMAP__CACHELINE) _Atomic uint32_t left;
   _Atomic uint32_t lwatch;
-  /* Small reductions, by the parity of the call number. */
+  /* Small reductions, by the parity of the call number: the device's
+   * terms, and (as a group's rank 0 in a large group) the result. */
   sbox box[2];
   sgroup boxg[2];
+  sbox res[2];
+  sgroup resg[2];
+  /* The last small reduction whose every member this device saw publish
+   * it (so every member had left its earlier calls). */
+  sgroup done;
 } shm_dev;
 
 /* What shm keeps per mesh (rt->tstate). */
@@ -152,7 +160,10 @@ static int shm_open(shmap__comm *comm)
     for (int i = 0; i < 2; i++) {
       atomic_store_explicit(&sd->box[i].word, 0, memory_order_relaxed);
       sd->boxg[i].k = 0;
+      atomic_store_explicit(&sd->res[i].word, 0, memory_order_relaxed);
+      sd->resg[i].k = 0;
     }
+    sd->done.k = 0;
   }
   comm->priv = st;
   return 0;
@@ -619,6 +630,36 @@ static int shm_depart_deferred(shmap__coll *c)
   return 0;
 }
 
+/*
+ * Handover.  A ppermute loop on arena blocks copies every block once per
+ * call, and the copy reads lines the source device just wrote, from its
+ * core's cache: the slowest copy there is.  Instead, when every member
+ * of this member's cycle of the permutation published `hand` (its data
+ * is in a room that may pass to another block, and it takes its
+ * source's), each member takes its source's room as is, and nothing is
+ * copied.  The cycle is the same for all its members and each walks all
+ * of it, so all decide alike, and every room passes to exactly the
+ * member that takes it.  Nobody reads another's buffer, so there is no
+ * reader to wait for either.  The walk reads one descriptor per member
+ * of the cycle, so it stops (and the members copy) when the cycle is
+ * longer than the copy is worth: a bound every member computes alike.
+ */
+static const void *shm_handover(shmap__coll *c)
+{
+  size_t bytes = c->esize * (size_t)shmap__numel(c->call.rank, c->call.shape);
+  size_t limit = 8 + bytes / 2048; /* members of the cycle */
+  int r = c->call.hand - 1;
+  for (size_t len = 1; r != c->rank;) {
+    if (++len > limit)
+      return NULL;
+    int h = peer(c, r)->hand;
+    if (!h)
+      return NULL;
+    r = h - 1;
+  }
+  return peer(c, c->call.hand - 1)->src;
+}
+
 static void shm_src_wait(shmap_ctx *ctx, int reader, uint32_t k)
 {
   wait_left(ctx->rt, ctx->dev, reader, k);
@@ -726,43 +767,80 @@ static bool boxes_ready(void *arg)
   return true;
 }
 
-static int shm_allreduce_small(shmap__coll *c, size_t count,
-                               const shmap__fold *fold)
+/* Wait until every member of the group a box (or result) was last
+ * published to has left that call, then note the group it goes to now:
+ * `readers` false when only this call's group rank 0 reads it and has
+ * finished when this device leaves the call (nothing to wait for next
+ * time). */
+static bool same_group(const sgroup *a, const sgroup *b)
+{
+  return a->n == b->n && a->base == b->base && a->naxes == b->naxes &&
+         memcmp(a->axes, b->axes, sizeof(int) * (size_t)a->naxes) == 0;
+}
+
+/* Every member published call k of this group: remember it. */
+static void group_done(shmap__coll *c)
+{
+  shm_state *st = c->comm->priv;
+  sgroup *d = &st->devs[c->ctx->dev].done;
+  d->k = c->k;
+  d->naxes = c->call.naxes;
+  memcpy(d->axes, c->call.axes, sizeof d->axes);
+  d->base = CS(c)->base;
+  d->n = c->n;
+}
+
+static void box_reuse(shmap__coll *c, sgroup *bg, bool readers)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
   shm_state *st = c->comm->priv;
-  shmap__dev *self = &rt->devs[ctx->dev];
-  shm_dev *sd = &st->devs[ctx->dev];
-  shm_call *g = call_begin(c);
-  /* The box's readers from its last use must be done with it. */
-  sbox *box = &sd->box[c->k & 1];
-  sgroup *bg = &sd->boxg[c->k & 1];
-  if (bg->k)
+  const sgroup *done = &st->devs[ctx->dev].done;
+  /* In a loop over one group nothing is waited for: every member
+   * published a later call of the group, so it left that one. */
+  if (bg->k && !(done->k > bg->k && same_group(done, bg)))
     for (int r = 0; r < bg->n; r++) {
       int m = shmap__group_member(rt->mesh, bg->axes, bg->naxes, bg->base, r);
       if (m != ctx->dev)
         wait_left(rt, ctx->dev, m, bg->k);
     }
-  bg->k = c->k;
+  bg->k = readers ? c->k : 0;
   bg->naxes = c->call.naxes;
   memcpy(bg->axes, c->call.axes, sizeof bg->axes);
-  bg->base = g->base;
+  bg->base = CS(c)->base;
   bg->n = c->n;
+}
+
+/* Publish this device's terms and call k in its box; the call's hash. */
+static uint32_t box_publish(shmap__coll *c, size_t count, bool readers)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shm_state *st = c->comm->priv;
+  shm_dev *sd = &st->devs[ctx->dev];
+  sbox *box = &sd->box[c->k & 1];
+  box_reuse(c, &sd->boxg[c->k & 1], readers);
   memcpy(box->data, c->call.src, count * c->esize);
   sd->calls[c->k % HIST] = c->call;
   uint32_t hash = call_hash(&c->call);
   atomic_store_explicit(&box->word, (uint64_t)c->k << 32 | hash,
                         memory_order_release);
-  atomic_store(&self->coll.arrive, c->k);
+  atomic_store(&rt->devs[ctx->dev].coll.arrive, c->k);
   wake_watchers(rt, sd);
+  return hash;
+}
+
+/* Once every member published call k somehow (boxes_ready): compare every
+ * member's hash with ours, and the full calls where one differs.  0, or
+ * the mismatch reported. */
+static int boxes_agree(shmap__coll *c, uint32_t hash)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shm_state *st = c->comm->priv;
+  shm_call *g = S(c);
   fill_members(c);
-  swait sw = {c, 0};
-  int rc = 0;
-  if (!boxes_ready(&sw) &&
-      !shmap__dev_wait_on(rt, self, NULL, boxes_ready, &sw, &rt->abort))
-    rc = shmap__canceled(ctx, shmap__coll_opname(c));
-  for (int r = 0; r < c->n && !rc; r++) {
+  for (int r = 0; r < c->n; r++) {
     int m = g->members[r];
     uint64_t w = atomic_load_explicit(&st->devs[m].box[c->k & 1].word,
                                       memory_order_acquire);
@@ -770,16 +848,203 @@ static int shm_allreduce_small(shmap__coll *c, size_t count,
       continue;
     char why[SHMAP__MSG_MAX - 200];
     if (!member_agrees(c, m, why, sizeof why))
-      rc = atomic_load(&rt->abort)
-               ? shmap__canceled(ctx, shmap__coll_opname(c))
-               : shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH,
-                                 "%s", why);
+      return atomic_load(&rt->abort)
+                 ? shmap__canceled(ctx, shmap__coll_opname(c))
+                 : shmap__dev_fail(ctx, shmap__coll_opname(c),
+                                   SHMAP_EMISMATCH, "%s", why);
   }
+  return 0;
+}
+
+/* Wait until every member published call k somehow.  0, or canceled. */
+static int boxes_wait(shmap__coll *c)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  fill_members(c);
+  swait sw = {c, 0};
+  if (!boxes_ready(&sw) &&
+      !shmap__dev_wait_on(rt, &rt->devs[ctx->dev], NULL, boxes_ready, &sw,
+                          &rt->abort))
+    return shmap__canceled(ctx, shmap__coll_opname(c));
+  return 0;
+}
+
+/* Fold every member's box in rank order into out. */
+static void boxes_fold(shmap__coll *c, size_t count, const shmap__fold *fold,
+                       void *out)
+{
+  shm_state *st = c->comm->priv;
+  shm_call *g = S(c);
+  const void **srcs = g->srcs;
+  for (int r = 0; r < c->n; r++)
+    srcs[r] = st->devs[g->members[r]].box[c->k & 1].data;
+  fold->fn(out, srcs, c->n, count, fold->count);
+}
+
+/*
+ * Large groups.  When every member folds every box, a call costs each
+ * member O(n) reads (and, as fibers, O(n) looks per wait): O(n^2) in all.
+ * Above SMALL_ALL members, only the group's rank 0 (the leader) waits for
+ * the boxes, compares the hashes and folds them, once, in rank order, into
+ * a result box of its own; it publishes that with the call number (and
+ * a bit saying the call failed), and every other member waits for that
+ * one word and copies the result.  So a member does O(1) work and a fiber
+ * waits once.
+ *
+ * Agreement.  The leader compares every member's hash with its own as
+ * above.  A member compares only with the leader: when the leader's box
+ * shows call k with another hash, or the leader made call k by another
+ * protocol or left its body, the member reports the mismatch with the
+ * leader; when the leader reports a failed call, every member compares
+ * with every member, as above, and reports the first that differs (every
+ * member published call k: the leader saw it).  So either every member
+ * gets the result, or none does.
+ *
+ * Reuse.  A member's box is read only by the leader, which is done with it
+ * when it publishes the result, before the member leaves the call.  The
+ * leader's result box is read by every member; when the leader next writes
+ * it (call k + 2 or later) for the same group, every member has published
+ * that call, so has left call k; for another group it waits as for a box.
+ */
+#define SMALL_ALL 64
+#define RES_FAILED ((uint64_t)1)
+
+/* What a member waits on, in one line of its stack: a worker looks at
+ * every waiting fiber's over and over. */
+typedef struct rwait {
+  const _Atomic uint64_t *res, *box; /* the leader's result and box words */
+  const shmap__coll *c;
+  uint32_t k, hash;
+  int lead;
+} rwait;
+
+/* Whether the leader published the result of call k, or showed that it
+ * makes another call (then the caller compares). */
+static bool lead_ready(void *arg)
+{
+  const rwait *rw = arg;
+  for (int pass = 0;; pass++) {
+    if (TAG(atomic_load(rw->res)) == rw->k)
+      return true;
+    /* The usual wait: the leader shows the same call k. */
+    uint64_t w = atomic_load(rw->box);
+    if (TAG(w) == rw->k)
+      return (uint32_t)w != rw->hash;
+    /* Its arrival is published after its box: look at the box again. */
+    const shm_call *g = CS(rw->c);
+    bool other = atomic_load(&g->devs[rw->lead].coll.arrive) >= rw->k ||
+                 atomic_load(&g->devs[rw->lead].coll.finished);
+    w = atomic_load(rw->box);
+    if (TAG(w) == rw->k)
+      return (uint32_t)w != rw->hash;
+    if (other || pass)
+      return other;
+    /* Register, then look again (as succ_arrived). */
+    watch_word(&g->sdevs[rw->lead].watch, g->me);
+  }
+}
+
+static int allreduce_lead(shmap__coll *c, size_t count, const shmap__fold *fold)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shm_state *st = c->comm->priv;
+  shm_dev *sd = &st->devs[ctx->dev];
+  uint32_t hash = box_publish(c, count, false);
+  int rc = boxes_wait(c);
+  if (!rc)
+    rc = boxes_agree(c, hash);
+  sbox *res = &sd->res[c->k & 1];
+  sgroup *rg = &sd->resg[c->k & 1];
   if (!rc) {
-    const void **srcs = g->srcs;
-    for (int r = 0; r < c->n; r++)
-      srcs[r] = st->devs[g->members[r]].box[c->k & 1].data;
-    fold->fn(c->call.dst, srcs, c->n, count, fold->count);
+    bool same = rg->k && rg->n == c->n && rg->base == CS(c)->base &&
+                rg->naxes == c->call.naxes &&
+                memcmp(rg->axes, c->call.axes,
+                       sizeof(int) * (size_t)c->call.naxes) == 0;
+    if (same)
+      rg->k = c->k;
+    else
+      box_reuse(c, rg, true);
+    boxes_fold(c, count, fold, res->data);
+    memcpy(c->call.dst, res->data, count * fold->out_esize);
+    group_done(c);
+  }
+  atomic_store_explicit(&res->word,
+                        (uint64_t)c->k << 32 | (rc ? RES_FAILED : 0),
+                        memory_order_release);
+  wake_members(rt, c);
+  left_call(rt, sd, c->k);
+  return rc;
+}
+
+static int allreduce_member(shmap__coll *c, size_t count,
+                            const shmap__fold *fold)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shm_state *st = c->comm->priv;
+  shm_dev *sd = &st->devs[ctx->dev];
+  shm_call *g = S(c);
+  shm_dev *ld = &st->devs[g->base];
+  rwait rw = {&ld->res[c->k & 1].word, &ld->box[c->k & 1].word, c, c->k, 0,
+              g->base};
+  rw.hash = box_publish(c, count, false);
+  int rc = 0;
+  if (!lead_ready(&rw) &&
+      !shmap__dev_wait_on(rt, &rt->devs[ctx->dev], &rt->devs[rw.lead],
+                          lead_ready, &rw, &rt->abort))
+    rc = shmap__canceled(ctx, shmap__coll_opname(c));
+  if (!rc) {
+    const sbox *res = &st->devs[rw.lead].res[c->k & 1];
+    uint64_t w = atomic_load_explicit(&res->word, memory_order_acquire);
+    if (TAG(w) == c->k && !(w & RES_FAILED)) {
+      memcpy(c->call.dst, res->data, count * fold->out_esize);
+      group_done(c);
+    } else if (TAG(w) == c->k) {
+      rc = boxes_agree(c, rw.hash);
+      if (!rc) /* cannot happen: the leader saw a difference */
+        rc = shmap__canceled(ctx, shmap__coll_opname(c));
+    } else {
+      char why[SHMAP__MSG_MAX - 200];
+      if (!member_agrees(c, rw.lead, why, sizeof why))
+        rc = atomic_load(&rt->abort)
+                 ? shmap__canceled(ctx, shmap__coll_opname(c))
+                 : shmap__dev_fail(ctx, shmap__coll_opname(c),
+                                   SHMAP_EMISMATCH, "%s", why);
+      else /* cannot happen: its hash differed */
+        rc = shmap__canceled(ctx, shmap__coll_opname(c));
+    }
+  }
+  left_call(rt, sd, c->k);
+  return rc;
+}
+
+static int shm_allreduce_small(shmap__coll *c, size_t count,
+                               const shmap__fold *fold)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shm_state *st = c->comm->priv;
+  shm_dev *sd = &st->devs[ctx->dev];
+  shmap__dev *self = &rt->devs[ctx->dev];
+  shm_call *g = call_begin(c);
+  if (c->n > SMALL_ALL)
+    return ctx->dev == g->base ? allreduce_lead(c, count, fold)
+                               : allreduce_member(c, count, fold);
+  uint32_t hash = box_publish(c, count, true);
+  /* The wait is made here, as the gdb transcripts in README.md show it. */
+  fill_members(c);
+  swait sw = {c, 0};
+  int rc = 0;
+  if (!boxes_ready(&sw) &&
+      !shmap__dev_wait_on(rt, self, NULL, boxes_ready, &sw, &rt->abort))
+    rc = shmap__canceled(ctx, shmap__coll_opname(c));
+  if (!rc)
+    rc = boxes_agree(c, hash);
+  if (!rc) {
+    boxes_fold(c, count, fold, c->call.dst);
+    group_done(c);
   }
   left_call(rt, sd, c->k);
   return rc;
@@ -849,5 +1114,6 @@ const shmap__transport shmap__shm_transport = {
     .depart_deferred = shm_depart_deferred,
     .src_wait = shm_src_wait,
     .allreduce_small = shm_allreduce_small,
-    .small_max_n = 64,
+    .small_max_n = SHMAP_MAX_DEVICES,
+    .handover = shm_handover,
 };
