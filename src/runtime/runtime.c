@@ -288,20 +288,21 @@ int shmap__wait_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
  * Sleeping between looks would add its length to every step, so the waiter
  * spins for SPIN_PURE, then yields its core at every look (what MPI's own
  * blocking calls do when the cores are shared), and only after POLL_YIELD
- * of that (a peer busy elsewhere), or as soon as a yield shows that other
- * threads wait for the cores (more threads than cores: the spinning would
- * take the peer's time), sleeps for POLL_NAP at a time between looks,
+ * of that (a peer busy elsewhere), or as soon as a few yields show that
+ * other threads wait for the cores (more threads than cores: the spinning
+ * would take the peer's time), sleeps for POLL_NAP at a time between looks,
  * still woken early by a local failure or wake-up (w NULL: a thread
  * with no waiter, which just sleeps; rt is then unused).
  */
 #define POLL_YIELD 5000000u /* ns */
 #define POLL_NAP 50000u     /* ns */
+#define POLL_TAKEN 3        /* long yields that mean the cores are shared */
 
 int shmap__poll_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
                       void *arg, _Atomic int *abort)
 {
   uint64_t t0 = shmap__now();
-  bool shared = false;
+  int taken = 0; /* yields that gave the core away for long */
   for (;;) {
     for (int i = 0; i < SPIN_CHECK; i++) {
       if (pred(arg))
@@ -313,12 +314,13 @@ int shmap__poll_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
     uint64_t now = shmap__now(), el = now - t0;
     if (el < SPIN_PURE)
       continue;
-    if (el < POLL_YIELD && !shared) {
+    if (el < POLL_YIELD && taken < POLL_TAKEN) {
       sched_yield();
-      /* A yield that gave the core away for long: more threads want the
+      /* Yields that give the core away for long: more threads want the
        * cores than there are (more processes, or another program), and
-       * the peer may be one of them; napping leaves it the core. */
-      shared = shmap__now() - now > PREEMPTED;
+       * the peer may be one of them; napping leaves it the core.  One
+       * such yield proves little (a library's service thread woke). */
+      taken += shmap__now() - now > PREEMPTED;
       continue;
     }
     if (!w) {
