@@ -208,6 +208,18 @@ static void adapt(shmap__runtime *rt, shmap__waiter *w, uint64_t len)
   w->spin_ns = b > rt->spin_max ? rt->spin_max : b < SPIN_FLOOR ? SPIN_FLOOR : b;
 }
 
+/* SPIN_CHECK looks at the condition, then one at the abort flag: 1
+ * condition, 0 abort, -1 neither. */
+static int spin_round(shmap__pred pred, void *arg, _Atomic int *abort)
+{
+  for (int i = 0; i < SPIN_CHECK; i++) {
+    if (pred(arg))
+      return 1;
+    cpu_relax();
+  }
+  return abort && atomic_load(abort) ? 0 : -1;
+}
+
 /* 1 condition, 0 abort, -1 still waiting after the spin. */
 static int spin(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
                 void *arg, _Atomic int *abort, stalled_fn stalled,
@@ -216,13 +228,9 @@ static int spin(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
   uint64_t budget = w->spin_ns > rt->spin_max ? rt->spin_max : w->spin_ns;
   uint64_t last = t0;
   for (;;) {
-    for (int i = 0; i < SPIN_CHECK; i++) {
-      if (pred(arg))
-        return 1;
-      cpu_relax();
-    }
-    if (abort && atomic_load(abort))
-      return 0;
+    int r = spin_round(pred, arg, abort);
+    if (r >= 0)
+      return r;
     uint64_t now = shmap__now();
     if (now - last > PREEMPTED) {
       w->spin_ns = w->spin_ns / 2 < SPIN_FLOOR ? SPIN_FLOOR : w->spin_ns / 2;
@@ -304,13 +312,9 @@ int shmap__poll_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
   uint64_t t0 = shmap__now();
   int taken = 0; /* yields that gave the core away for long */
   for (;;) {
-    for (int i = 0; i < SPIN_CHECK; i++) {
-      if (pred(arg))
-        return 1;
-      cpu_relax();
-    }
-    if (abort && atomic_load(abort))
-      return 0;
+    int r = spin_round(pred, arg, abort);
+    if (r >= 0)
+      return r;
     uint64_t now = shmap__now(), el = now - t0;
     if (el < SPIN_PURE)
       continue;
@@ -328,8 +332,7 @@ int shmap__poll_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
       nanosleep(&ts, NULL);
       continue;
     }
-    int r = wait_impl(rt, w, pred, arg, abort, shmap__now() + POLL_NAP, NULL,
-                      NULL);
+    r = wait_impl(rt, w, pred, arg, abort, shmap__now() + POLL_NAP, NULL, NULL);
     if (r >= 0)
       return r;
   }
@@ -407,6 +410,12 @@ static int choose_mode(int ndev)
   if (ndev <= ncpu() || debugger_attached())
     return SHMAP__THREADS;
   return SHMAP__FIBERS;
+}
+
+static bool no_jobs_out(void *arg)
+{
+  shmap__runtime *rt = arg;
+  return atomic_load(&rt->jobs_out) == 0;
 }
 
 static bool all_done(void *arg)
@@ -714,6 +723,10 @@ static void worker_main(void *arg)
     if (w->id == 0 && (w->seen_epoch & 1))
       continue;
     worker_job(w);
+    /* Out of the job: the next map may reset what it used (its context,
+     * counts and waiter), see shmap__runtime_run. */
+    if (atomic_fetch_sub(&rt->jobs_out, 1) == 1)
+      shmap__wake(&rt->host);
   }
 }
 
@@ -996,6 +1009,12 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
     if (rc)
       return rc;
   }
+  /* In fiber mode the map returns once its last device is done, and a
+   * worker thread may still be leaving the job (looking for devices to
+   * take over): wait until none is, before anything of the job is reset
+   * or a worker's context is run by another thread. */
+  if (rt->workers && atomic_load(&rt->jobs_out))
+    shmap__wait(rt, &rt->host, no_jobs_out, rt, NULL);
   /* The devices are parked: reset their collective state before any of
    * them can look at a peer's. */
   for (int d = 0; d < rt->ndev; d++) {
@@ -1030,6 +1049,8 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
   uint64_t period = shmap__watchdog_ns();
   bool host_runs = period == 0 && (rt->mode == SHMAP__FIBERS || rt->host_runs);
   /* Epochs advance by two; the low bit carries host_runs. */
+  if (rt->workers)
+    atomic_store(&rt->jobs_out, rt->nworkers - (host_runs ? 1 : 0));
   atomic_store(&rt->epoch, ((atomic_load(&rt->epoch) | 1) + 1) | host_runs);
   if (rt->workers) {
     for (int w = host_runs ? 1 : 0; w < rt->nworkers; w++)

@@ -245,6 +245,9 @@ typedef struct shmap__runtime {
   int fail_code;
   char fail_msg[SHMAP__MSG_MAX];
   _Atomic int done;        /* devices finished with the job */
+  /* Fiber mode: worker threads still inside the last job (a worker may
+   * leave after the map's last device is done, see runtime.c). */
+  _Atomic int jobs_out;
   shmap__waiter host;      /* the thread that called the map */
   /* How this mesh's devices exchange data (transport/comm.h), and the
    * transport's own state for this mesh (NULL until it needs some). */
