@@ -397,25 +397,29 @@ static bool debugger_attached(void)
   return traced;
 }
 
-/* SHMAP_SCHED=threads|fibers|auto.  Auto gives each device a thread of its
- * own when the cores suffice or a debugger is attached (so gdb shows every
- * device as a thread), and fibers on one worker per core otherwise. */
-static int choose_mode(int ndev)
+/* SHMAP_SCHED=threads|fibers|auto.  Auto runs the devices as fibers on one
+ * worker per core (up to one per device), even when the cores would give
+ * each device a thread: a worker can take over the runnable devices of a
+ * worker the kernel has descheduled, which a device thread cannot, so a
+ * collective stays within a small factor of its idle time when another
+ * process shares a core (a thread per device took up to thousands of
+ * times longer; BENCHMARKS.md), and idle it costs the same or less.  Under
+ * a debugger each device gets a thread, so that gdb shows every device as
+ * a thread of its own. */
+static int choose_mode(void)
 {
   int sched = shmap__setting_sched();
   if (sched == SHMAP__SCHED_THREADS)
     return SHMAP__THREADS;
   if (sched == SHMAP__SCHED_FIBERS)
     return SHMAP__FIBERS;
-  if (ndev <= ncpu() || debugger_attached())
-    return SHMAP__THREADS;
-  return SHMAP__FIBERS;
+  return debugger_attached() ? SHMAP__THREADS : SHMAP__FIBERS;
 }
 
-static bool no_jobs_out(void *arg)
+static bool w0_out(void *arg)
 {
   shmap__runtime *rt = arg;
-  return atomic_load(&rt->jobs_out) == 0;
+  return atomic_load(&rt->w0_in) == 0;
 }
 
 static bool all_done(void *arg)
@@ -714,19 +718,23 @@ static void worker_main(void *arg)
 #endif
   for (;;) {
     shmap__wait(rt, &w->park, worker_epoch, w, NULL);
+    if (w->id == 0)
+      atomic_store(&rt->w0_in, 1);
     w->seen_epoch = atomic_load(&rt->epoch);
-    if (atomic_load(&rt->stop))
-      return;
     /* The epoch's low bit says whether the map's caller runs worker 0's
      * devices itself: read with the epoch, it cannot belong to another
      * map. */
-    if (w->id == 0 && (w->seen_epoch & 1))
-      continue;
-    worker_job(w);
-    /* Out of the job: the next map may reset what it used (its context,
-     * counts and waiter), see shmap__runtime_run. */
-    if (atomic_fetch_sub(&rt->jobs_out, 1) == 1)
+    bool skip = atomic_load(&rt->stop) || (w->id == 0 && (w->seen_epoch & 1));
+    if (!skip)
+      worker_job(w);
+    /* Out of the job: the map's caller may now run worker 0's devices,
+     * see shmap__runtime_run. */
+    if (w->id == 0) {
+      atomic_store(&rt->w0_in, 0);
       shmap__wake(&rt->host);
+    }
+    if (atomic_load(&rt->stop))
+      return;
   }
 }
 
@@ -853,7 +861,7 @@ static void thread_name(const shmap_mesh *mesh, int d, char out[16])
 static int start(shmap__runtime *rt)
 {
   shmap_mesh *mesh = rt->mesh;
-  rt->mode = choose_mode(rt->ndev);
+  rt->mode = choose_mode();
   /* How many threads compete for the cores while a map runs: a thread per
    * device, or the workers (the caller running worker 0's devices). */
   int nthreads = rt->ndev;
@@ -1009,12 +1017,11 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
     if (rc)
       return rc;
   }
-  /* In fiber mode the map returns once its last device is done, and a
-   * worker thread may still be leaving the job (looking for devices to
-   * take over): wait until none is, before anything of the job is reset
-   * or a worker's context is run by another thread. */
-  if (rt->workers && atomic_load(&rt->jobs_out))
-    shmap__wait(rt, &rt->host, no_jobs_out, rt, NULL);
+  /* The caller runs worker 0's devices (fiber mode) or device 0 (thread
+   * mode) itself, which saves a wake-up and a thread switch per map --
+   * unless a watchdog must keep watching, which the caller does instead. */
+  uint64_t period = shmap__watchdog_ns();
+  bool host_runs = period == 0 && (rt->mode == SHMAP__FIBERS || rt->host_runs);
   /* The devices are parked: reset their collective state before any of
    * them can look at a peer's. */
   for (int d = 0; d < rt->ndev; d++) {
@@ -1043,20 +1050,24 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
       atomic_store_explicit(&rt->devs[d].sched.fstate, SHMAP__F_START,
                             memory_order_release);
   }
-  /* The caller runs worker 0's devices (fiber mode) or device 0 (thread
-   * mode) itself, which saves a wake-up and a thread switch per map --
-   * unless a watchdog must keep watching, which the caller does instead. */
-  uint64_t period = shmap__watchdog_ns();
-  bool host_runs = period == 0 && (rt->mode == SHMAP__FIBERS || rt->host_runs);
   /* Epochs advance by two; the low bit carries host_runs. */
-  if (rt->workers)
-    atomic_store(&rt->jobs_out, rt->nworkers - (host_runs ? 1 : 0));
   atomic_store(&rt->epoch, ((atomic_load(&rt->epoch) | 1) + 1) | host_runs);
   if (rt->workers) {
     for (int w = host_runs ? 1 : 0; w < rt->nworkers; w++)
       shmap__wake(&rt->workers[w].park);
-    if (host_runs)
+    if (host_runs) {
+      /* In fiber mode the map returns once its last device is done, and a
+       * worker thread may still be leaving the job (looking for devices to
+       * take over).  That is harmless for workers 1.., which run on their
+       * own threads only and simply go on with this job; but worker 0's
+       * thread runs a job when a watchdog is on, or may have read an old
+       * epoch, and it must be out before the caller runs worker 0's devices
+       * on the same context and waiter.  It marks itself in before it reads
+       * the epoch, so one of the two sees the other. */
+      if (atomic_load(&rt->w0_in))
+        shmap__wait(rt, &rt->host, w0_out, rt, NULL);
       worker_job(&rt->workers[0]);
+    }
   } else {
     for (int d = host_runs ? 1 : 0; d < rt->ndev; d++)
       shmap__wake(&rt->devs[d].park);

@@ -227,10 +227,6 @@ typedef struct shmap__runtime {
   shmap__worker *workers;
   void *lock;              /* uv_mutex_t: one map at a time per mesh */
   shmap__dev *devs;        /* NULL until the first map */
-  /* The devices this process runs (all of them without MPI; proc.h),
-   * numbered 0..nrun-1 for threads and workers. */
-  int nrun;
-  int *run_ids;
   _Atomic int mpi_waiters; /* device fibers waiting for MPI transfers */
   int started;             /* threads running */
   /* Bumped by two to start a job (or to stop); the low bit tells worker 0
@@ -245,9 +241,10 @@ typedef struct shmap__runtime {
   int fail_code;
   char fail_msg[SHMAP__MSG_MAX];
   _Atomic int done;        /* devices finished with the job */
-  /* Fiber mode: worker threads still inside the last job (a worker may
-   * leave after the map's last device is done, see runtime.c). */
-  _Atomic int jobs_out;
+  /* Fiber mode: worker 0's thread is inside a job (it runs worker 0's
+   * devices when a watchdog keeps the map's caller busy) and may still be
+   * leaving it after the map's last device is done, see runtime.c. */
+  _Atomic int w0_in;
   shmap__waiter host;      /* the thread that called the map */
   /* How this mesh's devices exchange data (transport/comm.h), and the
    * transport's own state for this mesh (NULL until it needs some). */
