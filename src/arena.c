@@ -36,27 +36,29 @@ static shmap__chunk *cache_take(shmap_ctx *ctx, size_t bytes)
   return NULL;
 }
 
-/* Keep a chunk in device d's cache, or free it. */
+/* Keep a chunk in device d's cache, or free it.  A full cache gives up
+ * the chunk put there longest ago: a loop over blocks of one size then
+ * reuses its own after the first call, whatever sizes came before (keeping
+ * the largest instead left a loop over smaller blocks a fresh allocation,
+ * and its page faults, per call). */
 static void cache_put(shmap__dev *d, shmap__chunk *c)
 {
-  if (c->cap >= CACHE_MIN && c->cap <= CACHE_MAX) {
-    for (int i = 0; i < SHMAP__CACHE; i++)
-      if (!d->arena.cache[i]) {
-        d->arena.cache[i] = c;
-        return;
-      }
-    /* Full: replace the smallest. */
-    int k = 0;
-    for (int i = 1; i < SHMAP__CACHE; i++)
-      if (d->arena.cache[i]->cap < d->arena.cache[k]->cap)
-        k = i;
-    if (d->arena.cache[k]->cap < c->cap) {
-      free(d->arena.cache[k]);
-      d->arena.cache[k] = c;
-      return;
-    }
+  if (c->cap < CACHE_MIN || c->cap > CACHE_MAX) {
+    free(c);
+    return;
   }
-  free(c);
+  int k = 0;
+  for (int i = 0; i < SHMAP__CACHE; i++) {
+    if (!d->arena.cache[i]) {
+      k = i;
+      break;
+    }
+    if (d->arena.put_at[i] < d->arena.put_at[k])
+      k = i;
+  }
+  free(d->arena.cache[k]);
+  d->arena.cache[k] = c;
+  d->arena.put_at[k] = ++d->arena.nput;
 }
 
 void shmap__blocks_release(shmap_mesh *mesh, void **mem)

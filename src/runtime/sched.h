@@ -162,9 +162,12 @@ typedef struct shmap__dev {
     size_t nrtev, caprtev;
     int rtrack; /* the slot of the request its helper carries out */
   } dbg;
-  /* The device's arena cache (arena.c): freed large blocks. */
+  /* The device's arena cache (arena.c): freed large blocks, and when
+   * each was put there (a count of puts). */
   struct shmap__dev_arena {
     struct shmap__chunk *cache[SHMAP__CACHE];
+    uint64_t put_at[SHMAP__CACHE];
+    uint64_t nput;
   } arena;
   /* Collective planning (coll/plan.c): the last axes text this device's
    * collectives parsed, and the result. */
