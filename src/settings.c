@@ -19,7 +19,7 @@
 /* The last bad value reported per variable; a leaf lock (see the lock
  * order in runtime/debug.c). */
 enum { V_SCHED, V_WORKERS, V_SPIN, V_STACK, V_WATCHDOG, V_SIMD, V_ASYNC,
-       V_COUNT };
+       V_HUGE, V_COUNT };
 static pthread_mutex_t settings_lock = PTHREAD_MUTEX_INITIALIZER;
 static char reported[V_COUNT][64];
 
@@ -197,4 +197,15 @@ bool shmap__setting_async_check(void)
     return true;
   bad_value(V_ASYNC, "SHMAP_ASYNC_CHECK", s, "0, 1", "0");
   return false;
+}
+
+bool shmap__setting_hugepages(void)
+{
+  const char *s = env("SHMAP_HUGEPAGES");
+  if (!s || strcmp(s, "1") == 0)
+    return true;
+  if (strcmp(s, "0") == 0)
+    return false;
+  bad_value(V_HUGE, "SHMAP_HUGEPAGES", s, "0, 1", "1");
+  return true;
 }

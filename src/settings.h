@@ -44,6 +44,9 @@ int shmap__setting_simd(const char *const names[], int n);
  * (checksums of inputs and results between start and wait), 0 (the
  * default) does not. */
 bool shmap__setting_async_check(void);
+/* SHMAP_HUGEPAGES: 0 or 1 (the default): ask for transparent huge pages
+ * for allocations of 2 MiB and more (alloc.c). */
+bool shmap__setting_hugepages(void);
 
 /* Parsers, for the unit tests: true and *out set when `text` is valid. */
 bool shmap__parse_size(const char *text, size_t *out);

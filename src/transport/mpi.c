@@ -57,6 +57,7 @@
 #include "proc.h"
 #include "transport/comm.h"
 
+#include <limits.h>
 #include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -970,9 +971,28 @@ static void add_req(shmap__coll *c, MPI_Request r)
 }
 
 /* The MPI type of a strided box of elements of `es` bytes. */
+/* The MPI type of a box of `rank` dimensions with these element strides:
+ * *count of it.  A dense box (row-major strides of its shape: a whole
+ * block, or a piece cut along its first axis) is plain bytes, which MPI
+ * moves by its fastest path (Open MPI's single copy between processes of
+ * one host); any other box is a nest of hvectors over the element.  The
+ * signature is the same either way (bytes), so the two sides of a
+ * transfer may describe it differently. */
 static MPI_Datatype box_type(int rank, const int64_t shape[],
-                             const int64_t strides[], size_t es)
+                             const int64_t strides[], size_t es, int *count)
 {
+  int64_t want = 1, n = 1;
+  bool dense = true;
+  for (int d = rank - 1; d >= 0; d--) {
+    if (shape[d] != 1 && strides[d] != want)
+      dense = false;
+    want *= shape[d];
+    n *= shape[d];
+  }
+  if (dense && (uint64_t)n * es <= INT_MAX) {
+    *count = (int)((uint64_t)n * es);
+    return MPI_BYTE;
+  }
   MPI_Datatype t, nt;
   MPI_Type_contiguous((int)es, MPI_BYTE, &t);
   for (int d = rank - 1; d >= 0; d--) {
@@ -982,7 +1002,14 @@ static MPI_Datatype box_type(int rank, const int64_t shape[],
     t = nt;
   }
   MPI_Type_commit(&t);
+  *count = 1;
   return t;
+}
+
+static void type_done(MPI_Datatype *t)
+{
+  if (*t != MPI_BYTE)
+    MPI_Type_free(t);
 }
 
 static int peer_proc(shmap__coll *c, int r, int *dev)
@@ -1250,12 +1277,13 @@ static void mpi_send(shmap__coll *c, int peer, const shmap__box *from)
   int d, p = peer_proc(c, peer, &d);
   if (p == m->self)
     return; /* the peer reads it (Members in one process) */
-  MPI_Datatype t = box_type(from->rank, from->shape, from->strides, c->esize);
+  int cnt;
+  MPI_Datatype t = box_type(from->rank, from->shape, from->strides, c->esize, &cnt);
   MPI_Request r;
   atomic_fetch_add(&m->sent[p], 1);
-  MPI_Isend((const char *)c->call.src + from->off, 1, t, p,
+  MPI_Isend((const char *)c->call.src + from->off, cnt, t, p,
             tag_of(m, c->ctx->dev, d), m->comm, &r);
-  MPI_Type_free(&t);
+  type_done(&t);
   add_req(c, r);
 }
 
@@ -1265,12 +1293,13 @@ static void mpi_recv(shmap__coll *c, int peer, const shmap__box *to)
   int d, p = peer_proc(c, peer, &d);
   if (p == m->self)
     return; /* the peer writes it (Members in one process) */
-  MPI_Datatype t = box_type(to->rank, to->shape, to->strides, c->esize);
+  int cnt;
+  MPI_Datatype t = box_type(to->rank, to->shape, to->strides, c->esize, &cnt);
   MPI_Request r;
   atomic_fetch_add(&m->got[p], 1);
-  MPI_Irecv((char *)c->call.dst + to->off, 1, t, p,
+  MPI_Irecv((char *)c->call.dst + to->off, cnt, t, p,
             tag_of(m, d, c->ctx->dev), m->comm, &r);
-  MPI_Type_free(&t);
+  type_done(&t);
   add_req(c, r);
   c->ctx->remote += p != m->self ? (uint64_t)shmap__numel(to->rank, to->shape) * c->esize : 0;
 }
@@ -1290,11 +1319,12 @@ static void mpi_get(shmap__coll *c, int peer, const shmap__box *from, void *to,
                     from->strides, from->rank, from->shape, c->esize);
     return;
   }
-  MPI_Datatype t = box_type(from->rank, from->shape, to_strides, c->esize);
+  int cnt;
+  MPI_Datatype t = box_type(from->rank, from->shape, to_strides, c->esize, &cnt);
   MPI_Request r;
   atomic_fetch_add(&m->got[p], 1);
-  MPI_Irecv(to, 1, t, p, tag_of(m, d, c->ctx->dev), m->comm, &r);
-  MPI_Type_free(&t);
+  MPI_Irecv(to, cnt, t, p, tag_of(m, d, c->ctx->dev), m->comm, &r);
+  type_done(&t);
   wait_must(c, &r, 1);
   c->ctx->remote += p != m->self ? (uint64_t)shmap__numel(from->rank, from->shape) * c->esize : 0;
 }
