@@ -14,8 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/runtime.h"
 #include "settings.h"
 #include "testutil.h"
+
+#include <stdint.h>
 
 #define TIMEOUT 120
 
@@ -217,6 +220,77 @@ START_TEST(test_bad_watchdog)
 }
 END_TEST
 
+START_TEST(test_auto_sched)
+{
+  /* Without a debugger, auto runs the devices as fibers even when every
+   * device could have a core (see THREADS in shmap(7)); unset is auto. */
+  static const char *const modes[] = {NULL, "auto", "threads", "fibers"};
+  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+    if (modes[i])
+      ck_assert_int_eq(setenv("SHMAP_SCHED", modes[i], 1), 0);
+    else
+      ck_assert_int_eq(unsetenv("SHMAP_SCHED"), 0);
+    shmap_mesh *m = tu_mesh_new("i=2");
+    tu_map_ok(shmap_map(m, body_psum, NULL, 0, NULL, NULL, 0, NULL, NULL),
+              "map");
+    int want = modes[i] && strcmp(modes[i], "threads") == 0 ? SHMAP__THREADS
+                                                            : SHMAP__FIBERS;
+    ck_assert_msg(m->rt->mode == want, "SHMAP_SCHED=%s: mode %d, want %d",
+                  modes[i] ? modes[i] : "(unset)", m->rt->mode, want);
+    shmap_mesh_destroy(m);
+  }
+}
+END_TEST
+
+START_TEST(test_hugepages)
+{
+  const size_t huge = (size_t)2 << 20;
+  /* Default and 1: a large allocation starts on a huge page boundary, and
+   * is usable to its last byte. */
+  static const char *const on[] = {NULL, "1"};
+  for (int i = 0; i < 2; i++) {
+    if (on[i])
+      ck_assert_int_eq(setenv("SHMAP_HUGEPAGES", on[i], 1), 0);
+    else
+      ck_assert_int_eq(unsetenv("SHMAP_HUGEPAGES"), 0);
+    size_t n = huge + 12345;
+    unsigned char *p = shmap__alloc(n, true);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_msg((uintptr_t)p % huge == 0, "%p is not 2 MiB aligned",
+                  (void *)p);
+    ck_assert_int_eq(p[0] | p[n / 2] | p[n - 1], 0);
+    p[n - 1] = 7;
+    free(p);
+    /* Below 2 MiB, an ordinary allocation (64-byte aligned). */
+    p = shmap__alloc(huge - 64, false);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq((uintptr_t)p % 64, 0);
+    free(p);
+  }
+  /* A bad value is reported once and counts as the default; 0 turns the
+   * rounding off, and maps with large blocks work either way. */
+  ck_assert_int_eq(setenv("SHMAP_HUGEPAGES", "yes", 1), 0);
+  capture_start();
+  for (int i = 0; i < 2; i++) {
+    unsigned char *p = shmap__alloc(huge, false);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq((uintptr_t)p % huge, 0);
+    free(p);
+  }
+  char *out = capture_end();
+  expect_once(out, "shmap: SHMAP_HUGEPAGES=\"yes\" is not valid (accepted: "
+                   "0, 1); using 1\n");
+  free(out);
+  ck_assert_int_eq(setenv("SHMAP_HUGEPAGES", "0", 1), 0);
+  unsigned char *p = shmap__alloc(huge + 1, true);
+  ck_assert_ptr_nonnull(p);
+  ck_assert_int_eq((uintptr_t)p % 64, 0);
+  ck_assert_int_eq(p[huge], 0);
+  free(p);
+  unsetenv("SHMAP_HUGEPAGES");
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("reliability_settings");
@@ -228,6 +302,8 @@ int main(void)
   tcase_add_test(tc, test_bad_spin);
   tcase_add_test(tc, test_bad_stack_size);
   tcase_add_test(tc, test_bad_watchdog);
+  tcase_add_test(tc, test_auto_sched);
+  tcase_add_test(tc, test_hugepages);
   suite_add_tcase(s, tc);
   return tu_run_suite(s);
 }
