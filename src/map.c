@@ -521,7 +521,10 @@ static void run_device(shmap__job *job, int dev)
   atomic_store_explicit(&self->dbg.nest, (uint64_t)1 << 56 | job->manual,
                         memory_order_relaxed);
   shmap__set_current(ctx);
-  shmap__set_state(self, SHMAP__ST_INPUTS, 0, shmap__now());
+  /* One clock read per state change that takes time: the watchdog and the
+   * trace show when each began (a read is tens of nanoseconds here, and a
+   * device of an empty map made five). */
+  uint64_t t = shmap__set_state(self, SHMAP__ST_INPUTS, 0, shmap__now());
   bool ok = true;
   for (int k = 0; k < job->nin && ok; k++) {
     const shmap__in_info *ii = &job->ins[k];
@@ -544,9 +547,10 @@ static void run_device(shmap__job *job, int dev)
     ctx->in[k] = &c->block;
   }
   if (ok && !atomic_load(&rt->abort)) {
-    uint64_t t0 = shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
+    uint64_t t0 = shmap__set_state(self, SHMAP__ST_BODY, 0,
+                                   ctx->built ? shmap__now() : t);
     int rc = job->body(ctx, job->arg);
-    uint64_t t1 = shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
+    uint64_t t1 = t = shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
     if (shmap__tracing())
       shmap__trace_body(self, t0, t1, ctx->seq, ctx->job_name);
     if (rc != 0 && !ctx->err) {
@@ -560,8 +564,10 @@ static void run_device(shmap__job *job, int dev)
     }
     /* Requests the body left open fail the map (coll/async.c). */
     shmap__async_body_end(ctx);
+  } else {
+    t = shmap__now();
   }
-  shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
+  shmap__set_state(self, SHMAP__ST_DONE, 0, t);
   shmap__set_current(NULL);
   self->ctx = NULL;
   atomic_store_explicit(&self->dbg.nest, 0, memory_order_relaxed);
@@ -844,7 +850,7 @@ static int prepare_inputs(shmap__job *job, const char *const in_specs[])
   return 0;
 }
 
-static void free_job(shmap__job *job)
+static void free_job(shmap__job *job, const shmap__in_info *ins_local)
 {
   if (job->ctx)
     for (int d = 0; d < job->mesh->ndev; d++)
@@ -853,7 +859,31 @@ static void free_job(shmap__job *job)
   if (job->ins)
     for (int k = 0; k < job->nin; k++)
       shmap__stage_free(job->ins[k].view);
-  free(job->ins);
+  if (job->ins != ins_local)
+    free(job->ins);
+}
+
+/* A map's tables of inputs and outputs live on the caller's stack when
+ * the map has at most this many of each (calloc, unlike malloc, takes the
+ * C library's slow path: four per map cost about a quarter of an empty
+ * map's instructions). */
+#define MAP_FEW 4
+
+/* Zeroed room for n + 1 elements of `size` bytes: `local` (MAP_FEW + 1 of
+ * them) when they fit, else the heap (NULL when out of memory). */
+static void *map_table(void *local, size_t n, size_t size)
+{
+  if (n < MAP_FEW + 1) {
+    memset(local, 0, (MAP_FEW + 1) * size);
+    return local;
+  }
+  return shmap__calloc(n + 1, size);
+}
+
+static void map_table_free(void *p, const void *local)
+{
+  if (p != local)
+    free(p);
 }
 
 static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
@@ -913,9 +943,13 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
   shmap_block **slots = NULL;
   shmap_array **res = NULL;
   int rc = 0;
-  job.ins = shmap__calloc((size_t)nin + 1, sizeof *job.ins);
-  ospec = shmap__calloc((size_t)nout + 1, sizeof *ospec);
-  res = shmap__calloc((size_t)nout + 1, sizeof *res);
+  shmap__in_info ins_local[MAP_FEW + 1];
+  shmap__spec ospec_local[MAP_FEW + 1];
+  shmap_array *res_local[MAP_FEW + 1];
+  shmap_block b0_local[MAP_FEW + 1];
+  job.ins = map_table(ins_local, (size_t)nin, sizeof *job.ins);
+  ospec = map_table(ospec_local, (size_t)nout, sizeof *ospec);
+  res = map_table(res_local, (size_t)nout, sizeof *res);
   if (!job.ins || !ospec || !res) {
     rc = shmap__err(SHMAP_ENOMEM, "shmap_map: out of memory");
     goto done;
@@ -1001,7 +1035,7 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
     goto done;
   /* Every device's block description: this process's first device's,
    * compared with the other processes' under MPI (spmd.c). */
-  shmap_block *b0 = shmap__calloc((size_t)nout + 1, sizeof *b0);
+  shmap_block *b0 = map_table(b0_local, (size_t)nout, sizeof *b0);
   if (!b0) {
     if (multi)
       abort(); /* the others would wait for this process */
@@ -1027,7 +1061,7 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
   for (int k = 0; k < nout && rc == 0; k++)
     rc = finish_output(&job, k, out_specs[k], &ospec[k], flags, &b0[k],
                        &res[k]);
-  free(b0);
+  map_table_free(b0, b0_local);
   if (rc)
     goto done;
   for (int k = 0; k < nout; k++) {
@@ -1038,14 +1072,14 @@ done:
   if (res)
     for (int k = 0; k < nout; k++)
       shmap_array_destroy(res[k]);
-  free_job(&job);
+  free_job(&job, ins_local);
   shmap__runtime_give(mesh->rt, 1, slots);
   if (locked) {
     shmap__runtime_unlock(rt);
     shmap__mesh_release(mesh);
   }
-  free(ospec);
-  free(res);
+  map_table_free(ospec, ospec_local);
+  map_table_free(res, res_local);
   return rc;
 }
 

@@ -455,6 +455,14 @@ static bool dev_asleep(const void *sarg)
   return asleep(&((const shmap__dev *)sarg)->waiter);
 }
 
+/* A device back from its part of a map is parked since its last state
+ * change (run_device's end): no clock read of its own. */
+static void park_state(shmap__dev *d)
+{
+  shmap__set_state(d, SHMAP__ST_PARKED, 0,
+                   atomic_load_explicit(&d->dbg.since, memory_order_relaxed));
+}
+
 static void device_main(void *arg)
 {
   shmap__dev *d = arg;
@@ -482,7 +490,7 @@ static void device_main(void *arg)
       continue;
     d->tid = own_tid;
     rt->run(rt->job, d->id);
-    shmap__set_state(d, SHMAP__ST_PARKED, 0, shmap__now());
+    park_state(d);
     if (atomic_fetch_add(&rt->done, 1) + 1 == rt->ndev)
       shmap__wake(&rt->host);
   }
@@ -496,7 +504,7 @@ static void host_run_device0(shmap__runtime *rt)
   shmap__errbuf_use(d->sched.errbuf);
   rt->run(rt->job, 0);
   shmap__errbuf_use(NULL);
-  shmap__set_state(d, SHMAP__ST_PARKED, 0, shmap__now());
+  park_state(d);
   if (atomic_fetch_add(&rt->done, 1) + 1 == rt->ndev)
     shmap__wake(&rt->host);
 }
@@ -509,7 +517,7 @@ static void fiber_main(void *arg)
   shmap__fiber_entered(&d->sched.fiber, &d->sched.worker->self);
   for (;;) {
     d->rt->run(d->rt->job, d->id);
-    shmap__set_state(d, SHMAP__ST_PARKED, 0, shmap__now());
+    park_state(d);
     d->sched.fnext = SHMAP__F_DONE;
     /* Whichever worker runs it now (it may have moved, see below). */
     shmap__fiber_switch(&d->sched.fiber, &d->sched.worker->self);
