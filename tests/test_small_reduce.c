@@ -345,6 +345,117 @@ START_TEST(t_large_mismatch)
 }
 END_TEST
 
+/* all_gather along axis 0 with a result of at most 512 bytes takes the
+ * same single round trip, concatenating the members' blocks.  Groups of
+ * 4 (every member copies), 100 and 128 (rank 0 gathers, the others copy
+ * its result; 128 floats is exactly the limit) alternate with psums of
+ * the same groups, tiled and untiled, with a 2-D block, and with a
+ * gather one element too large for the small path; every result element
+ * is checked. */
+typedef struct garg {
+  int n;
+  _Atomic int bad;
+} garg;
+
+static int body_gather(shmap_ctx *ctx, void *arg)
+{
+  garg *ga = arg;
+  int d = shmap_ctx_device(ctx), n = ga->n;
+  for (int t = 0; t < 12; t++) {
+    /* rows x cols floats per member: 1x1, 1x(512/4/n) and 2x1 blocks,
+     * and every fourth step 1 float more than the small path takes. */
+    int64_t cols = t % 3 == 1 ? 128 / n : 1, rows = t % 3 == 2 ? 2 : 1;
+    if (t % 4 == 3)
+      cols = 128 / n + 1;
+    float x[2 * 129];
+    for (int64_t e = 0; e < rows * cols; e++)
+      x[e] = (float)(d * 1000 + t * 10) + (float)e / 8;
+    shmap_block b = {x, SHMAP_F32, 2, {rows, cols}};
+    shmap_block *out = NULL;
+    int tiled = t & 1;
+    int rc = shmap_all_gather(ctx, &b, "i", 0, tiled, &out);
+    if (rc)
+      return rc;
+    /* Member r's block at rows [r*rows, (r+1)*rows) (tiled) or at index r
+     * of the new leading axis: either way the flat result is the blocks
+     * one after the other. */
+    int64_t want_rank = tiled ? 2 : 3;
+    if (out->rank != want_rank)
+      atomic_fetch_add(&ga->bad, 1);
+    const float *o = out->data;
+    for (int r = 0; r < n; r++)
+      for (int64_t e = 0; e < rows * cols; e++)
+        if (o[r * rows * cols + e] != (float)(r * 1000 + t * 10) + (float)e / 8)
+          atomic_fetch_add(&ga->bad, 1);
+    shmap_block_free(ctx, out);
+    float one = (float)d;
+    shmap_block s = {&one, SHMAP_F32, 0, {0}};
+    if ((rc = shmap_psum(ctx, &s, "i")))
+      return rc;
+    if (one != (float)(n * (n - 1) / 2))
+      atomic_fetch_add(&ga->bad, 1);
+  }
+  return 0;
+}
+
+START_TEST(t_gather)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  static const int sizes[] = {4, 100, 128};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    char text[32];
+    snprintf(text, sizeof text, "i=%d", sizes[k]);
+    shmap_mesh *mesh = tu_mesh_new(text);
+    garg ga = {.n = sizes[k]};
+    tu_map_ok(shmap_map(mesh, body_gather, &ga, 0, NULL, NULL, 0, NULL, NULL),
+              text);
+    ck_assert_msg(ga.bad == 0, "%s (%s): %d wrong elements", text, modes[_i],
+                  (int)ga.bad);
+    shmap_mesh_destroy(mesh);
+  }
+}
+END_TEST
+
+/* One member makes a psum where the others gather (both small): the
+ * mismatch names it and both calls. */
+static int body_gather_mismatch(shmap_ctx *ctx, void *arg)
+{
+  const int *odd = arg;
+  float x = 1;
+  shmap_block b = {&x, SHMAP_F32, 1, {1}};
+  for (int t = 0; t < 4; t++) {
+    shmap_block *out = NULL;
+    int rc = t == 2 && shmap_ctx_device(ctx) == *odd
+                 ? shmap_psum(ctx, &b, "i")
+                 : shmap_all_gather(ctx, &b, "i", 0, 1, &out);
+    if (rc)
+      return rc;
+    if (out)
+      shmap_block_free(ctx, out);
+  }
+  return 0;
+}
+
+START_TEST(t_gather_mismatch)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  static const char *const meshes[] = {"i=4", "i=100"};
+  static const int odds[] = {1, 70};
+  for (int k = 0; k < 2; k++) {
+    shmap_mesh *mesh = tu_mesh_new(meshes[k]);
+    int rc = shmap_map(mesh, body_gather_mismatch, (void *)&odds[k], 0, NULL,
+                       NULL, 0, NULL, NULL);
+    ck_assert_msg(rc == SHMAP_EMISMATCH, "%s: %d (%s): %s", meshes[k], rc,
+                  shmap_strerror(rc), shmap_errmsg());
+    const char *m = shmap_errmsg();
+    ck_assert_msg(strstr(m, "#3") && strstr(m, "psum") &&
+                      strstr(m, "all_gather"),
+                  "%s: message: %s", meshes[k], m);
+    shmap_mesh_destroy(mesh);
+  }
+}
+END_TEST
+
 static Suite *suite(void)
 {
   Suite *s = suite_create("small_reduce");
@@ -357,6 +468,8 @@ static Suite *suite(void)
   tcase_add_loop_test(tc, t_large_groups, 0, 2);
   tcase_add_loop_test(tc, t_large_leave, 0, 2);
   tcase_add_loop_test(tc, t_large_mismatch, 0, 2);
+  tcase_add_loop_test(tc, t_gather, 0, 2);
+  tcase_add_loop_test(tc, t_gather_mismatch, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -113,12 +113,36 @@ int shmap__algo_reduce_scatter(shmap__plan *p, shmap_block *res)
 
 /* ---- all_gather ----------------------------------------------------------- */
 
+/* The "fold" of a small all_gather: the members' blocks one after the
+ * other, in rank order.  `es` (the fold's count) is the element size. */
+static void concat_fold(void *dst, const void *const src[], int nsrc, size_t n,
+                        int es)
+{
+  size_t bytes = n * (size_t)es;
+  for (int r = 0; r < nsrc; r++)
+    memcpy((char *)dst + (size_t)r * bytes, src[r], bytes);
+}
+
 /* The block of the member at position k of the group (the whole axes
- * without axis_index_groups) lands at position k along the gathered axis. */
+ * without axis_index_groups) lands at position k along the gathered axis.
+ *
+ * Gathered along axis 0, the result is the blocks one after the other;
+ * when it is a few hundred bytes, the call takes the small reductions'
+ * single round trip (shmap__comm_allreduce_small), each member publishing
+ * its block and concatenating all of them instead of folding: a result
+ * "element" is then the whole row of n blocks' elements, so that the
+ * transport's size check and result copies cover it. */
 int shmap__algo_all_gather(shmap__plan *p, shmap_block *res)
 {
   shmap__coll *c = &p->c;
   const shmap_block *x = p->x;
+  if (c->call.p1 == 0 && !p->groups && p->gn == c->n) {
+    shmap__fold cat = {concat_fold, (int)c->esize, c->esize * (size_t)c->n};
+    int rc = shmap__comm_allreduce_small(c, (size_t)shmap_block_numel(x), &cat,
+                                         shmap_block_nbytes(x));
+    if (rc <= 0)
+      return rc;
+  }
   int rc = shmap__comm_arrive(c);
   if (rc)
     return rc;
