@@ -369,6 +369,14 @@ static bool member_agrees(const shmap__coll *c, int m, char *why, size_t n)
 {
   const shm_call *g = CS(c);
   uint32_t a = atomic_load(&g->devs[m].coll.arrive);
+  /* A small call publishes its box (after its descriptor) before its
+   * arrival: a member whose box shows call k made it, even when its
+   * arrival still reads k - 1 here (it then looked as if it had returned
+   * from its body). */
+  if (a < c->k &&
+      TAG(atomic_load_explicit(&g->sdevs[m].box[c->k & 1].word,
+                               memory_order_acquire)) == c->k)
+    a = c->k;
   const shmap__call *theirs = &g->sdevs[m].calls[c->k % HIST];
   if (a == c->k && shmap__call_equal(&c->call, theirs))
     return true;
