@@ -188,24 +188,25 @@ int shmap__setting_simd(const char *const names[], int n)
   return -1;
 }
 
+/* A switch: unset or empty is `dflt`, else 0 or 1; another value is
+ * reported once and counts as `dflt`. */
+static bool setting_switch(int v, const char *name, bool dflt)
+{
+  const char *s = env(name);
+  if (!s)
+    return dflt;
+  if (strcmp(s, "0") == 0 || strcmp(s, "1") == 0)
+    return s[0] == '1';
+  bad_value(v, name, s, "0, 1", dflt ? "1" : "0");
+  return dflt;
+}
+
 bool shmap__setting_async_check(void)
 {
-  const char *s = env("SHMAP_ASYNC_CHECK");
-  if (!s || strcmp(s, "0") == 0)
-    return false;
-  if (strcmp(s, "1") == 0)
-    return true;
-  bad_value(V_ASYNC, "SHMAP_ASYNC_CHECK", s, "0, 1", "0");
-  return false;
+  return setting_switch(V_ASYNC, "SHMAP_ASYNC_CHECK", false);
 }
 
 bool shmap__setting_hugepages(void)
 {
-  const char *s = env("SHMAP_HUGEPAGES");
-  if (!s || strcmp(s, "1") == 0)
-    return true;
-  if (strcmp(s, "0") == 0)
-    return false;
-  bad_value(V_HUGE, "SHMAP_HUGEPAGES", s, "0, 1", "1");
-  return true;
+  return setting_switch(V_HUGE, "SHMAP_HUGEPAGES", true);
 }
