@@ -136,7 +136,7 @@ int shmap__algo_all_gather(shmap__plan *p, shmap_block *res)
 {
   shmap__coll *c = &p->c;
   const shmap_block *x = p->x;
-  if (c->call.p1 == 0 && !p->groups && p->gn == c->n) {
+  if (c->call.p1 == 0 && !p->groups) {
     shmap__fold cat = {concat_fold, (int)c->esize, c->esize * (size_t)c->n};
     int rc = shmap__comm_allreduce_small(c, (size_t)shmap_block_numel(x), &cat,
                                          shmap_block_nbytes(x));

@@ -981,12 +981,11 @@ static void add_req(shmap__coll *c, MPI_Request r)
 static MPI_Datatype box_type(int rank, const int64_t shape[],
                              const int64_t strides[], size_t es, int *count)
 {
-  int64_t want = 1, n = 1;
+  int64_t n = 1; /* elements of the dimensions after d */
   bool dense = true;
   for (int d = rank - 1; d >= 0; d--) {
-    if (shape[d] != 1 && strides[d] != want)
+    if (shape[d] != 1 && strides[d] != n)
       dense = false;
-    want *= shape[d];
     n *= shape[d];
   }
   if (dense && (uint64_t)n * es <= INT_MAX) {
