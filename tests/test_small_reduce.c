@@ -12,8 +12,9 @@
  * rank order (with values whose sums round, so the order shows).  Groups
  * of more than 64 members, where only rank 0 folds and the others copy
  * its result, get the same checks, and mismatches and a member leaving
- * there are reported with the usual messages.  Every case runs in both
- * scheduling modes.
+ * there are reported with the usual messages.  all_gather and
+ * psum_scatter of a few hundred bytes take the same path.  Every case
+ * runs in both scheduling modes.
  */
 #include "testutil.h"
 
@@ -456,6 +457,147 @@ START_TEST(t_gather_mismatch)
 }
 END_TEST
 
+/* psum_scatter whose member keeps one run of the input (nothing but
+ * size-1 dimensions before the scatter dimension) and whose input is at
+ * most 512 bytes takes the same single round trip, each member folding
+ * only its part (or copying it from rank 0's fold in groups over 64).
+ * Groups of 4, 100 and 128 go through untiled and tiled 1-D blocks, a
+ * [1, S] block scattered along dimension 1, a [2, S] block (two runs per
+ * member: the general protocol), an input one run too large, and bool
+ * terms (i32 counts), with psums in between; every element is checked
+ * against the serial left fold in rank order. */
+static float sterm(int d, int t, int64_t e)
+{
+  return 1.0f / (float)(1 + d * 7 + t + e) + (float)d * 1e4f;
+}
+
+static int body_scatter(shmap_ctx *ctx, void *arg)
+{
+  garg *ga = arg;
+  int d = shmap_ctx_device(ctx), n = ga->n;
+  for (int t = 0; t < 18; t++) {
+    int v = t % 6;
+    int64_t m = v == 0 ? 1 : 128 / n, outer = 1;
+    shmap_block b = {NULL, SHMAP_F32, 1, {n * m}};
+    int dim = 0, tiled = v != 0;
+    if (v == 2 || v == 3) { /* [outer, n*m] along dimension 1 */
+      outer = v == 2 ? 1 : 2;
+      m = v == 2 ? 128 / n : 1;
+      b.rank = 2;
+      b.shape[0] = outer;
+      b.shape[1] = n * m;
+      dim = 1;
+    } else if (v == 4) {
+      m = 128 / n + 1;
+      b.shape[0] = n * m;
+    } else if (v == 5) {
+      b.dtype = SHMAP_BOOL;
+    }
+    int64_t numel = outer * n * m;
+    float x[2 * 129 * 2];
+    unsigned char bx[512];
+    for (int64_t e = 0; e < numel; e++) {
+      x[e] = sterm(d, t, e);
+      bx[e] = (unsigned char)((d + e + t) % 3 == 0);
+    }
+    b.data = v == 5 ? (void *)bx : (void *)x;
+    shmap_block *out = NULL;
+    int rc = shmap_psum_scatter(ctx, &b, "i", dim, tiled, &out);
+    if (rc)
+      return rc;
+    if (shmap_block_numel(out) != outer * m ||
+        out->dtype != (v == 5 ? SHMAP_I32 : SHMAP_F32))
+      atomic_fetch_add(&ga->bad, 1);
+    else
+      for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < m; j++) {
+          int64_t e = o * n * m + d * m + j;
+          if (v == 5) {
+            int32_t want = 0;
+            for (int s = 0; s < n; s++)
+              want += (s + e + t) % 3 == 0;
+            if (((const int32_t *)out->data)[o * m + j] != want)
+              atomic_fetch_add(&ga->bad, 1);
+          } else {
+            float want = sterm(0, t, e);
+            for (int s = 1; s < n; s++)
+              want += sterm(s, t, e);
+            if (((const float *)out->data)[o * m + j] != want)
+              atomic_fetch_add(&ga->bad, 1);
+          }
+        }
+    shmap_block_free(ctx, out);
+    float one = (float)d;
+    shmap_block s1 = {&one, SHMAP_F32, 0, {0}};
+    if ((rc = shmap_psum(ctx, &s1, "i")))
+      return rc;
+    if (one != (float)(n * (n - 1) / 2))
+      atomic_fetch_add(&ga->bad, 1);
+  }
+  return 0;
+}
+
+START_TEST(t_scatter)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  static const int sizes[] = {4, 100, 128};
+  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+    char text[32];
+    snprintf(text, sizeof text, "i=%d", sizes[k]);
+    shmap_mesh *mesh = tu_mesh_new(text);
+    garg ga = {.n = sizes[k]};
+    tu_map_ok(shmap_map(mesh, body_scatter, &ga, 0, NULL, NULL, 0, NULL, NULL),
+              text);
+    ck_assert_msg(ga.bad == 0, "%s (%s): %d wrong elements", text, modes[_i],
+                  (int)ga.bad);
+    shmap_mesh_destroy(mesh);
+  }
+}
+END_TEST
+
+/* A member's psum_scatter against the others' psum (both small): the
+ * mismatch names both calls. */
+static int body_scatter_mismatch(shmap_ctx *ctx, void *arg)
+{
+  const int *odd = arg;
+  int n = shmap_axis_size(ctx, "i");
+  float x[128];
+  for (int e = 0; e < n; e++)
+    x[e] = 1;
+  shmap_block b = {x, SHMAP_F32, 1, {n}};
+  for (int t = 0; t < 4; t++) {
+    shmap_block *out = NULL;
+    int rc = t == 2 && shmap_ctx_device(ctx) == *odd
+                 ? shmap_psum(ctx, &b, "i")
+                 : shmap_psum_scatter(ctx, &b, "i", 0, 1, &out);
+    if (rc)
+      return rc;
+    if (out)
+      shmap_block_free(ctx, out);
+  }
+  return 0;
+}
+
+START_TEST(t_scatter_mismatch)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  static const char *const meshes[] = {"i=4", "i=100"};
+  static const int odds[] = {2, 99};
+  for (int k = 0; k < 2; k++) {
+    shmap_mesh *mesh = tu_mesh_new(meshes[k]);
+    int rc = shmap_map(mesh, body_scatter_mismatch, (void *)&odds[k], 0, NULL,
+                       NULL, 0, NULL, NULL);
+    ck_assert_msg(rc == SHMAP_EMISMATCH, "%s: %d (%s): %s", meshes[k], rc,
+                  shmap_strerror(rc), shmap_errmsg());
+    const char *m = shmap_errmsg();
+    ck_assert_msg(strstr(m, "#3") && strstr(m, "called psum(") &&
+                      strstr(m, "psum_scatter"),
+                  "%s: message: %s", meshes[k], m);
+    shmap_mesh_destroy(mesh);
+  }
+}
+END_TEST
+
 static Suite *suite(void)
 {
   Suite *s = suite_create("small_reduce");
@@ -470,6 +612,8 @@ static Suite *suite(void)
   tcase_add_loop_test(tc, t_large_mismatch, 0, 2);
   tcase_add_loop_test(tc, t_gather, 0, 2);
   tcase_add_loop_test(tc, t_gather_mismatch, 0, 2);
+  tcase_add_loop_test(tc, t_scatter, 0, 2);
+  tcase_add_loop_test(tc, t_scatter_mismatch, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -29,15 +29,15 @@ int shmap__algo_allreduce(shmap__plan *p, shmap_block *x)
 {
   shmap__coll *c = &p->c;
   /* A few hundred bytes: one round trip, each member folding them all. */
-  int rc = shmap__comm_allreduce_small(c, (size_t)shmap_block_numel(x),
-                                       &p->fold, shmap_block_nbytes(x));
+  size_t numel = (size_t)shmap_block_numel(x);
+  int rc = shmap__comm_allreduce_small(c, numel, &p->fold, 0, numel,
+                                       shmap_block_nbytes(x));
   if (rc <= 0)
     return rc;
   rc = shmap__comm_arrive(c);
   if (rc)
     return rc;
   size_t es = c->esize;
-  size_t numel = (size_t)shmap_block_numel(x);
   size_t align = 64 / es;
   size_t chunk = (numel + (size_t)c->n - 1) / (size_t)c->n;
   chunk = (chunk + align - 1) / align * align;
@@ -79,19 +79,29 @@ int shmap__algo_allreduce_new(shmap__plan *p, shmap_block *res)
 /* ---- psum_scatter --------------------------------------------------------- */
 
 /* View the input as [outer, S, inner]: member r keeps rows [r*m, (r+1)*m)
- * of S, each run of m*inner elements folded over the members. */
+ * of S, each run of m*inner elements folded over the members.  With one
+ * run per member (outer 1) and a few hundred bytes, the call takes the
+ * small reductions' single round trip, each member keeping its run of
+ * the fold. */
 int shmap__algo_reduce_scatter(shmap__plan *p, shmap_block *res)
 {
   shmap__coll *c = &p->c;
   const shmap_block *x = p->x;
-  int rc = shmap__comm_arrive(c);
-  if (rc)
-    return rc;
   int d = c->call.p1;
   int64_t m = x->shape[d] / c->n;
   int64_t outer = shmap__numel(d, x->shape);
   int64_t inner = shmap__numel(x->rank - d - 1, x->shape + d + 1);
   size_t run = (size_t)(m * inner);
+  int rc = 1;
+  if (outer == 1)
+    rc = shmap__comm_allreduce_small(c, (size_t)shmap_block_numel(x), &p->fold,
+                                     (size_t)c->rank * run, run,
+                                     shmap_block_nbytes(x));
+  if (rc <= 0)
+    return rc;
+  rc = shmap__comm_arrive(c);
+  if (rc)
+    return rc;
   if (run > 0 && shmap__comm_two_sided(c))
     for (int64_t o = 0; o < outer; o++)
       for (int r = 0; r < c->n; r++)
@@ -138,7 +148,8 @@ int shmap__algo_all_gather(shmap__plan *p, shmap_block *res)
   const shmap_block *x = p->x;
   if (c->call.p1 == 0 && !p->groups) {
     shmap__fold cat = {concat_fold, (int)c->esize, c->esize * (size_t)c->n};
-    int rc = shmap__comm_allreduce_small(c, (size_t)shmap_block_numel(x), &cat,
+    size_t numel = (size_t)shmap_block_numel(x);
+    int rc = shmap__comm_allreduce_small(c, numel, &cat, 0, numel,
                                          shmap_block_nbytes(x));
     if (rc <= 0)
       return rc;

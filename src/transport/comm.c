@@ -91,7 +91,8 @@ static void enter(shmap__coll *c)
 }
 
 int shmap__comm_allreduce_small(shmap__coll *c, size_t count,
-                                const shmap__fold *fold, uint64_t bytes)
+                                const shmap__fold *fold, size_t off, size_t n,
+                                uint64_t bytes)
 {
   const shmap__transport *tp = c->ctx->comm->tp;
   size_t es = c->esize > fold->out_esize ? c->esize : fold->out_esize;
@@ -102,7 +103,7 @@ int shmap__comm_allreduce_small(shmap__coll *c, size_t count,
   if (atomic_load(&ctx->rt->abort))
     return shmap__canceled(ctx, shmap__coll_opname(c));
   enter(c);
-  int rc = tp->allreduce_small(c, count, fold);
+  int rc = tp->allreduce_small(c, count, fold, off, n);
   return leave(c, rc ? 0 : bytes, rc);
 }
 

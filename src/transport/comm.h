@@ -255,9 +255,11 @@ typedef struct shmap__transport {
    * call and this device's src (c->k set, as for arrive), agree with every
    * member exactly as arrive would (same errors, same messages, the same
    * verdict on every member), then write the left fold in rank order of
-   * every member's src[0..count) (with fold) into this device's dst.
-   * 0, or an error code with the message set. */
-  int (*allreduce_small)(shmap__coll *c, size_t count, const shmap__fold *fold);
+   * every member's src[0..count) (with fold), or of its elements [off,
+   * off + n) (psum_scatter: each member keeps its part), into this
+   * device's dst.  0, or an error code with the message set. */
+  int (*allreduce_small)(shmap__coll *c, size_t count, const shmap__fold *fold,
+                         size_t off, size_t n);
   int small_max_n;
 
   /* ---- buffer handover (optional) ------------------------------------ */
@@ -313,9 +315,11 @@ int shmap__comm_arrive(shmap__coll *c);
 int shmap__comm_depart(shmap__coll *c, uint64_t bytes);
 /* A small reduction in one operation when the transport has one for this
  * size and group (0 or an error code, the call entered and left as by
- * arrive and depart), or 1 when it has not: then use arrive/depart. */
+ * arrive and depart), or 1 when it has not: then use arrive/depart.  This
+ * member's dst gets elements [off, off + n) of the fold of count. */
 int shmap__comm_allreduce_small(shmap__coll *c, size_t count,
-                                const shmap__fold *fold, uint64_t bytes);
+                                const shmap__fold *fold, size_t off, size_t n,
+                                uint64_t bytes);
 /* Leave the call like shmap__comm_depart, but without waiting for the
  * member reading this device's src when the transport can defer that:
  * *deferred is then true, and the caller calls shmap__comm_src_wait(ctx,

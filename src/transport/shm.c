@@ -878,16 +878,17 @@ static int boxes_wait(shmap__coll *c)
   return 0;
 }
 
-/* Fold every member's box in rank order into out. */
-static void boxes_fold(shmap__coll *c, size_t count, const shmap__fold *fold,
-                       void *out)
+/* Fold elements [off, off + n) of every member's box in rank order into
+ * out. */
+static void boxes_fold(shmap__coll *c, size_t off, size_t n,
+                       const shmap__fold *fold, void *out)
 {
   shm_state *st = c->comm->priv;
   shm_call *g = S(c);
   const void **srcs = g->srcs;
   for (int r = 0; r < c->n; r++)
-    srcs[r] = st->devs[g->members[r]].box[c->k & 1].data;
-  fold->fn(out, srcs, c->n, count, fold->count);
+    srcs[r] = st->devs[g->members[r]].box[c->k & 1].data + off * c->esize;
+  fold->fn(out, srcs, c->n, n, fold->count);
 }
 
 /*
@@ -897,7 +898,7 @@ static void boxes_fold(shmap__coll *c, size_t count, const shmap__fold *fold,
  * the boxes, compares the hashes and folds them, once, in rank order, into
  * a result box of its own; it publishes that with the call number (and
  * a bit saying the call failed), and every other member waits for that
- * one word and copies the result.  So a member does O(1) work and a fiber
+ * one word and copies the result (its part of it, for psum_scatter).  So a member does O(1) work and a fiber
  * waits once.
  *
  * Agreement.  The leader compares every member's hash with its own as
@@ -953,7 +954,8 @@ static bool lead_ready(void *arg)
   }
 }
 
-static int allreduce_lead(shmap__coll *c, size_t count, const shmap__fold *fold)
+static int allreduce_lead(shmap__coll *c, size_t count, const shmap__fold *fold,
+                          size_t off, size_t n)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
@@ -974,8 +976,9 @@ static int allreduce_lead(shmap__coll *c, size_t count, const shmap__fold *fold)
       rg->k = c->k;
     else
       box_reuse(c, rg, true);
-    boxes_fold(c, count, fold, res->data);
-    memcpy(c->call.dst, res->data, count * fold->out_esize);
+    boxes_fold(c, 0, count, fold, res->data);
+    memcpy(c->call.dst, res->data + off * fold->out_esize,
+           n * fold->out_esize);
     group_done(c);
   }
   atomic_store_explicit(&res->word,
@@ -987,7 +990,7 @@ static int allreduce_lead(shmap__coll *c, size_t count, const shmap__fold *fold)
 }
 
 static int allreduce_member(shmap__coll *c, size_t count,
-                            const shmap__fold *fold)
+                            const shmap__fold *fold, size_t off, size_t n)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
@@ -1007,7 +1010,8 @@ static int allreduce_member(shmap__coll *c, size_t count,
     const sbox *res = &st->devs[rw.lead].res[c->k & 1];
     uint64_t w = atomic_load_explicit(&res->word, memory_order_acquire);
     if (TAG(w) == c->k && !(w & RES_FAILED)) {
-      memcpy(c->call.dst, res->data, count * fold->out_esize);
+      memcpy(c->call.dst, res->data + off * fold->out_esize,
+             n * fold->out_esize);
       group_done(c);
     } else if (TAG(w) == c->k) {
       rc = boxes_agree(c, rw.hash);
@@ -1029,7 +1033,7 @@ static int allreduce_member(shmap__coll *c, size_t count,
 }
 
 static int shm_allreduce_small(shmap__coll *c, size_t count,
-                               const shmap__fold *fold)
+                               const shmap__fold *fold, size_t off, size_t n)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
@@ -1038,8 +1042,8 @@ static int shm_allreduce_small(shmap__coll *c, size_t count,
   shmap__dev *self = &rt->devs[ctx->dev];
   shm_call *g = call_begin(c);
   if (c->n > SMALL_ALL)
-    return ctx->dev == g->base ? allreduce_lead(c, count, fold)
-                               : allreduce_member(c, count, fold);
+    return ctx->dev == g->base ? allreduce_lead(c, count, fold, off, n)
+                               : allreduce_member(c, count, fold, off, n);
   uint32_t hash = box_publish(c, count, true);
   /* The wait is made here, as the gdb transcripts in README.md show it. */
   fill_members(c);
@@ -1051,7 +1055,7 @@ static int shm_allreduce_small(shmap__coll *c, size_t count,
   if (!rc)
     rc = boxes_agree(c, hash);
   if (!rc) {
-    boxes_fold(c, count, fold, c->call.dst);
+    boxes_fold(c, off, n, fold, c->call.dst);
     group_done(c);
   }
   left_call(rt, sd, c->k);
