@@ -10,7 +10,7 @@
  * still be on the call that read it, mix in calls of other protocols and
  * sizes, and check every result exactly against the serial left fold in
  * rank order (with values whose sums round, so the order shows).  Groups
- * of more than 64 members, where only rank 0 folds and the others copy
+ * of more than 4 members, where only rank 0 folds and the others copy
  * its result, get the same checks, and mismatches and a member leaving
  * there are reported with the usual messages.  all_gather and
  * psum_scatter of a few hundred bytes take the same path.  Every case
@@ -252,7 +252,7 @@ START_TEST(t_groups_mismatch)
 }
 END_TEST
 
-/* Groups of more than 64 members: the group's rank 0 folds every box
+/* Groups of more than 4 members: the group's rank 0 folds every box
  * once and the others copy its result.  Whole-mesh groups of 144 and 140
  * alternate with groups of 72 or 70 (two leaders, one of them also the
  * whole mesh's, so its result box passes between groups) and of 2, and
@@ -348,8 +348,8 @@ END_TEST
 
 /* all_gather along axis 0 with a result of at most 512 bytes takes the
  * same single round trip, concatenating the members' blocks.  Groups of
- * 4 (every member copies), 100 and 128 (rank 0 gathers, the others copy
- * its result; 128 floats is exactly the limit) alternate with psums of
+ * 4 (every member copies), 5, 8, 100 and 128 (rank 0 gathers, the others
+ * copy its result; 128 floats is exactly the limit) alternate with psums of
  * the same groups, tiled and untiled, with a 2-D block, and with a
  * gather one element too large for the small path; every result element
  * is checked. */
@@ -402,7 +402,7 @@ static int body_gather(shmap_ctx *ctx, void *arg)
 START_TEST(t_gather)
 {
   ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
-  static const int sizes[] = {4, 100, 128};
+  static const int sizes[] = {4, 5, 8, 100, 128};
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
     char text[32];
     snprintf(text, sizeof text, "i=%d", sizes[k]);
@@ -460,8 +460,8 @@ END_TEST
 /* psum_scatter whose member keeps one run of the input (nothing but
  * size-1 dimensions before the scatter dimension) and whose input is at
  * most 512 bytes takes the same single round trip, each member folding
- * only its part (or copying it from rank 0's fold in groups over 64).
- * Groups of 4, 100 and 128 go through untiled and tiled 1-D blocks, a
+ * only its part (or copying it from rank 0's fold in groups over 4).
+ * Groups of 4, 5, 8, 100 and 128 go through untiled and tiled 1-D blocks, a
  * [1, S] block scattered along dimension 1, a [2, S] block (two runs per
  * member: the general protocol), an input one run too large, and bool
  * terms (i32 counts), with psums in between; every element is checked
@@ -540,7 +540,7 @@ static int body_scatter(shmap_ctx *ctx, void *arg)
 START_TEST(t_scatter)
 {
   ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
-  static const int sizes[] = {4, 100, 128};
+  static const int sizes[] = {4, 5, 8, 100, 128};
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
     char text[32];
     snprintf(text, sizeof text, "i=%d", sizes[k]);
