@@ -5,8 +5,8 @@
  * Every block a device gets during a map (its built inputs, its outputs,
  * results of collectives, shmap_block_alloc) is a chunk in the device's
  * arena, a list owned by its context; what the map does not keep is freed
- * when the map ends.  Large freed chunks go to a small per-device cache
- * for the next allocation of a similar size.
+ * when the map ends.  Freed chunks of 4 KiB or more go to a small
+ * per-device cache for the next allocation of a similar size.
  */
 #ifndef SHMAP_ARENA_H
 #define SHMAP_ARENA_H

@@ -620,20 +620,24 @@ static bool stale(const shmap__worker *o, uint64_t now)
          now - atomic_load_explicit(&o->beat, memory_order_relaxed) > STEAL_AFTER;
 }
 
-/* Run one runnable device of a stale worker; whether one ran. */
+/* Run the runnable devices of stale workers, in one pass over each;
+ * whether one ran.  (Returning after the first made a worker look at all
+ * its own devices and then at the stale worker's from the start again for
+ * every device it took over: O(n^2) looks per collective when a worker
+ * whose core is taken holds hundreds of devices.) */
 static bool steal(shmap__worker *w)
 {
   shmap__runtime *rt = w->rt;
   uint64_t now = shmap__now();
+  bool ran = false;
   for (int i = 1; i < rt->nworkers; i++) {
     shmap__worker *o = &rt->workers[(w->id + i) % rt->nworkers];
     if (!stale(o, now))
       continue;
     for (int d = o->first; d < o->first + o->count; d++)
-      if (run_fiber(w, &rt->devs[d]))
-        return true;
+      ran |= run_fiber(w, &rt->devs[d]);
   }
-  return false;
+  return ran;
 }
 
 /* The wait condition of an idle worker: one of its devices can go on, all
