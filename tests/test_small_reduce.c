@@ -399,21 +399,27 @@ static int body_gather(shmap_ctx *ctx, void *arg)
   return 0;
 }
 
-START_TEST(t_gather)
+/* Run fn on meshes "i=4", "i=5", "i=8", "i=100" and "i=128" in the mode
+ * of the loop test; the body counts wrong elements in garg.bad. */
+static void run_groups(shmap_body_fn fn, const char *mode)
 {
-  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
   static const int sizes[] = {4, 5, 8, 100, 128};
   for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
     char text[32];
     snprintf(text, sizeof text, "i=%d", sizes[k]);
     shmap_mesh *mesh = tu_mesh_new(text);
     garg ga = {.n = sizes[k]};
-    tu_map_ok(shmap_map(mesh, body_gather, &ga, 0, NULL, NULL, 0, NULL, NULL),
-              text);
-    ck_assert_msg(ga.bad == 0, "%s (%s): %d wrong elements", text, modes[_i],
+    tu_map_ok(shmap_map(mesh, fn, &ga, 0, NULL, NULL, 0, NULL, NULL), text);
+    ck_assert_msg(ga.bad == 0, "%s (%s): %d wrong elements", text, mode,
                   (int)ga.bad);
     shmap_mesh_destroy(mesh);
   }
+}
+
+START_TEST(t_gather)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  run_groups(body_gather, modes[_i]);
 }
 END_TEST
 
@@ -437,23 +443,32 @@ static int body_gather_mismatch(shmap_ctx *ctx, void *arg)
   return 0;
 }
 
-START_TEST(t_gather_mismatch)
+/* Run fn on "i=4" and "i=100", where device odd[k] makes another call
+ * #3 than the others (`call`): the map fails with a mismatch naming both
+ * calls. */
+static void check_mismatch(shmap_body_fn fn, const int odd[2],
+                           const char *call)
 {
-  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
   static const char *const meshes[] = {"i=4", "i=100"};
-  static const int odds[] = {1, 70};
   for (int k = 0; k < 2; k++) {
     shmap_mesh *mesh = tu_mesh_new(meshes[k]);
-    int rc = shmap_map(mesh, body_gather_mismatch, (void *)&odds[k], 0, NULL,
-                       NULL, 0, NULL, NULL);
+    int rc = shmap_map(mesh, fn, (void *)&odd[k], 0, NULL, NULL, 0, NULL,
+                       NULL);
     ck_assert_msg(rc == SHMAP_EMISMATCH, "%s: %d (%s): %s", meshes[k], rc,
                   shmap_strerror(rc), shmap_errmsg());
     const char *m = shmap_errmsg();
-    ck_assert_msg(strstr(m, "#3") && strstr(m, "psum") &&
-                      strstr(m, "all_gather"),
+    ck_assert_msg(strstr(m, "#3") && strstr(m, "called psum(") &&
+                      strstr(m, call),
                   "%s: message: %s", meshes[k], m);
     shmap_mesh_destroy(mesh);
   }
+}
+
+START_TEST(t_gather_mismatch)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  static const int odd[2] = {1, 70};
+  check_mismatch(body_gather_mismatch, odd, "all_gather(");
 }
 END_TEST
 
@@ -540,18 +555,7 @@ static int body_scatter(shmap_ctx *ctx, void *arg)
 START_TEST(t_scatter)
 {
   ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
-  static const int sizes[] = {4, 5, 8, 100, 128};
-  for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
-    char text[32];
-    snprintf(text, sizeof text, "i=%d", sizes[k]);
-    shmap_mesh *mesh = tu_mesh_new(text);
-    garg ga = {.n = sizes[k]};
-    tu_map_ok(shmap_map(mesh, body_scatter, &ga, 0, NULL, NULL, 0, NULL, NULL),
-              text);
-    ck_assert_msg(ga.bad == 0, "%s (%s): %d wrong elements", text, modes[_i],
-                  (int)ga.bad);
-    shmap_mesh_destroy(mesh);
-  }
+  run_groups(body_scatter, modes[_i]);
 }
 END_TEST
 
@@ -581,20 +585,8 @@ static int body_scatter_mismatch(shmap_ctx *ctx, void *arg)
 START_TEST(t_scatter_mismatch)
 {
   ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
-  static const char *const meshes[] = {"i=4", "i=100"};
-  static const int odds[] = {2, 99};
-  for (int k = 0; k < 2; k++) {
-    shmap_mesh *mesh = tu_mesh_new(meshes[k]);
-    int rc = shmap_map(mesh, body_scatter_mismatch, (void *)&odds[k], 0, NULL,
-                       NULL, 0, NULL, NULL);
-    ck_assert_msg(rc == SHMAP_EMISMATCH, "%s: %d (%s): %s", meshes[k], rc,
-                  shmap_strerror(rc), shmap_errmsg());
-    const char *m = shmap_errmsg();
-    ck_assert_msg(strstr(m, "#3") && strstr(m, "called psum(") &&
-                      strstr(m, "psum_scatter"),
-                  "%s: message: %s", meshes[k], m);
-    shmap_mesh_destroy(mesh);
-  }
+  static const int odd[2] = {2, 99};
+  check_mismatch(body_scatter_mismatch, odd, "psum_scatter(");
 }
 END_TEST
 

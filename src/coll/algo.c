@@ -19,6 +19,21 @@
   int64_t name##_shape[1] = {(int64_t)(count_)}, name##_str[1] = {1};          \
   shmap__box name = {(size_t)(off_) * c->esize, 1, name##_shape, name##_str}
 
+/* Enter a call that may take the transport's one-operation path for a few
+ * hundred bytes (shmap__comm_allreduce_small, when `small` and the
+ * transport has it): true when it did, the call then over; else false,
+ * after arrive.  *rc is the result either way. */
+static bool small_or_arrive(shmap__coll *c, bool small, size_t count,
+                            const shmap__fold *fold, size_t off, size_t n,
+                            uint64_t bytes, int *rc)
+{
+  *rc = small ? shmap__comm_allreduce_small(c, count, fold, off, n, bytes) : 1;
+  if (*rc <= 0)
+    return true;
+  *rc = shmap__comm_arrive(c);
+  return false;
+}
+
 /* ---- psum, pmax, pmin, pmean --------------------------------------------- */
 
 /* Fused reduce-scatter + all-gather: member r folds chunk r of every
@@ -30,12 +45,10 @@ int shmap__algo_allreduce(shmap__plan *p, shmap_block *x)
   shmap__coll *c = &p->c;
   /* A few hundred bytes: one round trip, each member folding them all. */
   size_t numel = (size_t)shmap_block_numel(x);
-  int rc = shmap__comm_allreduce_small(c, numel, &p->fold, 0, numel,
-                                       shmap_block_nbytes(x));
-  if (rc <= 0)
-    return rc;
-  rc = shmap__comm_arrive(c);
-  if (rc)
+  int rc;
+  if (small_or_arrive(c, true, numel, &p->fold, 0, numel,
+                      shmap_block_nbytes(x), &rc) ||
+      rc)
     return rc;
   size_t es = c->esize;
   size_t align = 64 / es;
@@ -92,15 +105,10 @@ int shmap__algo_reduce_scatter(shmap__plan *p, shmap_block *res)
   int64_t outer = shmap__numel(d, x->shape);
   int64_t inner = shmap__numel(x->rank - d - 1, x->shape + d + 1);
   size_t run = (size_t)(m * inner);
-  int rc = 1;
-  if (outer == 1)
-    rc = shmap__comm_allreduce_small(c, (size_t)shmap_block_numel(x), &p->fold,
-                                     (size_t)c->rank * run, run,
-                                     shmap_block_nbytes(x));
-  if (rc <= 0)
-    return rc;
-  rc = shmap__comm_arrive(c);
-  if (rc)
+  int rc;
+  if (small_or_arrive(c, outer == 1, (size_t)shmap_block_numel(x), &p->fold,
+                      (size_t)c->rank * run, run, shmap_block_nbytes(x), &rc) ||
+      rc)
     return rc;
   if (run > 0 && shmap__comm_two_sided(c))
     for (int64_t o = 0; o < outer; o++)
@@ -146,16 +154,12 @@ int shmap__algo_all_gather(shmap__plan *p, shmap_block *res)
 {
   shmap__coll *c = &p->c;
   const shmap_block *x = p->x;
-  if (c->call.p1 == 0 && !p->groups) {
-    shmap__fold cat = {concat_fold, (int)c->esize, c->esize * (size_t)c->n};
-    size_t numel = (size_t)shmap_block_numel(x);
-    int rc = shmap__comm_allreduce_small(c, numel, &cat, 0, numel,
-                                         shmap_block_nbytes(x));
-    if (rc <= 0)
-      return rc;
-  }
-  int rc = shmap__comm_arrive(c);
-  if (rc)
+  shmap__fold cat = {concat_fold, (int)c->esize, c->esize * (size_t)c->n};
+  size_t numel = (size_t)shmap_block_numel(x);
+  int rc;
+  if (small_or_arrive(c, c->call.p1 == 0 && !p->groups, numel, &cat, 0, numel,
+                      shmap_block_nbytes(x), &rc) ||
+      rc)
     return rc;
   int a = c->call.p1, tiled = c->call.tiled, orank = p->orank, g = p->gn;
   size_t es = c->esize;
