@@ -440,11 +440,11 @@ static double measure(sample_fn sample, void *ctx)
 
 /*
  * The contended run measures each case again while a child process of the
- * benchmark spins on one core's worth of CPU time, as a compiler or a
- * browser tab would on a laptop.  It is not pinned: the kernel places it
- * wherever it likes, as it would any other process.  It is started before
- * and killed after each contended sample series, so the quiet numbers
- * never see it.
+ * benchmark (a shell loop, exec'd) spins on one core's worth of CPU time,
+ * as a compiler or a browser tab would on a laptop.  It is not pinned: the
+ * kernel places it wherever it likes, as it would any other process.  It
+ * is started before and killed after each contended sample series, so the
+ * quiet numbers never see it.
  */
 static pid_t busy_pid;
 
@@ -456,9 +456,11 @@ static void busy_start(void)
   if (pid < 0)
     die("fork: %s", strerror(errno));
   if (pid == 0) {
-    volatile unsigned long spin = 0;
-    for (;;)
-      spin++;
+    /* A program of its own: a forked copy of the benchmark would share
+     * its pages copy-on-write, and every page the benchmark then wrote
+     * (2 MiB at a time where blocks have huge pages) would be copied. */
+    execl("/bin/sh", "sh", "-c", "while :; do :; done", (char *)NULL);
+    _exit(127);
   }
   busy_pid = pid;
 }
