@@ -19,8 +19,8 @@
  * page faults, and so are smaller ones when hundreds of devices free
  * theirs at once (the C library gives the freed top of its heap back to
  * the kernel, and the next call faults it in again: an all_gather of 16
- * floats per device at P=256 took 5.3 ms a call with a busy process on
- * one core, and 1.4 ms keeping its 16 KiB results).  A few per device,
+ * floats per device at P=256 took 7 ms a call with a busy process on
+ * one core, and 1.7 ms keeping its 16 KiB results).  A few per device,
  * and only up to a bound.
  */
 #define CACHE_MIN ((size_t)4 << 10)
