@@ -457,8 +457,9 @@ static void busy_start(void)
     die("fork: %s", strerror(errno));
   if (pid == 0) {
     /* A program of its own: a forked copy of the benchmark would share
-     * its pages copy-on-write, and every page the benchmark then wrote
-     * (2 MiB at a time where blocks have huge pages) would be copied. */
+     * its pages copy-on-write, and the benchmark's writes to them would
+     * then wait while the kernel splits or copies the pages (huge ones,
+     * where blocks have them). */
     execl("/bin/sh", "sh", "-c", "while :; do :; done", (char *)NULL);
     _exit(127);
   }
