@@ -696,8 +696,10 @@ static int shm_depart(shmap__coll *c)
  * own, then one word holding the call number and a hash of the call (a
  * release store); waits until every member's word shows call k (acquire
  * loads); and folds every member's terms in rank order itself, into its
- * own dst.  One round trip, no atomic read-modify-write, and the result is
- * the serial left fold bit for bit, like every fold.
+ * own dst (only its own run of them for psum_scatter; all_gather's "fold"
+ * concatenates).  One round trip, no atomic read-modify-write, and the
+ * result is the serial left fold bit for bit, like every fold.  Groups of
+ * more than SMALL_ALL members take the leader's path ("Large groups").
  *
  * Agreement.  Each member compares every member's hash with its own;
  * only when one differs (or a member published call k by another protocol,
