@@ -10,7 +10,7 @@
 static _Thread_local char own_errbuf[SHMAP__MSG_MAX];
 /* A device fiber running on this thread uses its own buffer instead, so a
  * device never sees another device's message. */
-static _Thread_local char *errbuf_override;
+static SHMAP__TLS_FAST char *errbuf_override;
 
 void shmap__errbuf_use(char *buf) { errbuf_override = buf; }
 

@@ -22,6 +22,17 @@
 #define SHMAP__PRINTF(a, b)
 #endif
 
+/* A small thread-local variable read on every collective call: the
+ * initial-exec model makes each read one load instead of a call to
+ * __tls_get_addr (a shared library's default).  It takes static TLS
+ * space, which glibc reserves a surplus of for libraries loaded later
+ * (dlopen); keep it to a few pointers. */
+#if defined(__GNUC__) && defined(__ELF__)
+#define SHMAP__TLS_FAST _Thread_local __attribute__((tls_model("initial-exec")))
+#else
+#define SHMAP__TLS_FAST _Thread_local
+#endif
+
 /* Longest axis name (including the terminating NUL). */
 #define SHMAP__NAME_MAX 32
 /* Longest detailed error message. */
@@ -178,6 +189,16 @@ int shmap__shape_size(const char *what, int rank, const int64_t shape[],
                       size_t esize, int64_t *numel, int64_t *bytes);
 /* Number of elements of a shape already checked by shmap__shape_size. */
 int64_t shmap__numel(int rank, const int64_t shape[]);
+/* shmap_block_numel and shmap_block_nbytes of a block already checked
+ * (shmap__block_valid, or made by the library): no checks, no message. */
+static inline size_t shmap__valid_numel(const shmap_block *b)
+{
+  return (size_t)shmap__numel(b->rank, b->shape);
+}
+static inline size_t shmap__valid_nbytes(const shmap_block *b)
+{
+  return shmap__valid_numel(b) * shmap_dtype_size(b->dtype);
+}
 /* Row-major strides in elements. */
 void shmap__strides(int rank, const int64_t shape[], int64_t strides[]);
 /* Product of the sizes of the axes in entry d (1 past the spec's end). */

@@ -44,10 +44,10 @@ int shmap__algo_allreduce(shmap__plan *p, shmap_block *x)
 {
   shmap__coll *c = &p->c;
   /* A few hundred bytes: one round trip, each member folding them all. */
-  size_t numel = (size_t)shmap_block_numel(x);
+  size_t numel = shmap__valid_numel(x);
   int rc;
   if (small_or_arrive(c, true, numel, &p->fold, 0, numel,
-                      shmap_block_nbytes(x), &rc) ||
+                      shmap__valid_nbytes(x), &rc) ||
       rc)
     return rc;
   size_t es = c->esize;
@@ -80,7 +80,7 @@ int shmap__algo_allreduce(shmap__plan *p, shmap_block *x)
   }
 #undef CHUNK_LO
 #undef CHUNK_HI
-  return shmap__comm_depart(c, shmap_block_nbytes(x));
+  return shmap__comm_depart(c, shmap__valid_nbytes(x));
 }
 
 int shmap__algo_allreduce_new(shmap__plan *p, shmap_block *res)
@@ -106,8 +106,8 @@ int shmap__algo_reduce_scatter(shmap__plan *p, shmap_block *res)
   int64_t inner = shmap__numel(x->rank - d - 1, x->shape + d + 1);
   size_t run = (size_t)(m * inner);
   int rc;
-  if (small_or_arrive(c, outer == 1, (size_t)shmap_block_numel(x), &p->fold,
-                      (size_t)c->rank * run, run, shmap_block_nbytes(x), &rc) ||
+  if (small_or_arrive(c, outer == 1, shmap__valid_numel(x), &p->fold,
+                      (size_t)c->rank * run, run, shmap__valid_nbytes(x), &rc) ||
       rc)
     return rc;
   if (run > 0 && shmap__comm_two_sided(c))
@@ -126,7 +126,7 @@ int shmap__algo_reduce_scatter(shmap__plan *p, shmap_block *res)
                          (char *)res->data + (size_t)o * run *
                                                  p->fold.out_esize);
     }
-  return shmap__comm_depart(c, shmap_block_nbytes(x));
+  return shmap__comm_depart(c, shmap__valid_nbytes(x));
 }
 
 /* ---- all_gather ----------------------------------------------------------- */
@@ -155,10 +155,10 @@ int shmap__algo_all_gather(shmap__plan *p, shmap_block *res)
   shmap__coll *c = &p->c;
   const shmap_block *x = p->x;
   shmap__fold cat = {concat_fold, (int)c->esize, c->esize * (size_t)c->n};
-  size_t numel = (size_t)shmap_block_numel(x);
+  size_t numel = shmap__valid_numel(x);
   int rc;
   if (small_or_arrive(c, c->call.p1 == 0 && !p->groups, numel, &cat, 0, numel,
-                      shmap_block_nbytes(x), &rc) ||
+                      shmap__valid_nbytes(x), &rc) ||
       rc)
     return rc;
   int a = c->call.p1, tiled = c->call.tiled, orank = p->orank, g = p->gn;
@@ -171,7 +171,7 @@ int shmap__algo_all_gather(shmap__plan *p, shmap_block *res)
       dstr[j++] = ostr[i];
   int64_t step = tiled ? x->shape[a] * ostr[a] : ostr[a];
   shmap__box mine = {0, x->rank, x->shape, xstr};
-  bool any = shmap_block_numel(x) > 0;
+  bool any = shmap__valid_numel(x) > 0;
   if (any && shmap__comm_two_sided(c))
     for (int k = 0; k < g; k++)
       if (k != p->grank)
@@ -180,7 +180,7 @@ int shmap__algo_all_gather(shmap__plan *p, shmap_block *res)
     for (int k = 0; k < g; k++)
       shmap__comm_get(c, shmap__plan_member(p, k), &mine,
                       (char *)res->data + (size_t)(k * step) * es, dstr);
-  return shmap__comm_depart(c, shmap_block_nbytes(x));
+  return shmap__comm_depart(c, shmap__valid_nbytes(x));
 }
 
 /* ---- all_to_all ----------------------------------------------------------- */
@@ -226,7 +226,7 @@ int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res)
     for (int k = 0; k < n; k++)
       shmap__comm_get(c, shmap__plan_member(p, k), &from,
                       (char *)res->data + (size_t)(k * dst_step) * es, dstr);
-  return shmap__comm_depart(c, shmap_block_nbytes(x));
+  return shmap__comm_depart(c, shmap__valid_nbytes(x));
 }
 
 /* ---- ppermute ------------------------------------------------------------- */
@@ -236,11 +236,11 @@ int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res)
 int shmap__algo_ppermute_new(shmap__plan *p, shmap_block *res)
 {
   shmap__coll *c = &p->c;
-  size_t bytes = shmap_block_nbytes(res);
+  size_t bytes = shmap__valid_nbytes(res);
   int rc = shmap__comm_arrive(c);
   if (rc)
     return rc;
-  size_t numel = (size_t)shmap_block_numel(res);
+  size_t numel = shmap__valid_numel(res);
   RUN(whole, 0, numel);
   if (bytes && p->to >= 0 && p->to != c->rank && shmap__comm_two_sided(c))
     shmap__comm_send(c, p->to, &whole);
@@ -268,7 +268,7 @@ static int ppermute_swap(shmap__plan *p, shmap_block *x, shmap__chunk *ch,
                          void *into)
 {
   shmap__coll *c = &p->c;
-  size_t bytes = shmap_block_nbytes(x);
+  size_t bytes = shmap__valid_nbytes(x);
   if (shmap__arena_in_spare(ch) && p->from >= 0 && p->from != c->rank &&
       p->to >= 0 && p->to != c->rank)
     c->call.hand = p->from + 1;
@@ -283,7 +283,7 @@ static int ppermute_swap(shmap__plan *p, shmap_block *x, shmap__chunk *ch,
     bool deferred;
     return shmap__comm_depart_deferred(c, bytes, &deferred);
   }
-  size_t numel = (size_t)shmap_block_numel(x);
+  size_t numel = shmap__valid_numel(x);
   RUN(whole, 0, numel);
   if (p->to >= 0 && p->to != c->rank && shmap__comm_two_sided(c))
     shmap__comm_send(c, p->to, &whole);
@@ -309,7 +309,7 @@ int shmap__algo_ppermute(shmap__plan *p, shmap_block *x)
 {
   shmap__coll *c = &p->c;
   shmap_ctx *ctx = c->ctx;
-  size_t bytes = shmap_block_nbytes(x);
+  size_t bytes = shmap__valid_nbytes(x);
   shmap__chunk *ch = bytes ? shmap__arena_find(ctx, x) : NULL;
   bool oom = false;
   void *into = ch ? shmap__arena_spare(ctx, ch, bytes, &oom) : NULL;
@@ -330,7 +330,7 @@ int shmap__algo_ppermute(shmap__plan *p, shmap_block *x)
       shmap__arena_free(ctx, tmp);
     return rc;
   }
-  size_t numel = (size_t)shmap_block_numel(x);
+  size_t numel = shmap__valid_numel(x);
   RUN(whole, 0, numel);
   if (bytes && p->to >= 0 && p->to != c->rank && shmap__comm_two_sided(c))
     shmap__comm_send(c, p->to, &whole);

@@ -2,6 +2,7 @@
 /* desc.c - collective call descriptors: comparing, naming, describing. */
 #include "coll/desc.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -83,6 +84,26 @@ void shmap__call_format(const shmap_mesh *mesh, const shmap__call *c,
     }
   }
   shmap__cat(buf, n, ")");
+}
+
+void shmap__call_copy(shmap__call *dst, const shmap__call *src)
+{
+  size_t np = src->npairs > 0 && src->npairs <= SHMAP__PAIRS_LISTED
+                  ? (size_t)src->npairs
+                  : 0;
+  size_t ng = src->gsize > 0 && src->ngroups > 0 &&
+                      src->ngroups * src->gsize <= SHMAP__GROUP_RANKS_LISTED
+                  ? (size_t)(src->ngroups * src->gsize)
+                  : 0;
+  const size_t p0 = offsetof(shmap__call, pairs),
+               g0 = offsetof(shmap__call, gsize),
+               r0 = offsetof(shmap__call, groups),
+               s0 = offsetof(shmap__call, source);
+  memcpy(dst, src, p0);
+  memcpy(dst->pairs, src->pairs, np * sizeof src->pairs[0]);
+  memcpy((char *)dst + g0, (const char *)src + g0, r0 - g0);
+  memcpy(dst->groups, src->groups, ng * sizeof src->groups[0]);
+  memcpy((char *)dst + s0, (const char *)src + s0, sizeof *src - s0);
 }
 
 bool shmap__call_equal(const shmap__call *a, const shmap__call *b)

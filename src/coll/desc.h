@@ -62,6 +62,10 @@ typedef struct shmap__call {
   int hand;
 } shmap__call;
 
+/* *dst = *src, the listed pairs and group ranks only as far as they are
+ * used (readers stop there): a transport's history takes a descriptor on
+ * every call, and those lists are half of its bytes. */
+void shmap__call_copy(shmap__call *dst, const shmap__call *src);
 /* Whether two descriptors describe the same call (data pointers aside). */
 bool shmap__call_equal(const shmap__call *a, const shmap__call *b);
 /* "psum(f32[8] over 'j')" and the like, into buf. */

@@ -23,6 +23,16 @@
 
 uint64_t shmap__now(void) { return uv_hrtime(); }
 
+uint64_t shmap__now_coarse(void)
+{
+#ifdef CLOCK_MONOTONIC_COARSE
+  struct timespec ts;
+  if (clock_gettime(CLOCK_MONOTONIC_COARSE, &ts) == 0)
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+#endif
+  return uv_hrtime();
+}
+
 /* ---- registry ----------------------------------------------------------- */
 
 /*

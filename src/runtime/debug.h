@@ -35,6 +35,11 @@ void shmap__trace_request(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
 void shmap__trace_body(shmap__dev *d, uint64_t t0, uint64_t t1, uint32_t seq,
                        const char *job);
 uint64_t shmap__now(void);
+/* The same clock read cheaply, to within a few milliseconds (the kernel's
+ * tick): for the states the watchdog and the gdb extension show in
+ * tenths of seconds, on every collective call, where the precise clock
+ * costs as much as a small reduction's own work. */
+uint64_t shmap__now_coarse(void);
 /* " [map over 'data' > nested over 'model']" for a device in a nested map
  * or a map over some axes, "" otherwise. */
 void shmap__nest_format(const shmap_mesh *mesh, uint64_t nest, char *buf,

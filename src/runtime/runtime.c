@@ -34,7 +34,7 @@
 #define cpu_relax() ((void)0)
 #endif
 
-static _Thread_local struct shmap_ctx *current;
+static SHMAP__TLS_FAST struct shmap_ctx *current;
 
 struct shmap_ctx *shmap__current(void) { return current; }
 void shmap__set_current(struct shmap_ctx *ctx) { current = ctx; }
@@ -109,7 +109,7 @@ void shmap__waiter_init(shmap__waiter *w, uint64_t spin_ns)
 }
 void shmap__waiter_fini(shmap__waiter *w) { waiter_fini(w); }
 
-_Thread_local shmap__dev *shmap__helper_for;
+SHMAP__TLS_FAST shmap__dev *shmap__helper_for;
 
 static bool asleep(const shmap__waiter *w)
 {

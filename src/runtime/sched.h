@@ -312,7 +312,7 @@ static inline void shmap__dev_wake(shmap__dev *d)
 /* The device whose asynchronous calls the calling thread carries out (its
  * progress helper), or NULL: such a thread waits like a device thread, on
  * the device's `waiter`, whatever the mode. */
-extern _Thread_local shmap__dev *shmap__helper_for;
+extern SHMAP__TLS_FAST shmap__dev *shmap__helper_for;
 /* A waiter of one's own (not a device's), e.g. a progress helper's. */
 void shmap__waiter_init(shmap__waiter *w, uint64_t spin_ns);
 void shmap__waiter_fini(shmap__waiter *w);

@@ -61,11 +61,13 @@ static int leave(shmap__coll *c, uint64_t bytes, int rc)
   shmap__dev *self = &ctx->rt->devs[ctx->dev];
   /* A progress helper leaves the device's state alone: the device runs
    * its body meanwhile (coll/async.c). */
-  uint64_t t1 = shmap__helper_for
-                    ? shmap__now()
-                    : shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
-  if (shmap__tracing())
-    shmap__trace_event(self, c->t0, t1, c->packed, bytes, c->k);
+  bool tracing = shmap__tracing();
+  uint64_t t1 = tracing ? shmap__now() : shmap__now_coarse();
+  if (!shmap__helper_for)
+    shmap__set_state(self, SHMAP__ST_BODY, 0, t1);
+  if (tracing)
+    shmap__trace_event(self, c->t0 < t1 ? c->t0 : t1, t1, c->packed, bytes,
+                       c->k);
   return rc;
 }
 
@@ -84,9 +86,10 @@ static void enter(shmap__coll *c)
   /* The dtype rides in the top byte, for traces. */
   c->packed = shmap__pack_op(c->call.kind, c->call.axes, c->call.naxes) |
               (uint64_t)(c->call.dtype + 1) << 56;
-  c->t0 = shmap__helper_for
-              ? shmap__now()
-              : shmap__set_state(self, SHMAP__ST_COLL, c->packed, shmap__now());
+  /* The precise clock only for a trace (see shmap__now_coarse). */
+  c->t0 = shmap__tracing() ? shmap__now() : shmap__now_coarse();
+  if (!shmap__helper_for)
+    shmap__set_state(self, SHMAP__ST_COLL, c->packed, c->t0);
   c->k = ++ctx->seq;
 }
 

@@ -597,7 +597,7 @@ static int shm_arrive(shmap__coll *c)
   shmap__dev *self = &rt->devs[ctx->dev];
   shm_dev *sd = &st->devs[ctx->dev];
   call_begin(c);
-  sd->calls[c->k % HIST] = c->call;
+  shmap__call_copy(&sd->calls[c->k % HIST], &c->call);
   atomic_store(&self->coll.arrive, c->k);
   /* Whoever waits to compare its call with ours (even for a group of one:
    * a device of another group may count us in its own). */
@@ -831,7 +831,7 @@ static uint32_t box_publish(shmap__coll *c, size_t count, bool readers)
   sbox *box = &sd->box[c->k & 1];
   box_reuse(c, &sd->boxg[c->k & 1], readers);
   memcpy(box->data, c->call.src, count * c->esize);
-  sd->calls[c->k % HIST] = c->call;
+  shmap__call_copy(&sd->calls[c->k % HIST], &c->call);
   uint32_t hash = call_hash(&c->call);
   atomic_store_explicit(&box->word, (uint64_t)c->k << 32 | hash,
                         memory_order_release);
