@@ -544,6 +544,7 @@ static void fiber_main(void *arg)
  * resumes a fiber whose registers are still being saved.
  */
 #define STEAL_AFTER 50000u /* ns */
+#define WORKER_RECHECK 100000000u /* ns: see worker_job */
 
 static int fstate(const shmap__dev *d)
 {
@@ -701,11 +702,14 @@ static void worker_job(shmap__worker *w)
       ran = steal(w);
     if (!ran && atomic_load(&w->ndone) < w->count) {
       /* Nobody wakes a device waiting for MPI: poll for it. */
+      /* The deadline is a safety net, not a schedule: every change a
+       * worker waits for wakes it, but should one wake-up ever be lost,
+       * the map goes on WORKER_RECHECK later instead of hanging. */
       if (atomic_load(&rt->mpi_waiters))
         shmap__poll_until(rt, &w->waiter, any_ready, w, NULL);
       else
-        wait_impl(rt, &w->waiter, any_ready_or_mpi, w, NULL, 0, others_asleep,
-                  w);
+        wait_impl(rt, &w->waiter, any_ready_or_mpi, w, NULL,
+                  shmap__now() + WORKER_RECHECK, others_asleep, w);
     }
   }
   /* Its own are done: help a stale worker finish, rather than wait for it
@@ -1067,6 +1071,13 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
   if (rt->workers) {
     for (int w = host_runs ? 1 : 0; w < rt->nworkers; w++)
       shmap__wake(&rt->workers[w].park);
+    /* A worker descheduled inside the last map's job may have looked at
+     * its devices after their counts were reset above and before they
+     * became START, and gone to sleep on its waiter (not its park): wake
+     * it there too, or it sleeps through this map while the other
+     * workers, finding it fresh, sleep as well. */
+    for (int w = 0; w < rt->nworkers; w++)
+      shmap__wake(&rt->workers[w].waiter);
     if (host_runs) {
       /* In fiber mode the map returns once its last device is done, and a
        * worker thread may still be leaving the job (looking for devices to
