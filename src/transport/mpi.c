@@ -558,10 +558,14 @@ typedef struct waitarg {
 } waitarg;
 
 /* A descriptor as sent, with its call number (see Cross-group
- * agreement). */
+ * agreement), and a small reduction's terms (see Small reductions): a
+ * message carries the bytes up to data plus the terms it has, and every
+ * receive takes a whole mwire, so that a mismatch between the two kinds
+ * of call is a difference of descriptors, never a truncated message. */
 typedef struct mwire {
   uint32_t k, pad;
   shmap__call call;
+  alignas(16) unsigned char data[SHMAP__SMALL_BYTES];
 } mwire;
 
 static bool arrive_check(waitarg *w);
@@ -1179,23 +1183,30 @@ static void publish(shmap__mpimesh *m, const shmap__coll *c)
   uv_mutex_unlock(&v->lock);
 }
 
-static int mpi_arrive(shmap__coll *c)
+/* Send this device's descriptor (and `bytes` of terms from `data`) to
+ * every other member, take theirs, and agree.  0, with the members'
+ * messages in *got (by rank, this device's own slot holding its own) when
+ * got is not NULL, the caller's to free; or an error code, message set. */
+static int exchange(shmap__coll *c, const void *data, size_t bytes,
+                    mwire **got)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
   shmap__mpimesh *m = c->comm->priv;
   shmap__dev *self = &rt->devs[ctx->dev];
-  mcall *mc = shmap__calloc(1, sizeof *mc);
-  memcpy(c->priv, &mc, sizeof mc);
   /* coll.arrive counts the calls whose descriptor went to every peer: a
    * call that fails before that was never entered (see "Giving up a call
    * after a failure"). */
-  if (!mc)
-    return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
-                           "out of memory");
   if (c->n == 1) {
     publish(m, c);
     atomic_store(&self->coll.arrive, c->k);
+    if (got) {
+      if (!(*got = shmap__malloc(sizeof **got)))
+        return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
+                               "out of memory");
+      if (bytes)
+        memcpy((*got)->data, data, bytes);
+    }
     return 0;
   }
   int n = c->n;
@@ -1216,11 +1227,14 @@ static int mpi_arrive(shmap__coll *c)
     return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
                            "out of memory");
   }
-  memset(wire, 0, sizeof *wire);
+  memset(wire, 0, offsetof(mwire, data));
   wire->k = c->k;
   wire->call = c->call;
   wire->call.src = NULL;
   wire->call.dst = NULL;
+  if (bytes)
+    memcpy(wire->data, data, bytes);
+  int wbytes = (int)(offsetof(mwire, data) + bytes);
   int nreq = 0, nwatch = 0;
   /* Before the sends: a member of this process that has our descriptor
    * finds our buffers (see Members in one process). */
@@ -1233,8 +1247,8 @@ static int mpi_arrive(shmap__coll *c)
     MPI_Irecv(&theirs[nwatch], (int)sizeof *theirs, MPI_BYTE, p,
               tag_of(m, d, ctx->dev), m->comm, &reqs[nreq++]);
     atomic_fetch_add(&m->sent[p], 1);
-    MPI_Isend(wire, (int)sizeof *wire, MPI_BYTE, p, tag_of(m, ctx->dev, d),
-              m->comm, &reqs[nreq++]);
+    MPI_Isend(wire, wbytes, MPI_BYTE, p, tag_of(m, ctx->dev, d), m->comm,
+              &reqs[nreq++]);
     procs[nwatch] = p;
     watch[nwatch++] = d;
   }
@@ -1247,11 +1261,7 @@ static int mpi_arrive(shmap__coll *c)
                .why = why, .nwhy = sizeof why};
   w.next_check = shmap__now() + CHECK_AFTER;
   int rc = wait_all(ctx, &w);
-  if (rc && abandon(m, reqs, nreq, procs))
-    orphan(m, wire);
-  else
-    free(wire);
-  free(procs);
+  bool orphaned = rc && abandon(m, reqs, nreq, procs);
   free(settled);
   if (atomic_load(&rt->abort))
     why[0] = '\0';
@@ -1259,14 +1269,74 @@ static int mpi_arrive(shmap__coll *c)
     if (!shmap__call_equal(&c->call, &theirs[i].call))
       shmap__call_mismatch(rt->mesh, ctx->dev, &c->call, watch[i],
                            &theirs[i].call, c->k, c->k, why, sizeof why);
-  free(theirs);
+  /* The terms that came from other processes. */
+  for (int i = 0; rc == 0 && !why[0] && i < nwatch; i++)
+    ctx->remote += procs[i] != m->self ? bytes : 0;
+  free(procs);
   free(reqs);
   free(watch);
+  if (!rc && !why[0] && got) {
+    /* By rank: the members before this one, this one, the others. */
+    memmove(&theirs[c->rank + 1], &theirs[c->rank],
+            sizeof *theirs * (size_t)(n - 1 - c->rank));
+    memcpy(theirs[c->rank].data, wire->data, bytes);
+    *got = theirs;
+    theirs = NULL;
+  }
+  free(theirs);
+  if (orphaned)
+    orphan(m, wire);
+  else
+    free(wire);
   if (why[0])
     return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH, "%s",
                            why);
   if (rc)
     return shmap__canceled(ctx, shmap__coll_opname(c));
+  return 0;
+}
+
+static int mpi_arrive(shmap__coll *c)
+{
+  mcall *mc = shmap__calloc(1, sizeof *mc);
+  memcpy(c->priv, &mc, sizeof mc);
+  if (!mc)
+    return shmap__dev_fail(c->ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
+                           "out of memory");
+  return exchange(c, NULL, 0, NULL);
+}
+
+/*
+ * Small reductions.  A reduction of at most SHMAP__SMALL_BYTES takes one
+ * exchange instead of three dependent steps (descriptors, the pieces of
+ * the reduce-scatter and all-gather, the wait for the sends): each member
+ * sends its terms with its descriptor, and once it holds every member's,
+ * equal to its own, folds them all in rank order, as shm does.  A member
+ * that waits for a peer costs a scheduling round when processes share
+ * cores, so each step saved is one round less.  Every member gets the
+ * same descriptors and the same verdict as from arrive (the same
+ * exchange); nobody reads this device's buffers, so nothing is waited
+ * for afterwards.
+ */
+static int mpi_allreduce_small(shmap__coll *c, size_t count,
+                               const shmap__fold *fold, size_t off, size_t n)
+{
+  memset(c->priv, 0, sizeof(mcall *));
+  mwire *all = NULL;
+  int rc = exchange(c, c->call.src, count * c->esize, &all);
+  if (rc)
+    return rc;
+  const void **srcs = shmap__malloc(sizeof *srcs * (size_t)c->n);
+  if (!srcs) {
+    free(all);
+    return shmap__dev_fail(c->ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
+                           "out of memory");
+  }
+  for (int r = 0; r < c->n; r++)
+    srcs[r] = all[r].data + off * c->esize;
+  fold->fn(c->call.dst, srcs, c->n, n, fold->count);
+  free(srcs);
+  free(all);
   return 0;
 }
 
@@ -1473,6 +1543,8 @@ const shmap__transport shmap__mpi_transport = {
     .send = mpi_send,
     .recv = mpi_recv,
     .depart = mpi_depart,
+    .allreduce_small = mpi_allreduce_small,
+    .small_max_n = SHMAP_MAX_DEVICES,
 };
 
 /* ---- the end of a map ----------------------------------------------------------- */

@@ -288,6 +288,68 @@ static int psum_over(shmap_ctx *ctx, void *arg)
   return shmap_psum(ctx, b, axes);
 }
 
+/* psum over i of n floats, each device checking the left fold itself;
+ * the map has no inputs or outputs, so the bytes between processes are
+ * the collective's alone. */
+static int psum_check(shmap_ctx *ctx, void *arg)
+{
+  int n = *(const int *)arg;
+  int64_t shape[1] = {n};
+  shmap_block *b = shmap_block_alloc(ctx, SHMAP_F32, 1, shape);
+  if (!b)
+    return -1;
+  int dev = shmap_ctx_device(ctx), j = dev % 2;
+  float *x = b->data;
+  for (int k = 0; k < n; k++)
+    x[k] = 0.1f * (float)(dev + 1) + (float)k / 3.0f;
+  int rc = shmap_psum(ctx, b, "i");
+  for (int k = 0; !rc && k < n; k++) {
+    float want = 0.1f * (float)(j + 1) + (float)k / 3.0f;
+    for (int i = 1; i < 4; i++)
+      want += 0.1f * (float)(2 * i + j + 1) + (float)k / 3.0f;
+    if (memcmp(&x[k], &want, sizeof want) != 0) {
+      fprintf(stderr, "[process %d] device %d: psum of %d floats [%d] = %.9g, "
+              "want %.9g\n", me, dev, n, k, x[k], want);
+      rc = -1;
+    }
+  }
+  shmap_block_free(ctx, b);
+  return rc;
+}
+
+/* A psum of a few hundred bytes takes one exchange of descriptors and
+ * terms: each device receives the terms of every member in another
+ * process, and nothing else.  A larger one exchanges descriptors and
+ * then pieces (other counts). */
+static void test_small_traffic(void)
+{
+  shmap_mesh *m = NULL;
+  OK(shmap_mesh_create(&m, "i=4, j=2"), "mesh");
+  OK(shmap_mesh_set_process_axes(m, "i"), "process axes i");
+  static const int sizes[] = {5, 128, 1000};
+  for (int s = 0; s < 3; s++) {
+    int n = sizes[s];
+    shmap_mesh_stats_reset(m);
+    OK(shmap_map(m, psum_check, (void *)&sizes[s], 0, NULL, NULL, 0, NULL,
+                 NULL),
+       "psum_check");
+    shmap_stats st;
+    OK(shmap_mesh_stats(m, &st), "stats");
+    /* 8 / R devices here, 4 / R of each group's 4 members here. */
+    uint64_t small = (uint64_t)(8 / R) * (uint64_t)(4 - 4 / R) *
+                     (uint64_t)n * sizeof(float);
+    if ((size_t)n * sizeof(float) <= 512)
+      EXPECT(st.bytes_remote == small,
+             "psum of %d floats: bytes_remote %llu, want %llu", n,
+             (unsigned long long)st.bytes_remote, (unsigned long long)small);
+    else
+      EXPECT(R == 1 ? st.bytes_remote == 0 : st.bytes_remote > 0,
+             "psum of %d floats: bytes_remote %llu", n,
+             (unsigned long long)st.bytes_remote);
+  }
+  shmap_mesh_destroy(m);
+}
+
 static void test_collectives(void)
 {
   shmap_mesh *m = NULL;
@@ -352,8 +414,10 @@ int main(void)
   test_map_host_data(NULL);
   test_map_host_data("('j','i')");
   test_failure();
-  if (R <= 4)
+  if (R <= 4) {
     test_collectives();
+    test_small_traffic();
+  }
   if (failures)
     fprintf(stderr, "[process %d of %d] %d failure%s\n", me, R, failures,
             failures == 1 ? "" : "s");
