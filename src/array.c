@@ -110,6 +110,16 @@ SHMAP_EXTERN int shmap_array_to_host(const shmap_array *array, void *data)
                      (size_t)array->numel * shmap_dtype_size(array->dtype));
   else if (array->mesh->place && array->mesh->place->nproc > 1) {
     /* Blocks are spread over processes: ours, then everyone else's. */
+    char what[96];
+    snprintf(what, sizeof what, "shmap_array_to_host of %s[",
+             shmap_dtype_name(array->dtype));
+    for (int i = 0; i < array->rank; i++)
+      shmap__cat(what, sizeof what, "%s%lld", i ? "," : "",
+                 (long long)array->shape[i]);
+    shmap__cat(what, sizeof what, "]");
+    int rc = shmap__host_agree("shmap_array_to_host", array->mesh, what);
+    if (rc)
+      return rc;
     shmap__array_assemble_local(array, data);
     return shmap__array_exchange(array, data);
   } else

@@ -69,6 +69,10 @@ struct shmap_mesh {
   struct shmap__runtime *rt;
   /* The user's reference plus one per sharded array on the mesh. */
   _Atomic int refs;
+  /* This process's count of meshes created before this one, from 1: under
+   * MPI every process creates its meshes in the same order, so the same
+   * number names the same mesh everywhere. */
+  int serial;
   /* Data movement counters (under the statistics lock of mesh.c). */
   shmap_stats stats;
   /* Which process runs each device (proc.h); NULL without MPI. */
@@ -84,7 +88,8 @@ struct shmap_mesh {
 };
 
 void shmap__mesh_retain(shmap_mesh *mesh);
-void shmap__mesh_release(shmap_mesh *mesh);
+/* 0, or the error of the release over processes (transport/mpi.h). */
+int shmap__mesh_release(shmap_mesh *mesh);
 /* Add a map's data movement to the mesh's counters. */
 void shmap__mesh_stats_add(shmap_mesh *mesh, const shmap_stats *delta);
 

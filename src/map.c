@@ -915,6 +915,12 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
                            "axes");
   for (int k = 0; k < nout; k++)
     out[k] = NULL;
+  /* Under MPI every process makes this same map first (proc.c). */
+  if (mesh->place && mesh->place->nproc > 1) {
+    int rc = shmap__host_agree("shmap_map", mesh, "shmap_map");
+    if (rc)
+      return rc;
+  }
 
   shmap__job job = {.mesh = mesh, .body = body, .arg = arg, .nin = nin,
                     .nout = nout, .in = in, .manual = shmap__mesh_all(mesh)};
@@ -1004,7 +1010,9 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
   locked = true;
   rc = shmap__comm_open(&job.comm, rt);
   if (rc == 0) {
+    shmap__proc_map_running(1);
     rc = shmap__runtime_run(rt, &job, run_device);
+    shmap__proc_map_running(-1);
     shmap__comm_close(&job.comm, rc != 0 || atomic_load(&rt->failed_dev) >= 0);
   }
   if (rc == 0) {

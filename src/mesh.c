@@ -88,6 +88,8 @@ int shmap__mesh_build_over(shmap_mesh **out, int naxes,
     stride *= m->sizes[a];
   }
   atomic_init(&m->refs, 1);
+  static _Atomic int serials;
+  m->serial = atomic_fetch_add(&serials, 1) + 1;
   /* A sub-mesh's devices run where its parent's devices run. */
   int rc = parent ? shmap__place_sub(m, parent, pdev) : shmap__place_default(m);
   if (rc == 0 && (rc = shmap__mpi_mesh_init(m)))
@@ -198,19 +200,23 @@ SHMAP_EXTERN int shmap_mesh_create(shmap_mesh **mesh, const char *text)
 
 void shmap__mesh_retain(shmap_mesh *mesh) { atomic_fetch_add(&mesh->refs, 1); }
 
-void shmap__mesh_release(shmap_mesh *mesh)
+int shmap__mesh_release(shmap_mesh *mesh)
 {
+  int rc = 0;
   if (atomic_fetch_sub(&mesh->refs, 1) == 1) {
     shmap__runtime_destroy(mesh->rt);
-    shmap__mpi_mesh_free(mesh);
+    rc = shmap__mpi_mesh_free(mesh);
     shmap__place_free(mesh->place);
     shmap_mesh *parent = mesh->parent;
     free(mesh->pdev);
     free(mesh->rootdev);
     free(mesh);
-    if (parent)
-      shmap__mesh_release(parent);
+    if (parent) {
+      int prc = shmap__mesh_release(parent);
+      rc = rc ? rc : prc;
+    }
   }
+  return rc;
 }
 
 /* Sharded arrays hold references: the threads stop when the last of them
@@ -230,8 +236,7 @@ SHMAP_EXTERN int shmap_mesh_destroy(shmap_mesh *mesh)
     return shmap__dev_fail(ctx, "shmap_mesh_destroy", SHMAP_ESTATE,
                            "called from inside a body of a map on this mesh; "
                            "destroy the mesh after the map returns");
-  shmap__mesh_release(mesh);
-  return 0;
+  return shmap__mesh_release(mesh);
 }
 
 /* The counters have a lock of their own, the last in the lock order (see

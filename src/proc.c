@@ -35,9 +35,15 @@ static char init_msg[SHMAP__MSG_MAX];
 static uv_once_t init_once = UV_ONCE_INIT;
 /* Every process's host name (size entries of 64 bytes) under MPI. */
 static char (*hosts)[64];
+/* Per process: 0, or 1 + the number of library calls it had agreed on when
+ * it said goodbye (see "Library calls"). */
+static _Atomic uint64_t *byes;
 
 #ifdef SHMAP_HAVE_MPI
 static MPI_Comm comm = MPI_COMM_NULL;
+/* Agreeing on library calls, and goodbyes (see "Library calls" below). */
+static MPI_Comm acomm = MPI_COMM_NULL;
+#define TAG_BYE 1
 
 void *shmap__proc_comm(void) { return &comm; }
 
@@ -64,16 +70,24 @@ static const char *level_name(int level)
 
 /* MPI_Finalize deletes MPI_COMM_SELF's attributes first: the moment to
  * free what the library holds, whoever finalises. */
+static void say_goodbye(void);
+
 static int self_delete(MPI_Comm c, int key, void *val, void *extra)
 {
   (void)c; (void)key; (void)val; (void)extra;
+  say_goodbye();
+  if (acomm != MPI_COMM_NULL)
+    MPI_Comm_free(&acomm);
   if (comm != MPI_COMM_NULL)
     MPI_Comm_free(&comm);
   return MPI_SUCCESS;
 }
 
+static void exit_in_map(void);
+
 static void finalize_at_exit(void)
 {
+  exit_in_map();
   int fin = 0;
   MPI_Finalized(&fin);
   if (!fin)
@@ -122,9 +136,13 @@ static int init_mpi(void)
                                     : "initialise MPI with MPI_Init_thread("
                                       "..., MPI_THREAD_MULTIPLE, ...) or let "
                                       "libshmap initialise it");
-  if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm)) != MPI_SUCCESS)
+  if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm)) != MPI_SUCCESS ||
+      (rc = MPI_Comm_dup(MPI_COMM_WORLD, &acomm)) != MPI_SUCCESS)
     return mpi_fail(SHMAP_ESYS, "MPI_Comm_dup", rc);
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(acomm, MPI_ERRORS_RETURN);
+  if (!self.own_init)
+    atexit(exit_in_map);
   int key;
   MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, self_delete, &key, NULL);
   MPI_Comm_set_attr(MPI_COMM_SELF, key, NULL);
@@ -132,7 +150,8 @@ static int init_mpi(void)
   MPI_Comm_size(comm, &self.size);
   self.mpi = true;
   hosts = shmap__calloc((size_t)self.size, sizeof *hosts);
-  if (!hosts)
+  byes = shmap__calloc((size_t)self.size, sizeof *byes);
+  if (!hosts || !byes)
     return shmap__err(SHMAP_ENOMEM, "out of memory for %d process names",
                       self.size);
   memcpy(hosts[self.rank], self.host, sizeof self.host);
@@ -313,10 +332,13 @@ typedef struct reqs_wait {
 /* One MPI_Test per request: MPICH declares MPI_STATUSES_IGNORE as a
  * zero-length array, which GCC's -Wstringop-overflow rejects in
  * MPI_Testall.  A completed request tests as complete again. */
+static void check_byes(void);
+
 static bool reqs_done(void *arg)
 {
   reqs_wait *w = arg;
   int done = 1;
+  check_byes();
   for (int k = 0; k < w->n; k++) {
     int one = 0;
     int rc = MPI_Test(&w->reqs[k], &one, MPI_STATUS_IGNORE);
@@ -343,6 +365,179 @@ int shmap__mpi_wait(void *request)
   return shmap__mpi_wait_all(1, request, "waiting for another process");
 }
 
+/*
+ * Library calls.  Every process makes the same library calls in the same
+ * order; a program that does not (a process skipping a call after a
+ * check that came out differently, say) would otherwise leave the others
+ * waiting in an MPI operation that never completes.  So every call that
+ * exchanges data between processes outside a map (a map itself,
+ * shmap_array_to_host, a transfer, creating and releasing a mesh) first
+ * agrees on what it is: one small gather over a communicator of its own,
+ * of a description naming the call and its mesh.  Processes in different
+ * calls meet there, since each call's first operation is that gather, and
+ * each returns the same SHMAP_EMISMATCH error naming both calls; no
+ * process goes on into its call's own exchange.
+ *
+ * Goodbyes.  A process that ends (MPI_Finalize, which exit() reaches
+ * through the library's own finalisation) first tells every other process
+ * how many calls it agreed on.  A process waiting in a later call, which
+ * that process will never join, reports it and aborts the job
+ * (MPI_Abort) instead of hanging.  A process that calls exit() while a map
+ * runs (from a body, say) aborts the job at once: the other processes'
+ * devices wait for its devices.
+ */
+typedef struct hrec {
+  uint64_t seq;
+  char what[120];
+} hrec;
+
+static _Atomic uint64_t host_seq; /* calls agreed on (or being agreed on) */
+static const char *_Atomic host_op;
+static _Atomic int maps_running;
+
+void shmap__proc_map_running(int delta) { atomic_fetch_add(&maps_running, delta); }
+
+static void exit_in_map(void)
+{
+  int fin = 0;
+  MPI_Finalized(&fin);
+  if (fin || !self.mpi || self.size < 2 || atomic_load(&maps_running) == 0)
+    return;
+  fprintf(stderr,
+          "libshmap: process %d (host %s) exits while a map runs; the other "
+          "processes' devices would wait for its devices: aborting the job\n",
+          self.rank, self.host);
+  fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static void take_byes(void);
+
+static void say_goodbye(void)
+{
+  if (acomm == MPI_COMM_NULL || self.size < 2 || !byes)
+    return;
+  uint64_t seq = atomic_load(&host_seq);
+  MPI_Request *r = shmap__calloc((size_t)self.size, sizeof *r);
+  if (!r)
+    return; /* the others then wait, as without goodbyes */
+  int n = 0;
+  for (int p = 0; p < self.size; p++)
+    if (p != self.rank &&
+        MPI_Isend(&seq, 1, MPI_UINT64_T, p, TAG_BYE, acomm, &r[n]) ==
+            MPI_SUCCESS)
+      n++;
+  /* Then wait for everybody's goodbye, outside MPI_Finalize: a process
+   * that waits for this one in a later call aborts the job meanwhile (see
+   * check_byes), and MPI_Abort ends a job cleanly only while no process
+   * is inside MPI_Finalize. */
+  for (;;) {
+    take_byes();
+    int missing = 0;
+    for (int p = 0; p < self.size; p++)
+      missing += p != self.rank && !atomic_load(&byes[p]);
+    if (!missing)
+      break;
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+  for (int i = 0; i < n; i++)
+    MPI_Wait(&r[i], MPI_STATUS_IGNORE);
+  free(r);
+}
+
+/* Receive the goodbyes that arrived. */
+static void take_byes(void)
+{
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_BYE, acomm, &flag, &st) != MPI_SUCCESS ||
+        !flag)
+      break;
+    uint64_t seq = 0;
+    if (MPI_Recv(&seq, 1, MPI_UINT64_T, st.MPI_SOURCE, TAG_BYE, acomm,
+                 MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      break;
+    atomic_store(&byes[st.MPI_SOURCE], seq + 1);
+  }
+}
+
+/* Take in goodbyes; abort the job when a process that said one will never
+ * join the call this process is in. */
+static void check_byes(void)
+{
+  if (acomm == MPI_COMM_NULL || !byes)
+    return;
+  take_byes();
+  uint64_t cur = atomic_load(&host_seq);
+  for (int p = 0; p < self.size; p++) {
+    uint64_t b = atomic_load(&byes[p]);
+    if (!b || b - 1 >= cur)
+      continue;
+    const char *op = atomic_load(&host_op);
+    fprintf(stderr,
+            "libshmap: process %d (host %s) ended after %llu library calls "
+            "that exchange data between processes, while process %d (host "
+            "%s) waits for it in %s (call %llu): aborting the job (every "
+            "process must make the same library calls; see shmap-mpi(7))\n",
+            p, host_of(p), (unsigned long long)(b - 1), self.rank, self.host,
+            op ? op : "a library call", (unsigned long long)cur);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
+int shmap__host_agree(const char *op, const shmap_mesh *mesh, const char *what)
+{
+  if (!self.mpi || self.size < 2)
+    return 0;
+  hrec *all = shmap__calloc((size_t)self.size, sizeof *all);
+  if (!all)
+    return shmap__err(SHMAP_ENOMEM, "%s: out of memory", op);
+  uint64_t seq = atomic_fetch_add(&host_seq, 1) + 1;
+  atomic_store(&host_op, op);
+  hrec *mine = &all[self.rank];
+  mine->seq = seq;
+  char axes[80] = "";
+  for (int a = 0; mesh && a < mesh->naxes; a++)
+    shmap__cat(axes, sizeof axes, "%s%s=%d", a ? ", " : "", mesh->names[a],
+               mesh->sizes[a]);
+  if (mesh)
+    snprintf(mine->what, sizeof mine->what, "%s (mesh %d: %s)", what,
+             mesh->serial, axes);
+  else
+    snprintf(mine->what, sizeof mine->what, "%s", what);
+  MPI_Request req;
+  int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all,
+                          (int)sizeof *all, MPI_BYTE, acomm, &req);
+  rc = rc != MPI_SUCCESS ? mpi_fail(SHMAP_ESYS, "MPI_Iallgather", rc)
+                         : shmap__mpi_wait_all(1, &req,
+                                               "agreeing on a library call");
+  for (int p = 1; rc == 0 && p < self.size; p++) {
+    all[p].what[sizeof all[p].what - 1] = '\0';
+    if (all[p].seq != all[0].seq || strcmp(all[p].what, all[0].what) != 0)
+      rc = shmap__err(SHMAP_EMISMATCH,
+                      "%s: the processes made different library calls: "
+                      "process 0 (host %s) is in %s, its call %llu, and "
+                      "process %d (host %s) in %s, its call %llu (every "
+                      "process must make the same library calls in the same "
+                      "order; see shmap-mpi(7))",
+                      op, host_of(0), all[0].what,
+                      (unsigned long long)all[0].seq, p, host_of(p),
+                      all[p].what, (unsigned long long)all[p].seq);
+  }
+  free(all);
+  return rc;
+}
+
+#else
+int shmap__host_agree(const char *op, const shmap_mesh *mesh, const char *what)
+{
+  (void)op; (void)mesh; (void)what;
+  return 0;
+}
+void shmap__proc_map_running(int delta) { (void)delta; }
 #endif
 
 /* ---- public --------------------------------------------------------------- */

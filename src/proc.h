@@ -77,6 +77,16 @@ int shmap__mpi_wait_all(int n, void *requests, const char *what);
 /* Host data over processes (spmd.c). */
 /* Copy every block this process holds into `dst` (row-major, whole). */
 void shmap__array_assemble_local(const shmap_array *a, void *dst);
+/* Under MPI with several processes: agree with every other process that
+ * it makes the same library call (`what`, on `mesh` if not NULL) before
+ * the call exchanges data between processes outside a map (proc.c,
+ * "Library calls").  0, or SHMAP_EMISMATCH (message set, prefixed `op`)
+ * in every process.  A no-op with one process. */
+int shmap__host_agree(const char *op, const shmap_mesh *mesh, const char *what);
+/* A map starts (+1) or ends (-1) in this process: exit() meanwhile aborts
+ * the job. */
+void shmap__proc_map_running(int delta);
+
 /* Give every process the blocks the others hold: dst already holds this
  * process's (shmap__array_assemble_local); 0 or an error. */
 int shmap__array_exchange(const shmap_array *a, void *dst);

@@ -98,7 +98,8 @@ SHMAP_EXTERN int shmap_array_transfer(shmap_array **out,
   /* Pieces held only by other processes come over first (stage.c). */
   shmap_array *view = NULL;
   if (shmap__stage_needed(array, mesh) &&
-      (rc = shmap__stage(array, mesh, &x->spec, x->bshape, op, &view))) {
+      ((rc = shmap__host_agree(op, mesh, op)) ||
+       (rc = shmap__stage(array, mesh, &x->spec, x->bshape, op, &view)))) {
     free(x);
     return rc;
   }

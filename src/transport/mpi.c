@@ -210,6 +210,10 @@ int shmap__mpi_mesh_init(shmap_mesh *mesh)
                     "a mesh of %d devices over several processes needs MPI "
                     "tags up to %lld; this MPI offers %d",
                     mesh->ndev, 2 * pairs, flag && ub ? *ub : 0);
+  else if ((rc = shmap__host_agree(
+                mesh->parent ? "shmap_mesh_submesh" : "shmap_mesh_create",
+                mesh, mesh->parent ? "creating a sub-mesh" : "creating a mesh")))
+    ;
   else if ((m->tag_free = *ub) <= 0 ||
            MPI_Comm_dup(world, &m->comm) != MPI_SUCCESS)
     rc = shmap__err(SHMAP_ESYS, "MPI_Comm_dup failed for a new mesh");
@@ -271,14 +275,21 @@ static void quiesce(shmap__mpimesh *m)
   free(theirs);
 }
 
-void shmap__mpi_mesh_free(shmap_mesh *mesh)
+int shmap__mpi_mesh_free(shmap_mesh *mesh)
 {
   shmap__mpimesh *m = mm_of(mesh);
   if (!m)
-    return;
+    return 0;
+  int rc = 0;
   int fin = 0;
   MPI_Finalized(&fin);
-  if (!fin) {
+  /* Every process releases the mesh at the same point of its calls; one
+   * that does not would leave the others in the exchange below: the
+   * communicator is then left as it is. */
+  if (!fin && (rc = shmap__host_agree(
+                   "shmap_mesh_destroy", mesh,
+                   "releasing a mesh (shmap_mesh_destroy or the destroy of "
+                   "its last array)")) == 0) {
     quiesce(m);
     /* Every message was received: the last status notices are sent. */
     for (int i = 0; i < m->npend; i++)
@@ -313,6 +324,7 @@ void shmap__mpi_mesh_free(shmap_mesh *mesh)
   free(m->got);
   free(m);
   mesh->place->mpi = NULL;
+  return rc;
 }
 
 void *shmap__mpi_mesh_comm(const shmap_mesh *mesh, int *tag)
@@ -1636,7 +1648,7 @@ void *shmap__mpi_mesh_comm(const shmap_mesh *mesh, int *tag)
   (void)tag;
   return NULL;
 }
-void shmap__mpi_mesh_free(shmap_mesh *mesh) { (void)mesh; }
+int shmap__mpi_mesh_free(shmap_mesh *mesh) { (void)mesh; return 0; }
 void shmap__mpi_map_begin(shmap_mesh *mesh) { (void)mesh; }
 void shmap__mpi_dev_done(shmap__runtime *rt, int dev, uint32_t calls)
 {

@@ -16,7 +16,10 @@ struct shmap__mpimesh;
  * (collective over the job's processes: every process creates its meshes
  * in the same order).  0 or an error. */
 int shmap__mpi_mesh_init(shmap_mesh *mesh);
-void shmap__mpi_mesh_free(shmap_mesh *mesh);
+/* Every process releases its meshes in the same order: 0, or the
+ * mismatch of a process that did not (the mesh's memory is freed
+ * either way). */
+int shmap__mpi_mesh_free(shmap_mesh *mesh);
 /* The mesh's communicator (an MPI_Comm *) and a tag that no map's messages
  * use, for exchanges the caller of a map makes between maps (stage.c,
  * spmd.c); NULL when the mesh is not spread over processes. */

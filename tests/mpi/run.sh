@@ -16,7 +16,9 @@
 # processes), tests/mpi/test_mpi_async (started collectives, their failures
 # and mismatches over processes), tests/mpi/test_mpi_level
 # (a program that initialised MPI itself, with enough and too low a thread
-# level), and the example that runs unchanged with and without mpirun,
+# level), tests/mpi/test_mpi_exit (processes that stop making the same
+# library calls: a mismatch error everywhere, or the job aborted with a
+# message, never a hang), and the example that runs unchanged with and without mpirun,
 # whose output must equal the single-process output byte for byte.
 set -u
 np=${1:?usage: run.sh NP}
@@ -74,6 +76,32 @@ for sched in threads fibers; do
     echo "== np=$np SHMAP_SCHED=$sched: test_mpi_level $level"
     launch "$b/tests/mpi/test_mpi_level" $level || { echo "FAIL: test_mpi_level $level (np=$np, $sched)"; fail=1; }
   done
+  # Processes that stop making the same library calls: a mismatch
+  # reported everywhere, or the job aborted with a message -- never a hang
+  # (each run is bounded well below the suite's limit).
+  echo "== np=$np SHMAP_SCHED=$sched: test_mpi_exit"
+  exit_run() { # MODE EXPECTED-STATUS PATTERN
+    saved=$limit limit=60
+    launch "$b/tests/mpi/test_mpi_exit" "$1" >"$tmp/x.out" 2>"$tmp/x.err"
+    st=$? limit=$saved
+    if [ "$2" = 0 ] && [ $st != 0 ] || [ "$2" != 0 ] && { [ $st = 0 ] || [ $st = 124 ] || [ $st = 137 ]; } ||
+       ! grep -q "$3" "$tmp/x.out" "$tmp/x.err"; then
+      echo "FAIL: test_mpi_exit $1 (np=$np, $sched): status $st, expected ${2}, and /$3/ in:"
+      cat "$tmp/x.out" "$tmp/x.err"
+      fail=1
+    fi
+  }
+  exit_run ok 0 "process 0: ok"
+  if [ "$np" != 1 ]; then
+    exit_run skip 0 "process $((np - 1)): recovered"
+    if [ "$(grep -c 'the processes made different library calls: process 0 (host [^)]*) is in shmap_array_to_host of f32\[4\] (mesh 1: i=4), its call 5, and process '$((np - 1))' (host [^)]*) in shmap_map (mesh 1: i=4), its call 5' "$tmp/x.out")" != "$np" ]; then
+      echo "FAIL: test_mpi_exit skip (np=$np, $sched): not the same mismatch in every process:"
+      cat "$tmp/x.out"
+      fail=1
+    fi
+    exit_run early 1 "process $((np - 1)) (host [^)]*) ended after 2 library calls .* waits for it in shmap_array_to_host (call 3): aborting the job"
+    exit_run body 1 "process $((np - 1)) (host [^)]*) exits while a map runs"
+  fi
   echo "== np=$np SHMAP_SCHED=$sched: examples/09_processes"
   single=$(SHMAP_SCHED=$sched timeout -k 10 "$limit" "$b/examples/09_processes") ||
     { echo "FAIL: 09_processes alone"; fail=1; }
