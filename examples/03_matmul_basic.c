@@ -21,7 +21,8 @@
  *   The inputs are small integers stored as floats, so every sum is exact
  *   and the result can be compared with a serial matmul using ==.
  *
- *   This is the program the README's quick start runs.
+ *   This is the program the README's quick start runs.  Under mpirun
+ *   every process checks the whole result and process 0 prints.
  */
 #include <shmap.h>
 
@@ -32,7 +33,8 @@
 #define K 16 /* columns of a, rows of b: the contracted dimension */
 #define N 32 /* columns of b and c */
 
-/* Block shapes seen by device 0, printed by main(). */
+/* Block shapes seen by device 0, printed by main() (device 0 runs in
+ * process 0, the one that prints under mpirun). */
 struct seen {
   int64_t a[2], b[2];
 };
@@ -115,14 +117,17 @@ int main(void)
   check(shmap_array_to_host(gc, c), "shmap_array_to_host");
   const int64_t *cs = shmap_array_shape(gc);
 
-  printf("mesh      i=4, j=2 (%d devices)\n", shmap_mesh_ndevices(mesh));
-  printf("a         f32[%d,%d]  in P('i','j')   each device holds f32[%lld,%lld]\n",
-         M, K, (long long)seen.a[0], (long long)seen.a[1]);
-  printf("b         f32[%d,%d] in P('j',None)  each device holds f32[%lld,%lld]\n",
-         K, N, (long long)seen.b[0], (long long)seen.b[1]);
-  printf("body      z = a_blk @ b_blk; psum(z, 'j')\n");
-  printf("c = a @ b f32[%lld,%lld]  out P('i',None)\n", (long long)cs[0],
-         (long long)cs[1]);
+  int rank = shmap_process_rank(); /* 0 without mpirun */
+  if (rank == 0) {
+    printf("mesh      i=4, j=2 (%d devices)\n", shmap_mesh_ndevices(mesh));
+    printf("a         f32[%d,%d]  in P('i','j')   each device holds f32[%lld,%lld]\n",
+           M, K, (long long)seen.a[0], (long long)seen.a[1]);
+    printf("b         f32[%d,%d] in P('j',None)  each device holds f32[%lld,%lld]\n",
+           K, N, (long long)seen.b[0], (long long)seen.b[1]);
+    printf("body      z = a_blk @ b_blk; psum(z, 'j')\n");
+    printf("c = a @ b f32[%lld,%lld]  out P('i',None)\n", (long long)cs[0],
+           (long long)cs[1]);
+  }
 
   local_matmul(a, b, want, M, K, N);
   int bad = 0;
@@ -146,6 +151,7 @@ int main(void)
     fprintf(stderr, "03_matmul_basic: FAILED: result differs from serial matmul\n");
     return 1;
   }
-  printf("result matches serial matmul (%d elements, exact)\n", M * N);
+  if (rank == 0)
+    printf("result matches serial matmul (%d elements, exact)\n", M * N);
   return 0;
 }

@@ -54,6 +54,9 @@
  *   same kernels in the same order (chunk by chunk, starting where the
  *   ring starts) and must match bit for bit; the one-loop serial matmul is
  *   printed beside it as the largest difference, which is rounding only.
+ *   Under mpirun (shmap-mpi(7)) the devices of the ring are spread over
+ *   the processes; shmap_array_to_host() gives each process the whole
+ *   result, every process checks it, and process 0 alone prints.
  *
  * Pictures: a trace for Perfetto
  *     SHMAP_TRACE=cm.json ./examples/15_collective_matmul overlapped big
@@ -85,6 +88,7 @@
 /* Problem size; "big" makes it larger for the trace. */
 static int M = 8, K = 16, N = 8;
 static int verbose = 1;
+static int root; /* this process prints: process 0 under mpirun */
 
 static void check(int rc, const char *what)
 {
@@ -433,17 +437,19 @@ static int run(shmap_mesh *mesh, const char *name, shmap_body_fn body,
 {
   int64_t len = (int64_t)M * N;
   shmap_array *ga, *gb, *gout;
+  if (!root || !verbose) /* the layouts: process 0, small problem only */
+    show = 0;
   check(shmap_array_from_host_sharded(&ga, mesh, lhs_spec, SHMAP_F32, 2,
                                       (int64_t[]){M, K}, a),
         "lhs");
   check(shmap_array_from_host_sharded(&gb, mesh, "P('i', None)", SHMAP_F32, 2,
                                       (int64_t[]){K, N}, b),
         "rhs");
-  if (show && verbose) {
+  if (show) {
     printf("lhs f32[%d,%d] %s:\n", M, K, lhs_spec);
     check(shmap_array_visualize(ga, stdout), "visualize lhs");
   }
-  if (show == 2 && verbose) {
+  if (show == 2) {
     printf("rhs f32[%d,%d] P('i', None):\n", K, N);
     check(shmap_array_visualize(gb, stdout), "visualize rhs");
   }
@@ -451,17 +457,18 @@ static int run(shmap_mesh *mesh, const char *name, shmap_body_fn body,
                   (const char *[]){lhs_spec, "P('i', None)"}, 1, &gout,
                   (const char *[]){"P('i', None)"}),
         name);
-  if (show == 2 && verbose) {
+  if (show == 2) {
     printf("out f32[%d,%d] P('i', None):\n", M, N);
     check(shmap_array_visualize(gout, stdout), "visualize out");
   }
   float *got = malloc((size_t)len * sizeof *got);
   check(shmap_array_to_host(gout, got), "shmap_array_to_host");
   int ok = same_bits(got, ref, len);
-  printf("%-34s %-10s == serial in ring order: %s; vs one-loop "
-         "serial: max |diff| %.2g\n",
-         name, overlapped ? "overlapped" : "blocking",
-         ok ? "yes, bit for bit" : "NO", max_diff(got, plain, len));
+  if (root)
+    printf("%-34s %-10s == serial in ring order: %s; vs one-loop "
+           "serial: max |diff| %.2g\n",
+           name, overlapped ? "overlapped" : "blocking",
+           ok ? "yes, bit for bit" : "NO", max_diff(got, plain, len));
   free(got);
   shmap_array_destroy(gout);
   shmap_array_destroy(gb);
@@ -501,12 +508,15 @@ int main(int argc, char **argv)
   serial_ag(a, b, ref[1], n, 1);
   serial_rs(a, b, ref[2], n);
 
-  printf("out = lhs @ rhs, lhs f32[%d,%d], rhs f32[%d,%d], ring of %d "
-         "devices along 'i'\n", M, K, K, N, n);
-  diagram_ag(n, 0);
-  diagram_ag(n, 1);
-  diagram_rs(n);
-  printf("\n");
+  root = shmap_process_rank() == 0;
+  if (root) {
+    printf("out = lhs @ rhs, lhs f32[%d,%d], rhs f32[%d,%d], ring of %d "
+           "devices along 'i'\n", M, K, K, N, n);
+    diagram_ag(n, 0);
+    diagram_ag(n, 1);
+    diagram_rs(n);
+    printf("\n");
+  }
 
   shmap_mesh *mesh;
   check(shmap_mesh_create(&mesh, "i=4"), "shmap_mesh_create");
@@ -528,8 +538,9 @@ int main(int argc, char **argv)
   }
   /* The check is only meaningful if the order of the terms matters. */
   if (same_bits(ref[0], plain, lo)) {
-    fprintf(stderr, "15_collective_matmul: the ring order gives the same "
-            "bits as one loop; the inputs do not exercise rounding\n");
+    if (root)
+      fprintf(stderr, "15_collective_matmul: the ring order gives the same "
+              "bits as one loop; the inputs do not exercise rounding\n");
     errors++;
   }
   shmap_mesh_destroy(mesh);
@@ -539,7 +550,9 @@ int main(int argc, char **argv)
   free(b);
   free(a);
   if (errors) {
-    fprintf(stderr, "15_collective_matmul: FAILED (%d mismatches)\n", errors);
+    if (root)
+      fprintf(stderr, "15_collective_matmul: FAILED (%d mismatches)\n",
+              errors);
     return 1;
   }
   return 0;

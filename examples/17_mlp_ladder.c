@@ -46,6 +46,11 @@
  *   weights bit for bit.  The program proves the premise first: it runs
  *   the serial step a second time with every sum in reverse order and
  *   checks that the bits agree.
+ *
+ * Under mpirun (shmap-mpi(7)) each rung's devices are spread over the
+ * processes (one or two: the pipeline's mesh has two devices);
+ * shmap_array_to_host() gives every process the whole result to check,
+ * and process 0 alone prints.
  */
 #include <shmap.h>
 
@@ -57,6 +62,8 @@
 #define W 8     /* width of every layer */
 #define MICRO 4 /* microbatches of the pipeline */
 #define LR 0.25
+
+static int root; /* this process prints: process 0 under mpirun */
 
 static void check(int rc, const char *what)
 {
@@ -496,11 +503,13 @@ static int compare(const char *title, const double *w1, const double *w2,
   int ok = memcmp(w1, ref->w1, sizeof ref->w1) == 0 &&
            memcmp(w2, ref->w2, sizeof ref->w2) == 0 &&
            memcmp(&loss, &ref->loss, sizeof loss) == 0;
-  printf("  loss %.10g; loss and new W1, W2 == the serial step: %s\n", loss,
-         ok ? "yes, bit for bit" : "NO");
-  if (!ok)
-    fprintf(stderr, "17_mlp_ladder: %s differs from the serial step\n",
-            title);
+  if (root) {
+    printf("  loss %.10g; loss and new W1, W2 == the serial step: %s\n",
+           loss, ok ? "yes, bit for bit" : "NO");
+    if (!ok)
+      fprintf(stderr, "17_mlp_ladder: %s differs from the serial step\n",
+              title);
+  }
   return !ok;
 }
 
@@ -508,7 +517,8 @@ static int run_rung(const rung *r, const step *ref)
 {
   shmap_mesh *mesh;
   shmap_array *in[4], *out[3];
-  printf("\n%s, mesh %s\n", r->title, r->mesh);
+  if (root)
+    printf("\n%s, mesh %s\n", r->title, r->mesh);
   check(shmap_mesh_create(&mesh, r->mesh), "shmap_mesh_create");
   const int64_t xs[2] = {B, W}, ws[2] = {W, W};
   check(shmap_array_from_host_sharded(&in[0], mesh, r->x_spec, SHMAP_F64, 2,
@@ -519,8 +529,10 @@ static int run_rung(const rung *r, const step *ref)
                                       ws, W1), "W1");
   check(shmap_array_from_host_sharded(&in[3], mesh, r->w2_spec, SHMAP_F64, 2,
                                       ws, W2), "W2");
-  print_w1_layout(in[2]);
-  fputs(r->story, stdout);
+  if (root) {
+    print_w1_layout(in[2]);
+    fputs(r->story, stdout);
+  }
   check(shmap_map(mesh, r->body, NULL, 4, in,
                   (const char *[]){r->x_spec, r->x_spec, r->w1_spec,
                                    r->w2_spec},
@@ -540,10 +552,9 @@ static int run_rung(const rung *r, const step *ref)
   return errors;
 }
 
-static int run_pipeline(const step *ref)
+/* The GPipe schedule, tick by tick. */
+static void print_schedule(void)
 {
-  const char *title = "5. pipeline (GPipe)";
-  printf("\n%s, mesh stage=2\n", title);
   printf("  stage 0: W1 = W[0] (layer 1), stage 1: W2 = W[1] (layer 2), the "
          "weights stacked\n  in W f64[2,%d,%d] P('stage'); %d microbatches of "
          "%d rows; Fm/Bm = forward/backward\n  of microbatch m, '.' = idle "
@@ -569,6 +580,15 @@ static int run_pipeline(const step *ref)
   }
   printf("  each stage: its weight's gradient summed over the microbatches, "
          "then its update\n");
+}
+
+static int run_pipeline(const step *ref)
+{
+  const char *title = "5. pipeline (GPipe)";
+  if (root) {
+    printf("\n%s, mesh stage=2\n", title);
+    print_schedule();
+  }
 
   static double wst[2 * W * W];
   memcpy(wst, W1, sizeof W1);
@@ -607,6 +627,7 @@ static double eighths(unsigned *state)
 
 int main(void)
 {
+  root = shmap_process_rank() == 0;
   unsigned state = 14;
   for (int e = 0; e < B * W; e++) {
     X[e] = eighths(&state);
@@ -625,21 +646,25 @@ int main(void)
   serial_step(X, TGT, W1, W2, &rev);
   reverse_sums = 0;
   int errors = 0;
-  printf("one step of y = relu(x W1) W2, x f64[%d,%d], W1, W2 f64[%d,%d], "
-         "loss 1/(2B) sum (y - t)^2, W -= %g dW\n", B, W, W, W, LR);
+  if (root)
+    printf("one step of y = relu(x W1) W2, x f64[%d,%d], W1, W2 f64[%d,%d], "
+           "loss 1/(2B) sum (y - t)^2, W -= %g dW\n", B, W, W, W, LR);
   if (memcmp(&ref, &rev, sizeof ref) != 0) {
-    fprintf(stderr, "17_mlp_ladder: the serial step is not exact (reversed "
-            "sums give other bits); the bitwise checks would be unfair\n");
+    if (root)
+      fprintf(stderr, "17_mlp_ladder: the serial step is not exact (reversed "
+              "sums give other bits); the bitwise checks would be unfair\n");
     errors++;
   }
-  printf("serial step: loss %.10g (the same bits with every sum reversed: "
-         "%s)\n", ref.loss, errors ? "NO" : "yes, the arithmetic is exact");
+  if (root)
+    printf("serial step: loss %.10g (the same bits with every sum reversed: "
+           "%s)\n", ref.loss, errors ? "NO" : "yes, the arithmetic is exact");
 
   for (size_t k = 0; k < sizeof rungs / sizeof rungs[0]; k++)
     errors += run_rung(&rungs[k], &ref);
   errors += run_pipeline(&ref);
   if (errors) {
-    fprintf(stderr, "17_mlp_ladder: FAILED (%d mismatches)\n", errors);
+    if (root)
+      fprintf(stderr, "17_mlp_ladder: FAILED (%d mismatches)\n", errors);
     return 1;
   }
   return 0;
