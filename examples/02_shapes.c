@@ -53,19 +53,6 @@ struct shape_case {
 
 static int32_t x_host[N * N];
 
-/* Print a library message as a single process words it: under mpirun it
- * also says where each device runs ("device 2 (i=1, j=0) on process 1
- * (host a)"), which this leaves out so that every run prints the same. */
-static void print_message(const char *msg)
-{
-  const char *at, *end;
-  while ((at = strstr(msg, " on process ")) && (end = strchr(at, ')'))) {
-    printf("%.*s", (int)(at - msg), msg);
-    msg = end + 1;
-  }
-  printf("%s\n", msg);
-}
-
 static void check(int rc, const char *what)
 {
   if (rc < 0) {
@@ -199,8 +186,7 @@ int main(void)
   if (rank == 0) {
     printf("in %-12s body %-18s out %-13s -> error %d (%s)\n", bad.in_spec,
            bad.label, bad.out_spec, rc, shmap_strerror(rc));
-    printf("  shmap_errmsg(): ");
-    print_message(shmap_errmsg());
+    printf("  shmap_errmsg(): %s\n", shmap_errmsg());
   }
   if (rc != SHMAP_EREPLICATION) {
     fprintf(stderr, "02_shapes: expected SHMAP_EREPLICATION (%d), got %d\n",

@@ -16,6 +16,7 @@
  */
 #include "proc.h"
 #include "runtime/runtime.h"
+#include "transport/mpi.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -372,11 +373,14 @@ int shmap__mpi_wait(void *request)
  * waiting in an MPI operation that never completes.  So every call that
  * exchanges data between processes outside a map (a map itself,
  * shmap_array_to_host, a transfer, creating and releasing a mesh) first
- * agrees on what it is: one small gather over a communicator of its own,
- * of a description naming the call and its mesh.  Processes in different
- * calls meet there, since each call's first operation is that gather, and
- * each returns the same SHMAP_EMISMATCH error naming both calls; no
- * process goes on into its call's own exchange.
+ * agrees on what it is: one small gather, over the mesh's communicator, of
+ * a description naming the call and its mesh.  Processes in different
+ * calls on one mesh meet there, since each call's first operation on that
+ * communicator is that gather, and each returns the same SHMAP_EMISMATCH
+ * error naming both calls; no process goes on into its call's own
+ * exchange.  (Calls on different meshes may legitimately come in different
+ * orders, from threads of their own, so two processes waiting on two
+ * different meshes are not told apart from slow ones.)
  *
  * Goodbyes.  A process that ends (MPI_Finalize, which exit() reaches
  * through the library's own finalisation) first tells every other process
@@ -508,15 +512,22 @@ int shmap__host_agree(const char *op, const shmap_mesh *mesh, const char *what)
              mesh->serial, axes);
   else
     snprintf(mine->what, sizeof mine->what, "%s", what);
+  /* Over the mesh's own communicator: calls on different meshes may come
+   * from different threads, in an order that differs between processes
+   * (a pipeline with a thread per stage); the calls on one mesh may not.
+   * A mesh being created has none yet: meshes are created in the same
+   * order everywhere. */
+  int tag;
+  MPI_Comm *mc = mesh ? shmap__mpi_mesh_comm(mesh, &tag) : NULL;
   MPI_Request req;
   int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all,
-                          (int)sizeof *all, MPI_BYTE, acomm, &req);
+                          (int)sizeof *all, MPI_BYTE, mc ? *mc : acomm, &req);
   rc = rc != MPI_SUCCESS ? mpi_fail(SHMAP_ESYS, "MPI_Iallgather", rc)
                          : shmap__mpi_wait_all(1, &req,
                                                "agreeing on a library call");
   for (int p = 1; rc == 0 && p < self.size; p++) {
     all[p].what[sizeof all[p].what - 1] = '\0';
-    if (all[p].seq != all[0].seq || strcmp(all[p].what, all[0].what) != 0)
+    if (strcmp(all[p].what, all[0].what) != 0)
       rc = shmap__err(SHMAP_EMISMATCH,
                       "%s: the processes made different library calls: "
                       "process 0 (host %s) is in %s, its call %llu, and "
