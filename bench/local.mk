@@ -10,14 +10,15 @@ noinst_PROGRAMS += bench/run
 bench_run_SOURCES = bench/run.c bench/cmatmul.c bench/cmatmul.h
 bench_run_CFLAGS = $(AM_CFLAGS)
 bench_run_CPPFLAGS = $(AM_CPPFLAGS) \
-	-DBENCH_MPI_HELPER='"$(abs_top_builddir)/bench/mpi_bench"'
+	-DBENCH_MPI_HELPER='"$(abs_top_builddir)/bench/mpi_bench"' \
+	-DBENCH_TRANSPORT_HELPER='"$(abs_top_builddir)/bench/transport"'
 bench_run_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS)
 bench_run_LDADD = src/libshmap.la -lm
 
 if HAVE_MPI
 bench_run_CPPFLAGS += -DBENCH_MPIRUN='"$(MPIRUN)"'
 # Building bench/run builds its helper too, so `make bench/run` is enough.
-EXTRA_bench_run_DEPENDENCIES = bench/mpi_bench
+EXTRA_bench_run_DEPENDENCIES = bench/mpi_bench bench/transport$(EXEEXT)
 CLEANFILES += bench/mpi_bench
 endif
 
@@ -27,7 +28,7 @@ bench/mpi_bench: $(srcdir)/bench/mpi_bench.c
 	$(AM_V_CCLD)$(MPICC) -std=c11 -D_GNU_SOURCE $(WARN_CFLAGS) $(CFLAGS) \
 	  -o $@ $(srcdir)/bench/mpi_bench.c
 
-EXTRA_DIST += bench/mpi_bench.c BENCHMARKS.md bench/transport.sh
+EXTRA_DIST += bench/mpi_bench.c BENCHMARKS.md
 
 # bench/kernels times the reduction kernels alone (one thread, no devices):
 # each instruction set's fused kernel against the two-operand passes.
@@ -37,7 +38,8 @@ bench_kernels_CFLAGS = $(AM_CFLAGS)
 bench_kernels_LDADD = src/libshmap_core.la $(UV_LIBS) $(MPI_LIBS)
 
 # bench/transport: libshmap with the devices spread over MPI processes,
-# printed beside raw MPI by bench/transport.sh (see BENCHMARKS.md).
+# printed beside raw MPI by bench/run --transport
+# (see BENCHMARKS.md).
 noinst_PROGRAMS += bench/transport
 bench_transport_SOURCES = bench/transport.c
 bench_transport_LDADD = src/libshmap.la

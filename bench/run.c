@@ -39,6 +39,9 @@
 #ifndef BENCH_MPI_HELPER
 #define BENCH_MPI_HELPER "bench/mpi_bench"
 #endif
+#ifndef BENCH_TRANSPORT_HELPER
+#define BENCH_TRANSPORT_HELPER "bench/transport"
+#endif
 
 enum { OP_PSUM, OP_PSUM_SCATTER, OP_ALL_GATHER, OP_ALL_TO_ALL, OP_PPERMUTE,
        OP_EMPTY, OP_PSUM_BF16, OP_PSUM_F16, NOPS };
@@ -72,7 +75,9 @@ static struct {
   double target_ms;
   int contended;
   int mpi, omp, verbose;
-  const char *mpirun, *helper;
+  const char *mpirun, *helper, *thelper;
+  int tr_r[MAXLIST], tr_d[MAXLIST]; /* --transport layouts R x D */
+  int ntr;
   int cm_n[MAXLIST]; /* matrix sides of the collective matmul cases */
   int ncm;
 } opt;
@@ -217,12 +222,16 @@ static void usage(FILE *f)
           "  --cmatmul=LIST|none matrix sides N of the collective matmul "
           "cases\n"
           "                      (default 128,256,512; --quick 128,256)\n"
+          "  --transport=LIST|none  layouts RxD (R processes of D devices) of\n"
+          "                      libshmap over MPI beside raw MPI on R*D ranks\n"
+          "                      (default 2x1,4x1,2x2,2x4 when MPI was found)\n"
           "  --no-mpi, --no-omp  skip a comparison column (NA)\n"
           "  --quiet             no progress on stderr\n"
           "  -h, --help          this text\n"
           "Options take their value as --opt=V or --opt V.\n"
-          "environment: BENCH_MPIRUN, BENCH_MPI_HELPER override the mpirun "
-          "and bench/mpi_bench paths\n");
+          "environment: BENCH_MPIRUN, BENCH_MPI_HELPER, BENCH_TRANSPORT_HELPER "
+          "override the\n"
+          "mpirun, bench/mpi_bench and bench/transport paths\n");
 }
 
 static void parse_args(int argc, char **argv)
@@ -231,7 +240,7 @@ static void parse_args(int argc, char **argv)
                                       4 << 20, 16 << 20};
   static const size_t quick_sizes[] = {256, 64 << 10, 1 << 20};
   enum { O_QUICK = 256, O_SIZES, O_P, O_SWEEP, O_OPS, O_REPS, O_TARGET,
-         O_CONTENDED, O_NOMPI, O_NOOMP, O_QUIET, O_CMATMUL };
+         O_CONTENDED, O_NOMPI, O_NOOMP, O_QUIET, O_CMATMUL, O_TRANSPORT };
   static const struct option longopts[] = {
       {"quick", no_argument, NULL, O_QUICK},
       {"sizes", required_argument, NULL, O_SIZES},
@@ -245,10 +254,11 @@ static void parse_args(int argc, char **argv)
       {"no-omp", no_argument, NULL, O_NOOMP},
       {"quiet", no_argument, NULL, O_QUIET},
       {"cmatmul", required_argument, NULL, O_CMATMUL},
+      {"transport", required_argument, NULL, O_TRANSPORT},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *sizes = NULL, *ps = NULL, *sweep = NULL, *ops = NULL;
-  const char *cmatmul = NULL;
+  const char *cmatmul = NULL, *transport = NULL;
   opt.reps = -1;
   opt.target_ms = -1;
   opt.mpi = opt.omp = opt.verbose = 1;
@@ -271,6 +281,7 @@ static void parse_args(int argc, char **argv)
     case O_NOOMP: opt.omp = 0; break;
     case O_QUIET: opt.verbose = 0; break;
     case O_CMATMUL: cmatmul = optarg; break;
+    case O_TRANSPORT: transport = optarg; break;
     case 'h': usage(stdout); exit(0);
     case ':':
       usage(stderr);
@@ -345,8 +356,36 @@ static void parse_args(int argc, char **argv)
   opt.mpirun = env && *env ? env : BENCH_MPIRUN;
   env = getenv("BENCH_MPI_HELPER");
   opt.helper = env && *env ? env : BENCH_MPI_HELPER;
+  env = getenv("BENCH_TRANSPORT_HELPER");
+  opt.thelper = env && *env ? env : BENCH_TRANSPORT_HELPER;
+  bool can_transport = *opt.mpirun && access(opt.helper, X_OK) == 0 &&
+                       access(opt.thelper, X_OK) == 0;
   if (!*opt.mpirun || access(opt.helper, X_OK) != 0)
     opt.mpi = 0;
+  if (transport && strcmp(transport, "none") == 0) {
+    opt.ntr = 0;
+  } else if (transport) {
+    char buf[512];
+    if (strlen(transport) >= sizeof buf)
+      die("--transport: list too long");
+    snprintf(buf, sizeof buf, "%s", transport);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+      int r, d;
+      char end;
+      if (sscanf(tok, "%dx%d%c", &r, &d, &end) != 2 || r < 1 || d < 1 ||
+          r > 64 || d > 64 || opt.ntr == MAXLIST)
+        die("--transport: '%s' is not a layout RxD (e.g. 2x4)", tok);
+      opt.tr_r[opt.ntr] = r, opt.tr_d[opt.ntr++] = d;
+    }
+    if (!can_transport)
+      die("--transport needs mpirun, %s and %s (libshmap built with MPI)",
+          opt.helper, opt.thelper);
+  } else if (can_transport) {
+    static const int r[] = {2, 4, 2, 2}, d[] = {1, 1, 2, 4};
+    for (int i = 0; i < 4; i++)
+      opt.tr_r[i] = r[i], opt.tr_d[i] = d[i];
+    opt.ntr = 4;
+  }
 }
 
 /* ---- helpers ------------------------------------------------------------- */
@@ -769,10 +808,11 @@ typedef struct mres {
 
 static char mpi_library[160];
 
-/* Run the helper with P ranks for every op and size; returns the number of
+/* Run the helper with P ranks for every op and size (with D > 0: libshmap
+ * over P processes of D devices, bench/transport); returns the number of
  * results stored in out (0 when the run failed). */
-static int mpi_run(int P, const size_t sizes[], int nsizes, int ops, mres out[],
-                   int max, int busy)
+static int helper_run(int P, int D, const size_t sizes[], int nsizes, int ops,
+                      mres out[], int max, int busy)
 {
   char cmd[4096], list[1024] = "", oplist[256] = "";
   for (int i = 0; i < nsizes; i++)
@@ -782,11 +822,19 @@ static int mpi_run(int P, const size_t sizes[], int nsizes, int ops, mres out[],
     if (ops & (1 << k))
       snprintf(oplist + strlen(oplist), sizeof oplist - strlen(oplist), "%s%s",
                *oplist ? "," : "", op_names[k]);
-  snprintf(cmd, sizeof cmd,
-           "'%s' --oversubscribe %s-np %d '%s' --sizes %s --ops %s --reps %d "
-           "--target-ms %g",
-           opt.mpirun, geteuid() == 0 ? "--allow-run-as-root " : "", P,
-           opt.helper, list, oplist, opt.reps, opt.target_ms);
+  /* D > 0: libshmap's bench/transport, D devices in each of P processes. */
+  if (D > 0)
+    snprintf(cmd, sizeof cmd,
+             "'%s' --oversubscribe %s-np %d '%s' %d --sizes %s --ops %s "
+             "--reps %d --target-ms %g",
+             opt.mpirun, geteuid() == 0 ? "--allow-run-as-root " : "", P,
+             opt.thelper, D, list, oplist, opt.reps, opt.target_ms);
+  else
+    snprintf(cmd, sizeof cmd,
+             "'%s' --oversubscribe %s-np %d '%s' --sizes %s --ops %s --reps %d "
+             "--target-ms %g",
+             opt.mpirun, geteuid() == 0 ? "--allow-run-as-root " : "", P,
+             opt.helper, list, oplist, opt.reps, opt.target_ms);
   if (busy)
     busy_start();
   fflush(stdout);
@@ -820,11 +868,18 @@ static int mpi_run(int P, const size_t sizes[], int nsizes, int ops, mres out[],
   if (busy)
     busy_stop();
   if (st != 0) {
-    fprintf(stderr, "bench/run: '%s' failed (status %d); mpi_us is NA for P=%d\n",
-            cmd, WIFEXITED(st) ? WEXITSTATUS(st) : -1, P);
+    fprintf(stderr, "bench/run: '%s' failed (status %d); %s is NA for P=%d\n",
+            cmd, WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+            D > 0 ? "the transport case" : "mpi_us", P);
     return 0;
   }
   return n;
+}
+
+static int mpi_run(int P, const size_t sizes[], int nsizes, int ops, mres out[],
+                   int max, int busy)
+{
+  return helper_run(P, 0, sizes, nsizes, ops, out, max, busy);
 }
 
 static double mpi_lookup(const mres *m, int n, int op, size_t bytes)
@@ -1191,6 +1246,30 @@ int main(int argc, char **argv)
   if (ncm < 0)
     die("collective matmul: %s", shmap_errmsg());
 
+  /* The transport dimension: libshmap with R processes of D devices
+   * beside raw MPI on R*D ranks (one line per op, layout and size). */
+  enum { TOPS = 1 << OP_PSUM | 1 << OP_PSUM_SCATTER | 1 << OP_ALL_GATHER |
+                1 << OP_PPERMUTE };
+  mres *tr = NULL;
+  int *ntr_s = NULL, *ntr_m = NULL;
+  if (opt.ntr && (opt.ops & TOPS)) {
+    tr = calloc((size_t)opt.ntr * 2 * MAXLIST * NOPS, sizeof *tr);
+    ntr_s = calloc((size_t)opt.ntr, sizeof *ntr_s);
+    ntr_m = calloc((size_t)opt.ntr, sizeof *ntr_m);
+    if (!tr || !ntr_s || !ntr_m)
+      die("out of memory");
+    for (int t = 0; t < opt.ntr; t++) {
+      int R = opt.tr_r[t], D = opt.tr_d[t];
+      mres *s = tr + (size_t)t * 2 * MAXLIST * NOPS, *m = s + MAXLIST * NOPS;
+      progress("transport %dx%d: libshmap over %d processes", R, D, R);
+      ntr_s[t] = helper_run(R, D, opt.sizes, opt.nsizes, opt.ops & TOPS, s,
+                            MAXLIST * NOPS, 0);
+      progress("transport %dx%d: raw MPI on %d ranks", R, D, R * D);
+      ntr_m[t] = helper_run(R * D, 0, opt.sizes, opt.nsizes, opt.ops & TOPS,
+                            m, MAXLIST * NOPS, 0);
+    }
+  }
+
   cpustat c1 = cpu_now();
   double all = (c1.busy - c0.busy) + (c1.idle - c0.idle) + (c1.steal - c0.steal);
   double other = all > 0 ? 100 * ((c1.busy - c0.busy) - (c1.mine - c0.mine)) / all : NA;
@@ -1228,6 +1307,27 @@ int main(int argc, char **argv)
              chain_dev_b, NA, NA);
   print_line("chain_host", cP, cbytes, chain_host, NA, NA, NA, chain_roof,
              chain_host_b, NA, NA);
+  if (tr) {
+    printf("# transport: libshmap over R processes of D devices (bench/transport) "
+           "beside raw MPI on R*D ranks; ratio = shmap_us / mpi_us\n");
+    for (int op = 0; op < NOPS; op++)
+      for (int t = 0; t < opt.ntr && (TOPS & (1 << op)); t++)
+        for (int k = 0; k < opt.nsizes && (opt.ops & (1 << op)); k++) {
+          const mres *s = tr + (size_t)t * 2 * MAXLIST * NOPS,
+                     *m = s + MAXLIST * NOPS;
+          double a = mpi_lookup(s, ntr_s[t], op, opt.sizes[k]);
+          double b = mpi_lookup(m, ntr_m[t], op, opt.sizes[k]);
+          char x[32], y[32], z[32];
+          printf("op=%s transport=%dx%d P=%d bytes=%zu shmap_us=%s mpi_us=%s "
+                 "ratio=%s\n",
+                 op_names[op], opt.tr_r[t], opt.tr_d[t],
+                 opt.tr_r[t] * opt.tr_d[t], opt.sizes[k], fmt_us(a, x, sizeof x),
+                 fmt_us(b, y, sizeof y), fmt_us(a / b, z, sizeof z));
+        }
+    free(tr);
+    free(ntr_s);
+    free(ntr_m);
+  }
   cmatmul_print(stdout, cm, ncm, B);
   free(cm);
   progress("done in %.0f s", (now_us() - t_start) * 1e-6);

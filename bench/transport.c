@@ -2,17 +2,24 @@
 /*
  * transport.c - libshmap's collectives with the devices spread over the
  * processes of an MPI job, measured the way bench/mpi_bench measures raw
- * MPI, so that bench/transport.sh can print the two side by side:
+ * MPI, so that bench/run --transport and bench/transport.sh can print the
+ * two side by side:
  *
- *   mpirun -np R bench/transport D [--sizes LIST] [--reps K]
+ *   mpirun -np R bench/transport D [--sizes LIST] [--ops LIST] [--reps K]
+ *                                   [--target-ms T]
  *
  * runs a mesh of R*D devices (D per process) and prints on process 0 one
- * line `op=NAME bytes=N us=X` per case: the median over K maps of the
- * time per call of 8 back-to-back calls in one map (map overhead included,
- * spread over the 8 calls).  `bytes` is the per-device size of the full
- * f32 buffer, as for mpi_bench: the input of psum and psum_scatter, the
- * output of all_gather (whose input is bytes/(R*D)), the block ppermute
- * shifts around the ring of devices.
+ * line `op=NAME bytes=N us=X` per case: the median over K samples of the
+ * time per call of C back-to-back calls.  As in mpi_bench, a sample starts
+ * after a barrier (here a psum of one float) and lasts from the first
+ * device starting to the last one finishing (the devices' clock readings
+ * come back through an output array; the processes share the host's
+ * monotonic clock), and C is chosen so that a sample lasts about T
+ * milliseconds.  All samples of a case run in one map, so a map's own
+ * start and end are not counted.  `bytes` is the per-device size of the
+ * full f32 buffer, as for mpi_bench: the input of psum and psum_scatter,
+ * the output of all_gather (whose input is bytes/(R*D)), the block
+ * ppermute shifts around the ring of devices.
  */
 #include <shmap.h>
 
@@ -24,37 +31,14 @@
 enum { OP_PSUM, OP_ALL_GATHER, OP_PSUM_SCATTER, OP_PPERMUTE, NOPS };
 static const char *const names[NOPS] = {"psum", "all_gather", "psum_scatter",
                                         "ppermute"};
-#define CALLS 8
+#define MAXREPS 64
 
 typedef struct job {
   int op, n;
   int64_t elems;
   int (*pairs)[2];
+  int calls, samples; /* calls per sample, samples */
 } job;
-
-static int body(shmap_ctx *ctx, void *arg)
-{
-  const job *j = arg;
-  int64_t len = j->op == OP_ALL_GATHER ? j->elems / j->n : j->elems;
-  shmap_block *x = shmap_block_alloc(ctx, SHMAP_F32, 1, &len);
-  if (!x)
-    return -1;
-  for (int c = 0; c < CALLS; c++) {
-    shmap_block *out = NULL;
-    int rc;
-    switch (j->op) {
-    case OP_PSUM: rc = shmap_psum(ctx, x, "d"); break;
-    case OP_ALL_GATHER: rc = shmap_all_gather(ctx, x, "d", 0, 1, &out); break;
-    case OP_PSUM_SCATTER: rc = shmap_psum_scatter(ctx, x, "d", 0, 1, &out); break;
-    default: rc = shmap_ppermute(ctx, x, "d", j->n, (const int(*)[2])j->pairs); break;
-    }
-    if (rc)
-      return rc;
-    if (out)
-      shmap_block_free(ctx, out);
-  }
-  return 0;
-}
 
 static double now_us(void)
 {
@@ -63,63 +47,147 @@ static double now_us(void)
   return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;
 }
 
+static int one(shmap_ctx *ctx, const job *j, shmap_block *x)
+{
+  shmap_block *out = NULL;
+  int rc;
+  switch (j->op) {
+  case OP_PSUM: rc = shmap_psum(ctx, x, "d"); break;
+  case OP_ALL_GATHER: rc = shmap_all_gather(ctx, x, "d", 0, 1, &out); break;
+  case OP_PSUM_SCATTER: rc = shmap_psum_scatter(ctx, x, "d", 0, 1, &out); break;
+  default: rc = shmap_ppermute(ctx, x, "d", j->n, (const int(*)[2])j->pairs); break;
+  }
+  if (rc == 0 && out)
+    rc = shmap_block_free(ctx, out);
+  return rc;
+}
+
+/* A warm-up call, then the samples; output 0 gets the device's start and
+ * end of each sample (f64[1, 2 * samples] per device). */
+static int body(shmap_ctx *ctx, void *arg)
+{
+  const job *j = arg;
+  int64_t len = j->op == OP_ALL_GATHER ? j->elems / j->n : j->elems;
+  shmap_block *x = shmap_block_alloc(ctx, SHMAP_F32, 1, &len);
+  shmap_block *bar = shmap_block_alloc(ctx, SHMAP_F32, 1, (int64_t[]){1});
+  shmap_block *t = shmap_out(ctx, 0, SHMAP_F64, 2,
+                             (int64_t[]){1, 2 * (int64_t)j->samples});
+  if (!x || !bar || !t)
+    return shmap_fail(ctx, "allocation: %s", shmap_errmsg());
+  int rc = one(ctx, j, x);
+  double *tt = t->data;
+  for (int k = 0; k < j->samples && rc == 0; k++) {
+    if ((rc = shmap_psum(ctx, bar, "d")))
+      break;
+    tt[2 * k] = now_us();
+    for (int c = 0; c < j->calls && rc == 0; c++)
+      rc = one(ctx, j, x);
+    tt[2 * k + 1] = now_us();
+  }
+  return rc;
+}
+
 static int cmp(const void *a, const void *b)
 {
   double x = *(const double *)a, y = *(const double *)b;
   return (x > y) - (x < y);
 }
 
+static void die(const char *what)
+{
+  fprintf(stderr, "transport: %s: %s\n", what, shmap_errmsg());
+  exit(1);
+}
+
+/* Per-call times of j's samples (v[samples]), every process alike. */
+static void run(shmap_mesh *mesh, const job *j, double *v)
+{
+  shmap_array *out;
+  if (shmap_map(mesh, body, (void *)j, 0, NULL, NULL, 1, &out,
+                (const char *[]){"P('d')"}))
+    die("shmap_map");
+  size_t m = (size_t)j->n * 2 * (size_t)j->samples;
+  double *t = malloc(sizeof *t * m);
+  if (!t || shmap_array_to_host(out, t))
+    die("shmap_array_to_host");
+  shmap_array_destroy(out);
+  for (int k = 0; k < j->samples; k++) {
+    double lo = t[2 * k], hi = t[2 * k + 1];
+    for (int d = 1; d < j->n; d++) {
+      const double *r = t + (size_t)d * 2 * (size_t)j->samples;
+      lo = r[2 * k] < lo ? r[2 * k] : lo;
+      hi = r[2 * k + 1] > hi ? r[2 * k + 1] : hi;
+    }
+    v[k] = (hi - lo) / j->calls;
+  }
+  free(t);
+}
+
 int main(int argc, char **argv)
 {
   int D = argc > 1 ? atoi(argv[1]) : 1;
   size_t sizes[16] = {(size_t)1 << 20, (size_t)4 << 20};
-  int nsizes = 2, reps = 7;
+  int nsizes = 2, reps = 7, ops = (1 << NOPS) - 1;
+  double target_ms = 20;
   for (int i = 2; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--sizes") == 0) {
       nsizes = 0;
       for (char *t = strtok(argv[i + 1], ","); t && nsizes < 16; t = strtok(NULL, ","))
         sizes[nsizes++] = strtoull(t, NULL, 10);
+    } else if (strcmp(argv[i], "--ops") == 0) {
+      ops = 0;
+      for (char *t = strtok(argv[i + 1], ","); t; t = strtok(NULL, ","))
+        for (int k = 0; k < NOPS; k++)
+          if (strcmp(t, names[k]) == 0)
+            ops |= 1 << k;
     } else if (strcmp(argv[i], "--reps") == 0) {
       reps = atoi(argv[i + 1]);
+    } else if (strcmp(argv[i], "--target-ms") == 0) {
+      target_ms = atof(argv[i + 1]);
     }
   }
   int R = shmap_process_count();
-  if (D < 1 || R < 1 || reps < 1 || reps > 99) {
-    fprintf(stderr, "usage: mpirun -np R transport D [--sizes LIST] [--reps K]\n");
+  if (D < 1 || R < 1 || reps < 1 || reps > MAXREPS || !(target_ms > 0)) {
+    fprintf(stderr, "usage: mpirun -np R transport D [--sizes LIST] "
+                    "[--ops LIST] [--reps K] [--target-ms T]\n");
     return 2;
   }
   int n = R * D;
   char text[32];
   snprintf(text, sizeof text, "d=%d", n);
   shmap_mesh *mesh;
-  if (shmap_mesh_create(&mesh, text) != 0) {
-    fprintf(stderr, "transport: %s\n", shmap_errmsg());
-    return 1;
-  }
+  if (shmap_mesh_create(&mesh, text) != 0)
+    die("shmap_mesh_create");
   int(*pairs)[2] = calloc((size_t)n, sizeof *pairs);
   for (int r = 0; r < n; r++) {
     pairs[r][0] = r;
     pairs[r][1] = (r + 1) % n;
   }
   for (int op = 0; op < NOPS; op++)
-    for (int s = 0; s < nsizes; s++) {
-      job j = {.op = op, .n = n, .elems = (int64_t)(sizes[s] / 4), .pairs = pairs};
+    for (int s = 0; s < nsizes && (ops & (1 << op)); s++) {
+      job j = {.op = op, .n = n, .elems = (int64_t)(sizes[s] / 4),
+               .pairs = pairs, .calls = 1, .samples = 1};
       j.elems -= j.elems % n;
-      double t[100];
-      for (int k = 0; k <= reps; k++) {
-        double t0 = now_us();
-        int rc = shmap_map(mesh, body, &j, 0, NULL, NULL, 0, NULL, NULL);
-        double t1 = now_us();
-        if (rc) {
-          fprintf(stderr, "transport: %s\n", shmap_errmsg());
-          return 1;
+      /* Calls per sample: as mpi_bench, ten times more until a sample
+       * takes a fifth of the target, then enough for the target.  Every
+       * process gets the same times from run(), so all choose alike. */
+      double v[MAXREPS];
+      for (;;) {
+        run(mesh, &j, v);
+        double per = v[0];
+        if (per * j.calls >= target_ms * 1e3 / 5 || j.calls >= 100000) {
+          double want = per > 0 ? target_ms * 1e3 / per : 100000;
+          j.calls = want < 1 ? 1 : want > 1e6 ? 1000000 : (int)want;
+          break;
         }
-        if (k) /* the first map warms up */
-          t[k - 1] = (t1 - t0) / CALLS;
+        j.calls *= 10;
       }
-      qsort(t, (size_t)reps, sizeof t[0], cmp);
+      j.samples = reps;
+      run(mesh, &j, v);
+      qsort(v, (size_t)reps, sizeof v[0], cmp);
+      double med = reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
       if (shmap_process_rank() == 0)
-        printf("op=%s bytes=%zu us=%.1f\n", names[op], sizes[s], t[reps / 2]);
+        printf("op=%s bytes=%zu us=%.1f\n", names[op], sizes[s], med);
     }
   free(pairs);
   shmap_mesh_destroy(mesh);
