@@ -14,7 +14,8 @@ EXTRA_DIST += tests/mpi/run.sh tests/mpi/np1.sh tests/mpi/np2.sh \
 if BUILD_MPI
 check_PROGRAMS += tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \
 	tests/mpi/test_mpi_coll tests/mpi/test_mpi_groups tests/mpi/test_mpi_async \
-	tests/mpi/test_mpi_mismatch tests/mpi/test_mpi_parts tests/mpi/test_mpi_exit
+	tests/mpi/test_mpi_mismatch tests/mpi/test_mpi_parts tests/mpi/test_mpi_exit \
+	tests/mpi/test_mpi_map_prop
 tests_mpi_test_mpi_exit_SOURCES = tests/mpi/test_mpi_exit.c
 tests_mpi_test_mpi_exit_LDADD = src/libshmap.la
 # The randomized mismatch test, built as a plain program over processes.
@@ -39,6 +40,11 @@ tests_mpi_test_mpi_coll_SOURCES = tests/mpi/test_mpi_coll.c tests/refcoll.c \
 	tests/refcoll.h
 tests_mpi_test_mpi_coll_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 tests_mpi_test_mpi_coll_LDADD = src/libshmap.la $(MPI_LIBS)
+# The map property tests over processes, against tests/refmodel.c.
+tests_mpi_test_mpi_map_prop_SOURCES = tests/mpi/test_mpi_map_prop.c \
+	tests/refmodel.c tests/refmodel.h
+tests_mpi_test_mpi_map_prop_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
+tests_mpi_test_mpi_map_prop_LDADD = src/libshmap.la $(MPI_LIBS)
 tests_mpi_test_mpi_level_SOURCES = tests/mpi/test_mpi_level.c
 tests_mpi_test_mpi_level_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 tests_mpi_test_mpi_level_LDADD = src/libshmap.la $(MPI_LIBS)

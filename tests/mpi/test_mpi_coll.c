@@ -7,16 +7,18 @@
  *
  * Every process draws the same random cases from the same seed (SPMD):
  * meshes of 4, 8 or 16 devices (so 1, 2 or 4 processes divide them), the
- * default placement or random process axes, random groups of axes, dtypes,
- * shapes, dimensions, tilings and ppermute pairs, and sequences of one to
- * three collectives.  Each process checks the results of its own devices.
+ * default placement or random process axes, random groups of axes, every
+ * dtype (floats, 16-bit floats, signed and unsigned integers of every
+ * width, bool, complex) with the kinds it allows, in place or out of place,
+ * shapes, dimensions, tilings and ppermute pairs.  Each process checks the results of its own devices.
  * The results of a single process are the model's, so equality with the
  * model is equality with the single-process run.
  *
- * SHMAP_PROP_SEED and SHMAP_PROP_CASES (default 150) override the seed and
+ * SHMAP_PROP_SEED and SHMAP_PROP_CASES (default 250) override the seed and
  * the number of cases.  A plain program: Check would fork after MPI_Init.
  */
 #include <inttypes.h>
+#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,14 +127,46 @@ static int random_pairs(ref_rng *r, int n, int (*pairs)[2])
   return np;
 }
 
-/* Random parameters for one op on blocks of `shape` (may change it). */
+/* Whether the library takes `dt` for one op of `kind` (the model's rules:
+ * pmean of floats and complex only, pmax and pmin of anything but
+ * complex). */
+static int kind_allows(ref_kind kind, shmap_dtype dt)
+{
+  switch (kind) {
+  case RK_PMAX:
+    return ref_reduce_allowed(REF_MAX, dt) == 0;
+  case RK_PMIN:
+    return ref_reduce_allowed(REF_MIN, dt) == 0;
+  case RK_PMEAN:
+    return ref_reduce_allowed(REF_MEAN, dt) == 0;
+  default:
+    return 1;
+  }
+}
+
+/* Random parameters for one op of dtype `dt` on blocks of `shape` (may
+ * change it): any kind the dtype allows, in place or out of place (the
+ * _new form) at random where both exist; a psum of bool is always out of
+ * place (its i32 result does not fit in place). */
 static int random_op(ref_rng *r, const ref_mesh *m, ref_op *op, int rank,
-                     int64_t shape[], int (*pairs)[2], int float_dtype)
+                     int64_t shape[], int (*pairs)[2], shmap_dtype dt)
 {
   memset(op, 0, sizeof *op);
-  op->kind = (ref_kind)ref_rng_int(r, 0, RK_NKINDS - 1);
-  if (op->kind == RK_PMEAN && !float_dtype)
-    op->kind = RK_PSUM;
+  do
+    op->kind = (ref_kind)ref_rng_int(r, 0, RK_NKINDS - 1);
+  while (!kind_allows(op->kind, dt));
+  switch (op->kind) {
+  case RK_PSUM:
+  case RK_PMAX:
+  case RK_PMIN:
+  case RK_PMEAN:
+  case RK_PPERMUTE:
+    op->outplace = ref_rng_int(r, 0, 1) ||
+                   (op->kind == RK_PSUM && dt == SHMAP_BOOL);
+    break;
+  default:
+    break;
+  }
   random_group(r, m, op);
   int n = ref_axis_size(m, op->axes, op->naxes);
   switch (op->kind) {
@@ -178,15 +212,14 @@ static void one_case(ref_rng *r, uint64_t seed, int ci)
   char text[128], pax[128];
   ref_mesh_text(&m, text, sizeof text);
   const char *axes = random_process_axes(r, &m, pax, sizeof pax);
-  shmap_dtype dt = (shmap_dtype)ref_rng_int(r, 0, 3);
+  shmap_dtype dt = ref_dtype_at(ref_rng_int(r, 0, ref_ndtypes() - 1));
   int rank = ref_rng_int(r, 0, 3);
   int64_t shape[SHMAP_MAX_RANK];
   for (int d = 0; d < rank; d++)
     shape[d] = ref_rng_int(r, 1, 4);
   ref_op op;
   int pairs[16][2];
-  while (random_op(r, &m, &op, rank, shape, pairs,
-                   dt == SHMAP_F32 || dt == SHMAP_F64) != 0)
+  while (random_op(r, &m, &op, rank, shape, pairs, dt) != 0)
     rank = 1, shape[0] = 2;
   shmap_block **in = calloc((size_t)m.ndev, sizeof *in);
   shmap_block **want = calloc((size_t)m.ndev, sizeof *want);
@@ -235,6 +268,16 @@ static void one_case(ref_rng *r, uint64_t seed, int ci)
   free(in);
   free(want);
   shmap_mesh_destroy(mesh);
+}
+
+/* After 5 failures in any process, every process stops drawing cases
+ * (together: the processes must keep making the same calls). */
+static int stop_now(void)
+{
+  int mine = failures, most = mine;
+  if (R > 1)
+    MPI_Allreduce(&mine, &most, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return most >= 5;
 }
 
 /* ---- failures on a device of another process --------------------------- */
@@ -306,12 +349,12 @@ int main(void)
   const char *s = getenv("SHMAP_PROP_SEED");
   uint64_t seed = s ? strtoull(s, NULL, 0) : 0x5eedc0de;
   const char *c = getenv("SHMAP_PROP_CASES");
-  int cases = c ? atoi(c) : 150;
+  int cases = c ? atoi(c) : 250;
   if (me == 0)
     printf("test_mpi_coll: %d process%s, seed %" PRIu64 ", %d cases\n", R,
            R == 1 ? "" : "es", seed, cases);
   ref_rng rng = {seed};
-  for (int ci = 0; ci < cases && failures < 5; ci++)
+  for (int ci = 0; ci < cases && !stop_now(); ci++)
     one_case(&rng, seed, ci);
   test_failures();
   if (failures)
