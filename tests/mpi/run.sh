@@ -7,8 +7,10 @@
 #
 # Runs: tests/mpi/test_mpi_proc (placement, maps over processes, host
 # data, a failure on another process's device), tests/mpi/test_mpi_coll
-# (random collectives against the serial model, failures on a device of
-# another process), tests/mpi/test_mpi_parts (resharding, the replication
+# (random collectives of every dtype against the serial model, failures on
+# a device of another process), tests/mpi/test_mpi_map_prop (random maps,
+# resharding and partial-manual and nested maps against the serial model
+# tests/refmodel.c), tests/mpi/test_mpi_parts (resharding, the replication
 # check, sub-meshes, transfers, partial-manual and nested maps over
 # processes, traced and the traces merged), tests/mpi/test_mpi_groups
 # (grouped collectives, pbroadcast, ragged_all_to_all, preduce),
@@ -67,6 +69,8 @@ for sched in threads fibers; do
   fi
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_coll"
   launch "$b/tests/mpi/test_mpi_coll" || { echo "FAIL: test_mpi_coll (np=$np, $sched)"; fail=1; }
+  echo "== np=$np SHMAP_SCHED=$sched: test_mpi_map_prop"
+  launch "$b/tests/mpi/test_mpi_map_prop" || { echo "FAIL: test_mpi_map_prop (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_groups"
   launch "$b/tests/mpi/test_mpi_groups" || { echo "FAIL: test_mpi_groups (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_mismatch"
