@@ -9,7 +9,7 @@
 
 EXTRA_DIST += tests/mpi/run.sh tests/mpi/np1.sh tests/mpi/np2.sh \
 	tests/mpi/np4.sh tests/mpi/netns.sh tests/mpi/check-merged-trace.py \
-	tools/shmap-trace-merge
+	tests/mpi/test_mpi_gdb.sh tools/shmap-trace-merge
 
 if BUILD_MPI
 check_PROGRAMS += tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \
@@ -49,6 +49,8 @@ endif
 
 if HAVE_MPI
 TESTS += tests/mpi/np1.sh tests/mpi/np2.sh tests/mpi/np4.sh
+# gdb attached to one process of two (skipped without gdb or ptrace).
+TESTS += tests/mpi/test_mpi_gdb.sh
 if MPI_OPENMPI
 # Two network namespaces as two hosts (skips where they cannot be made).
 TESTS += tests/mpi/netns.sh
