@@ -14,7 +14,9 @@
 #                           coordinates, the gdb thread running it (or
 #                           "parked", for a fiber no thread runs), and what
 #                           it does, in the watchdog's words ("running its
-#                           body for 1.2 s", "waiting in psum over 'j'")
+#                           body for 1.2 s", "waiting in psum over 'j'");
+#                           under mpirun, a device another process runs as
+#                           "runs in process 1 (host h)"
 #   shmap device DEV [MESH] select device DEV: switch to its thread, or show
 #                           a parked fiber from its saved registers (also
 #                           spelled shmap thread)
@@ -221,6 +223,58 @@ def _map_running(rt):
         return False
 
 
+def _placement(rt):
+    """(this process's rank, owner of each device) of a mesh whose devices
+    run in several processes (under mpirun: the mesh's `place`, see
+    src/proc.h), or None when this process runs them all."""
+    try:
+        p = rt["mesh"]["place"]
+        if _int(p) == 0:
+            return None
+        p = p.dereference()
+        if _int(p["nproc"]) <= 1 or _int(p["owner"]) == 0:
+            return None
+        n = min(_int(rt["mesh"]["ndev"]), _MAX_DEVICES)
+        return _int(p["self"]), [_int(p["owner"][d]) for d in range(n)]
+    except gdb.error:
+        return None
+
+
+def _proc_host(rank):
+    """The host name of process `rank` of the job (the library's table in
+    src/proc.c), or None."""
+    try:
+        objfile, _ = _library_location()
+        cands = []
+        if hasattr(gdb, "lookup_static_symbols"):
+            for name in ("hosts", "self"):
+                cands.append([s for s in gdb.lookup_static_symbols(name)
+                              if s.symtab is not None
+                              and s.symtab.filename.endswith("proc.c")
+                              and (objfile is None
+                                   or s.symtab.objfile == objfile)])
+        if len(cands) == 2 and len(cands[0]) == 1 and len(cands[1]) == 1:
+            hosts, me = cands[0][0].value(), cands[1][0].value()
+        else:
+            hosts = gdb.parse_and_eval("'proc.c'::hosts")
+            me = gdb.parse_and_eval("'proc.c'::self")
+        if _int(hosts) == 0 or not 0 <= rank < _int(me["size"]):
+            return None
+        return _str(hosts[rank]) or None
+    except (gdb.error, RuntimeError, AttributeError, ValueError):
+        return None
+
+
+def _elsewhere(place, d):
+    """For a device another process runs: "runs in process 1 (host h)";
+    None for a device of this process."""
+    if place is None or d >= len(place[1]) or place[1][d] == place[0]:
+        return None
+    r = place[1][d]
+    host = _proc_host(r)
+    return "runs in process %d%s" % (r, " (host %s)" % host if host else "")
+
+
 def _body_function(rt):
     """The symbol of the running map's body, or None."""
     try:
@@ -393,9 +447,12 @@ def _mesh_summary(rt):
         status = "no map yet (device threads not started)"
     elif _map_running(rt):
         devs = rt["devs"]
-        finished = sum(1 for d in range(ndev) if _int(devs[d]["coll"]["finished"]))
-        status = "a map is running (%d of %d bodies returned)" % (finished,
-                                                                  ndev)
+        place = _placement(rt)
+        mine = [d for d in range(ndev)
+                if place is None or _elsewhere(place, d) is None]
+        finished = sum(1 for d in mine if _int(devs[d]["coll"]["finished"]))
+        status = "a map is running (%d of %d bodies%s returned)" % (
+            finished, len(mine), " in this process" if place else "")
         body = _body_function(rt)
         if body is not None:
             loc = ""
@@ -671,7 +728,8 @@ For each device: its number and coordinates, the gdb thread that runs it
 (with the thread's name, d<number>(<coordinates>)), what it does in the
 watchdog's words and since when, and for a device inside a map body the
 body's frame and line.  '*' marks the selected thread.  With MESH, only
-the mesh of that number (see "shmap meshes").
+the mesh of that number (see "shmap meshes").  Under mpirun, a device that
+another process runs is shown as "runs in process P (host H)".
 
 Times are measured from the device's last change of state to now, so they
 include the time the program has been stopped in gdb."""
@@ -753,10 +811,12 @@ include the time the program has been stopped in gdb."""
         mesh = rt["mesh"].dereference()
         axes = _mesh_axes(mesh)
         ndev = min(_int(rt["ndev"]), _MAX_DEVICES)
+        place = _placement(rt)
         if _int(rt["devs"]) == 0:
             for d in range(ndev):
-                gdb.write("  %s: not started yet (no thread)\n"
-                          % _devname(axes, d))
+                gdb.write("  %s: %s\n" % (_devname(axes, d),
+                                          _elsewhere(place, d) or
+                                          "not started yet (no thread)"))
             return
         body = _body_function(rt)
         lib = _library_location()
@@ -765,6 +825,12 @@ include the time the program has been stopped in gdb."""
         rid = _int(rt["id"])
         rows = []
         for d in range(ndev):
+            elsewhere = _elsewhere(place, d)
+            if elsewhere is not None:
+                # Another process runs it: nothing of it here to show.
+                rows.append((" ", _devname(axes, d) + ":", "", "", elsewhere,
+                             ""))
+                continue
             dev = rt["devs"][d]
             what, when = _state_text(rt, dev, now)
             state = _int(dev["dbg"]["state"])
@@ -865,6 +931,10 @@ and continue instead."""
         if not 0 <= d < _int(rt["ndev"]):
             raise ShmapError("mesh #%d has no device %d" % (_int(rt["id"]),
                                                             d))
+        elsewhere = _elsewhere(_placement(rt), d)
+        if elsewhere is not None:
+            raise ShmapError("device %d %s: attach gdb to that process to "
+                             "see it" % (d, elsewhere))
         dev = rt["devs"][d]
         _release_view()
         if not _is_fibers(rt):

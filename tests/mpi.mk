@@ -9,15 +9,17 @@
 
 EXTRA_DIST += tests/mpi/run.sh tests/mpi/np1.sh tests/mpi/np2.sh \
 	tests/mpi/np4.sh tests/mpi/netns.sh tests/mpi/check-merged-trace.py \
-	tools/shmap-trace-merge
+	tests/mpi/test_mpi_gdb.sh tools/shmap-trace-merge
 
 if BUILD_MPI
 check_PROGRAMS += tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \
 	tests/mpi/test_mpi_coll tests/mpi/test_mpi_groups tests/mpi/test_mpi_async \
 	tests/mpi/test_mpi_mismatch tests/mpi/test_mpi_parts tests/mpi/test_mpi_exit \
-	tests/mpi/test_mpi_map_prop
+	tests/mpi/test_mpi_map_prop tests/mpi/test_mpi_watchdog
 tests_mpi_test_mpi_exit_SOURCES = tests/mpi/test_mpi_exit.c
 tests_mpi_test_mpi_exit_LDADD = src/libshmap.la
+tests_mpi_test_mpi_watchdog_SOURCES = tests/mpi/test_mpi_watchdog.c
+tests_mpi_test_mpi_watchdog_LDADD = src/libshmap.la
 # The randomized mismatch test, built as a plain program over processes.
 tests_mpi_test_mpi_mismatch_SOURCES = tests/test_reliability_mismatch.c
 tests_mpi_test_mpi_mismatch_CPPFLAGS = $(AM_CPPFLAGS) -DMISMATCH_OVER_PROCESSES
@@ -52,6 +54,8 @@ endif
 
 if HAVE_MPI
 TESTS += tests/mpi/np1.sh tests/mpi/np2.sh tests/mpi/np4.sh
+# gdb attached to one process of two (skipped without gdb or ptrace).
+TESTS += tests/mpi/test_mpi_gdb.sh
 if MPI_OPENMPI
 # Two network namespaces as two hosts (skips where they cannot be made).
 TESTS += tests/mpi/netns.sh

@@ -154,6 +154,26 @@ SHMAP_EXTERN int shmap_set_watchdog(double seconds)
   return 0;
 }
 
+/* Under MPI, for a device another process runs: its name without the
+ * process (" on process 1 (host h)") in name[], and "runs in process 1
+ * (host h)" in what[]; false for a device of this process. */
+static bool elsewhere(const shmap_mesh *mesh, int d, char *name, size_t nn,
+                      char *what, size_t nw)
+{
+  if (shmap__dev_local(mesh, d))
+    return false;
+  char where[128];
+  shmap__proc_suffix(mesh, d, where, sizeof where);
+  shmap__mesh_devname(mesh, d, name, nn);
+  size_t len = strlen(name), wl = strlen(where);
+  if (wl && len >= wl && strcmp(name + len - wl, where) == 0)
+    name[len - wl] = '\0';
+  const char *on = " on ";
+  snprintf(what, nw, "runs in %s",
+           strncmp(where, on, 4) == 0 ? where + 4 : "another process");
+  return true;
+}
+
 /* Fiber mode: a device keeps its worker until it calls a collective (or
  * returns), so a body that waits for another device by other means (a
  * flag, a barrier) never ends when that device shares its worker and no
@@ -181,6 +201,10 @@ static void stuck_fiber_hint(const shmap__runtime *rt, uint64_t now, FILE *out)
   for (int d = w->first; d < w->first + w->count; d++) {
     const shmap__dev *dev = &rt->devs[d];
     int state = atomic_load(&dev->dbg.state);
+    /* Under MPI a worker's range also holds devices other processes run,
+     * which take no turn here. */
+    if (!shmap__dev_local(rt->mesh, d))
+      continue;
     if (d == longest || state == SHMAP__ST_DONE ||
         state == SHMAP__ST_REPLICA ||
         (state == SHMAP__ST_PARKED && atomic_load(&dev->coll.finished)))
@@ -211,16 +235,26 @@ void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out_)
     shmap__cat(axes, sizeof axes, "%s%s=%d", a ? ", " : "", mesh->names[a],
                mesh->sizes[a]);
   uint64_t now = shmap__now();
+  /* Under MPI each process reports its own devices: say which one. */
+  char self[128] = "";
+  if (mesh->place && mesh->place->nproc > 1)
+    snprintf(self, sizeof self, " in process %d (host %s)", mesh->place->self,
+             shmap__proc_self()->host);
   flockfile(out);
-  fprintf(out, "shmap watchdog: a map on mesh %s has run for %.1f s; devices:\n",
-          axes, (double)running_ns / 1e9);
+  fprintf(out, "shmap watchdog: a map on mesh %s has run for %.1f s%s; "
+               "devices:\n", axes, (double)running_ns / 1e9, self);
   for (int d = 0; d < rt->ndev; d++) {
     const shmap__dev *dev = &rt->devs[d];
+    char name[480], what[420];
+    if (elsewhere(mesh, d, name, sizeof name, what, sizeof what)) {
+      /* Its state here says nothing: its own process reports it. */
+      fprintf(out, "  %s: %s\n", name, what);
+      continue;
+    }
     int state = atomic_load_explicit(&dev->dbg.state, memory_order_acquire);
     uint64_t since = atomic_load_explicit(&dev->dbg.since, memory_order_relaxed);
     uint64_t op = atomic_load_explicit(&dev->dbg.op, memory_order_relaxed);
     double secs = since && now > since ? (double)(now - since) / 1e9 : 0;
-    char name[480], what[420];
     shmap__mesh_devname(mesh, d, name, sizeof name);
     size_t len = strlen(name);
     shmap__nest_format(mesh, atomic_load_explicit(&dev->dbg.nest,
