@@ -8,8 +8,7 @@
 # MPI process must not fork.
 
 EXTRA_DIST += tests/mpi/run.sh tests/mpi/np1.sh tests/mpi/np2.sh \
-	tests/mpi/np4.sh tests/mpi/netns.sh tests/mpi/check-merged-trace.py \
-	tools/shmap-trace-merge
+	tests/mpi/np4.sh tests/mpi/netns.sh tests/mpi/check-merged-trace.py
 
 if BUILD_MPI
 check_PROGRAMS += tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \
