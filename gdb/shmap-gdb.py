@@ -988,6 +988,27 @@ before the program resumes, is killed or detached, and before gdb exits."""
         _run(_release_view)
 
 
+def _thread_key(th):
+    """The pthread_t of gdb thread th (the selected one), or None.  A remote
+    target (gdbserver) tells a new thread's handle and name only with its
+    next thread list, after a breakpoint condition has been tested in it;
+    on x86-64 glibc a pthread_t is the thread's fs_base, which is known."""
+    try:
+        h = th.handle()
+        if h:
+            return int.from_bytes(bytes(h), sys.byteorder)
+    except (gdb.error, RuntimeError, AttributeError, TypeError, ValueError):
+        pass
+    try:
+        arch = gdb.selected_frame().architecture().name()
+        if "x86-64" in arch:
+            fs = int(gdb.selected_frame().read_register("fs_base"))
+            return fs & 0xFFFFFFFFFFFFFFFF or None
+    except (gdb.error, RuntimeError, AttributeError, TypeError, ValueError):
+        pass
+    return None
+
+
 class ShmapDeviceFunction(gdb.Function):
     """$shmap_device() - the libshmap device number of the selected thread
 (in fiber mode: of the device that thread runs, or of the parked device
@@ -1010,8 +1031,7 @@ one device without calling into the program:
                 if hit is not None:
                     return hit[1]
             if _Cache.handles:
-                h = th.handle()
-                key = int.from_bytes(bytes(h), sys.byteorder) if h else None
+                key = _thread_key(th)
                 if key in _Cache.handles:
                     return _Cache.handles[key]
             # Without a usable handle, the thread's name.

@@ -1,14 +1,14 @@
 # SPDX-License-Identifier: MIT
 # man fragment, included by the top Makefile.am
 #
-# The source pages, man/<name>.3 and man/<name>.7, are listed in
+# The source pages, man/<name>.1, man/<name>.3 and man/<name>.7, are listed in
 # SHMAP_MAN_PAGES (not dist_man_MANS): every public function has a page of
 # its own or is listed in the NAME section of a shared page.  The pages are
 # written without a version and without ".so" links, so "man -l man/<name>.3"
 # reads each of them from the source tree.  The build makes the installed
-# pages in man/gen/man3 and man/gen/man7 (man/build-man.sh): the version
-# from configure.ac in each .TH line, and a ".so" link page for every other
-# name of a shared page.
+# pages in man/gen/man1, man/gen/man3 and man/gen/man7 (man/build-man.sh):
+# the version from configure.ac in each .TH line, and a ".so" link page for
+# every other name of a shared page.
 # tests/check-man.sh checks the pages and this list; tests/check-man-examples.sh
 # compiles and runs every page's EXAMPLE program.
 SHMAP_MAN_PAGES =
@@ -19,8 +19,8 @@ SHMAP_MAN_PAGES += man/shmap_ppermute_start.3 man/shmap_wait.3
 # Overview, and debugging.
 SHMAP_MAN_PAGES += man/shmap.7 man/shmap-debugging.7
 
-# Processes (MPI).
-SHMAP_MAN_PAGES += man/shmap-mpi.7 \
+# Processes (MPI), and the merger of their traces.
+SHMAP_MAN_PAGES += man/shmap-mpi.7 man/shmap-trace-merge.1 \
 	man/shmap_process_rank.3 \
 	man/shmap_mesh_set_process_axes.3 \
 	man/shmap_array_to_host_local.3

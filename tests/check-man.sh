@@ -6,7 +6,7 @@
 #     installs ".so" links for the other names of a shared page; man/ holds
 #     no link pages, so that "man -l" reads every page from the source
 #     tree);
-#  2. every page in man/ is listed in SHMAP_MAN_PAGES in man/local.mk (so
+#  2. every page in man/ (sections 1, 3 and 7) is listed in SHMAP_MAN_PAGES in man/local.mk (so
 #     that "make dist" ships it and "make install" installs it), and every
 #     page listed there exists;
 #  3. every page's .TH line names the source as "libshmap", without a
@@ -101,7 +101,7 @@ if test -n "$missing"; then
 fi
 
 # No ".so" link pages in man/: the build makes them from NAME sections.
-for page in "$mandir"/*.[37]; do
+for page in "$mandir"/*.[137]; do
   test -f "$page" || continue
   case $(sed -n '1{p;q;}' "$page") in
     .so\ *)
@@ -132,7 +132,7 @@ awk '
     if (!cont) on = 0
   }' "$mk" | sort -u > "$tmp/listed"
 
-(cd "$mandir" && ls) | grep '\.[37]$' | sed 's|^|man/|' | sort > "$tmp/pages"
+(cd "$mandir" && ls) | grep '\.[137]$' | sed 's|^|man/|' | sort > "$tmp/pages"
 unlisted=$(comm -23 "$tmp/pages" "$tmp/listed")
 if test -n "$unlisted"; then
   fail "pages not listed in SHMAP_MAN_PAGES in man/local.mk:"
@@ -159,6 +159,7 @@ for p in $(cat "$tmp/pages"); do
   esac
   case $p in
     *.3) want="NAME SYNOPSIS DESCRIPTION RETURN_VALUE SEE_ALSO" ;;
+    *.1) want="NAME SYNOPSIS DESCRIPTION EXIT_STATUS SEE_ALSO" ;;
     *) want="NAME DESCRIPTION SEE_ALSO" ;;
   esac
   for sec in $want; do

@@ -117,6 +117,33 @@ else
   echo "test_install: gdb with Python not found: auto-loading not tried"
 fi
 
+# The trace merger: in bindir, executable, with its page in man1; with
+# python3 at hand, it runs and merges a trace of two processes.
+merge=$(var exec_prefix)/bin/shmap-trace-merge
+if ! test -x "$merge"; then
+  fail "shmap-trace-merge is not installed in the bindir (${merge#$dest})"
+elif command -v python3 >/dev/null 2>&1; then
+  "$merge" --help > "$tmp/merge-help.out" 2>&1 &&
+    grep '^Usage: shmap-trace-merge' "$tmp/merge-help.out" >/dev/null ||
+    { fail "shmap-trace-merge --help:"; sed 's/^/  /' "$tmp/merge-help.out"; }
+  for r in 0 1; do
+    printf '{"otherData":{"shmap_nproc":2,"shmap_rank":%d,"shmap_host":"h","shmap_clock0_ns":%d,"shmap_wall0_ns":%d},"traceEvents":[{"name":"body","ph":"X","pid":1,"tid":1,"ts":1.5,"dur":2}]}\n' \
+      $r $((1000000 + r * 3000)) $((5000000 + r * 3000)) > "$tmp/t.json.$r"
+  done
+  if "$merge" "$tmp/merged.json" "$tmp/t.json" > "$tmp/merge.out" 2>&1; then
+    # rank 1 started 3 us after rank 0: its slice moves by 3 us.
+    python3 -c 'import json, sys; e = [x["ts"] for x in json.load(open(sys.argv[1]))["traceEvents"]]; sys.exit(e != [1.5, 4.5])' "$tmp/merged.json" ||
+      fail "shmap-trace-merge merged two traces into: $(cat "$tmp/merged.json")"
+  else
+    fail "shmap-trace-merge failed:"; sed 's/^/  /' "$tmp/merge.out"
+  fi
+else
+  echo "test_install: python3 not found: shmap-trace-merge not run"
+fi
+if test -n "$man3" && ! test -f "${man3%/man3}/man1/shmap-trace-merge.1"; then
+  fail "man1/shmap-trace-merge.1 is not installed"
+fi
+
 # ---- linking as a user does ------------------------------------------------
 prog=$top_srcdir/tests/version_prog.c
 ccs=
