@@ -7,7 +7,7 @@
 # test programs are plain programs, not Check suites: Check forks, and an
 # MPI process must not fork.
 
-EXTRA_DIST += tests/mpi/run.sh tests/mpi/np1.sh tests/mpi/np2.sh \
+EXTRA_DIST += tests/mpi/run.sh tests/mpi/examples.sh tests/mpi/np1.sh tests/mpi/np2.sh \
 	tests/mpi/np4.sh tests/mpi/netns.sh tests/mpi/check-merged-trace.py \
 	tests/mpi/test_mpi_gdb.sh
 

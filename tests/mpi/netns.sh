@@ -1,9 +1,9 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# netns.sh - the MPI tests across "hosts": two network namespaces joined by
-# a veth pair, Open MPI's TCP transport between them, and mpirun starting
-# the ranks of the second namespace through a launch agent that enters it
-# (ip netns exec) instead of ssh.
+# netns.sh - the MPI tests and every example across "hosts": two network
+# namespaces joined by a veth pair, Open MPI's TCP transport between them,
+# and mpirun starting the ranks of the second namespace through a launch
+# agent that enters it (ip netns exec) instead of ssh.
 #
 #   tests/mpi/netns.sh [BUILDDIR]
 #
@@ -77,6 +77,13 @@ run() { # NP PROGRAM [ARGS]: ranks split evenly over the two namespaces
     -x SHMAP_SCHED -x SHMAP_PROP_CASES "$@"
 }
 
+# The examples, as tests/mpi/run.sh runs them (examples.sh), with the
+# ranks over the two namespaces.
+tmp=$work
+s=$(cd "$(dirname "$0")/../.." && pwd)
+. "$s/tests/mpi/examples.sh"
+run_np() { run "$np" "$@"; }
+
 # Remote ranks get only the variables passed with -x: every process must
 # run the same cases.
 export SHMAP_PROP_CASES=40
@@ -93,14 +100,8 @@ for np in 2 4; do
     run "$np" "$b/tests/mpi/test_mpi_proc" || { echo "FAIL: test_mpi_proc"; fail=1; }
     echo "== two namespaces, np=$np, SHMAP_SCHED=$sched: test_mpi_coll"
     run "$np" "$b/tests/mpi/test_mpi_coll" || { echo "FAIL: test_mpi_coll"; fail=1; }
-    echo "== two namespaces, np=$np, SHMAP_SCHED=$sched: 09_processes"
-    single=$("$b/examples/09_processes") || fail=1
-    many=$(run "$np" "$b/examples/09_processes") || { echo "FAIL: 09_processes"; fail=1; }
-    if [ "$single" != "$many" ]; then
-      echo "FAIL: 09_processes printed differently across namespaces:"
-      echo "$single"; echo "---"; echo "$many"
-      fail=1
-    fi
+    echo "== two namespaces, np=$np, SHMAP_SCHED=$sched: every example"
+    run_examples "$np" "$sched" run_np
   done
 done
 exit $fail
