@@ -36,9 +36,11 @@ static char init_msg[SHMAP__MSG_MAX];
 static uv_once_t init_once = UV_ONCE_INIT;
 /* Every process's host name (size entries of 64 bytes) under MPI. */
 static char (*hosts)[64];
+#ifdef SHMAP_HAVE_MPI
 /* Per process: 0, or 1 + the number of library calls it had agreed on when
  * it said goodbye (see "Library calls"). */
 static _Atomic uint64_t *byes;
+#endif
 
 #ifdef SHMAP_HAVE_MPI
 static MPI_Comm comm = MPI_COMM_NULL;
