@@ -403,6 +403,17 @@ static _Atomic int maps_running;
 
 void shmap__proc_map_running(int delta) { atomic_fetch_add(&maps_running, delta); }
 
+/* After a message on stderr: the launcher forwards a process's output
+ * through a pipe, and MPICH's tears the job down on MPI_Abort before it
+ * has read the last lines; a moment first keeps the message. */
+static void abort_job(void)
+{
+  fflush(stderr);
+  struct timespec ts = {0, 200000000};
+  nanosleep(&ts, NULL);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
 static void exit_in_map(void)
 {
   int fin = 0;
@@ -413,8 +424,7 @@ static void exit_in_map(void)
           "libshmap: process %d (host %s) exits while a map runs; the other "
           "processes' devices would wait for its devices: aborting the job\n",
           self.rank, self.host);
-  fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 1);
+  abort_job();
 }
 
 static void take_byes(void);
@@ -489,8 +499,7 @@ static void check_byes(void)
             "process must make the same library calls; see shmap-mpi(7))\n",
             p, host_of(p), (unsigned long long)(b - 1), self.rank, self.host,
             op ? op : "a library call", (unsigned long long)cur);
-    fflush(stderr);
-    MPI_Abort(MPI_COMM_WORLD, 1);
+    abort_job();
   }
 }
 
