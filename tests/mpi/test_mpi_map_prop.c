@@ -43,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "mpiutil.h"
 #include <shmap.h>
 
 #include "../refmodel.h"
@@ -71,20 +72,9 @@ static unsigned dtypes_seen;
     }                                                                         \
   } while (0)
 
-/* Whether every process has the same text. */
 static int same_everywhere(const char *text)
 {
-  if (R == 1)
-    return 1;
-  char mine[1024] = {0}, *all = calloc((size_t)R, sizeof mine);
-  snprintf(mine, sizeof mine, "%s", text);
-  MPI_Allgather(mine, sizeof mine, MPI_CHAR, all, sizeof mine, MPI_CHAR,
-                MPI_COMM_WORLD);
-  int same = 1;
-  for (int r = 0; r < R; r++)
-    same &= memcmp(all + (size_t)r * sizeof mine, mine, sizeof mine) == 0;
-  free(all);
-  return same;
+  return same_everywhere_of(R, text);
 }
 
 /* The outcome of a library call: the same in every process. */

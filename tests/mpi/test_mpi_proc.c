@@ -11,6 +11,7 @@
  * process must not fork after initialising MPI.  Every process prints its
  * failures; the exit status is non-zero on any.
  */
+#include "mpiutil.h"
 #include <shmap.h>
 
 #include <mpi.h>
@@ -40,20 +41,9 @@ static int R, me;
 
 static char host[64];
 
-/* Whether every process has the same text (MPI must be initialised). */
 static int same_everywhere(const char *text)
 {
-  if (R == 1)
-    return 1;
-  char mine[1024] = {0}, *all = calloc((size_t)R, sizeof mine);
-  snprintf(mine, sizeof mine, "%s", text);
-  MPI_Allgather(mine, sizeof mine, MPI_CHAR, all, sizeof mine, MPI_CHAR,
-                MPI_COMM_WORLD);
-  int same = 1;
-  for (int r = 0; r < R; r++)
-    same &= memcmp(all + (size_t)r * sizeof mine, mine, sizeof mine) == 0;
-  free(all);
-  return same;
+  return same_everywhere_of(R, text);
 }
 
 /* ---- placement --------------------------------------------------------- */
