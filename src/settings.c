@@ -19,7 +19,7 @@
 /* The last bad value reported per variable; a leaf lock (see the lock
  * order in runtime/debug.c). */
 enum { V_SCHED, V_WORKERS, V_SPIN, V_STACK, V_WATCHDOG, V_SIMD, V_ASYNC,
-       V_HUGE, V_COUNT };
+       V_HUGE, V_MEMBARRIER, V_COUNT };
 static pthread_mutex_t settings_lock = PTHREAD_MUTEX_INITIALIZER;
 static char reported[V_COUNT][64];
 
@@ -209,4 +209,9 @@ bool shmap__setting_async_check(void)
 bool shmap__setting_hugepages(void)
 {
   return setting_switch(V_HUGE, "SHMAP_HUGEPAGES", true);
+}
+
+bool shmap__setting_membarrier(void)
+{
+  return setting_switch(V_MEMBARRIER, "SHMAP_MEMBARRIER", true);
 }

@@ -47,6 +47,10 @@ bool shmap__setting_async_check(void);
 /* SHMAP_HUGEPAGES: 0 or 1 (the default): ask for transparent huge pages
  * for allocations of 2 MiB and more (alloc.c). */
 bool shmap__setting_hugepages(void);
+/* SHMAP_MEMBARRIER: 0 or 1 (the default): publish without a full fence
+ * where the kernel has membarrier(2) (runtime/sched.h).  Read once per
+ * process, at its first mesh. */
+bool shmap__setting_membarrier(void);
 
 /* Parsers, for the unit tests: true and *out set when `text` is valid. */
 bool shmap__parse_size(const char *text, size_t *out);

@@ -14,6 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#ifdef __linux__
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#endif
+
 #include "runtime/runtime.h"
 #include "settings.h"
 #include "testutil.h"
@@ -291,6 +296,93 @@ START_TEST(test_hugepages)
 }
 END_TEST
 
+/* ---- publishing fences (SHMAP_MEMBARRIER) ---------------------------------- */
+
+/* Small psums over groups of 3 (every member folds) and of 12 (one leader,
+ * or in fiber mode a chain of sub-leaders on 3 workers), with every wait
+ * sleeping at once (SHMAP_SPIN=0): a wake-up lost between a publisher's
+ * store and a sleeper's last look would hang the map (and the test's
+ * timeout would fail it). */
+static int body_sleepy(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  int i = shmap_axis_index(ctx, "i"), j = shmap_axis_index(ctx, "j");
+  for (int t = 0; t < 300; t++) {
+    float v = (float)(i * 3 + j + t);
+    shmap_block b = {&v, SHMAP_F32, 0, {0}};
+    bool all = t % 2;
+    int rc = shmap_psum(ctx, &b, all ? "i, j" : "j");
+    if (rc)
+      return rc;
+    float want = all ? (float)(66 + 12 * t) : (float)(3 * (i * 3 + t) + 3);
+    if (v != want)
+      return shmap_fail(ctx, "call %d: psum gave %g, not %g", t, (double)v,
+                        (double)want);
+  }
+  return 0;
+}
+
+static void sleepy_maps(void)
+{
+  ck_assert_int_eq(setenv("SHMAP_SPIN", "0", 1), 0);
+  ck_assert_int_eq(setenv("SHMAP_WORKERS", "3", 1), 0);
+  static const char *const modes[2] = {"threads", "fibers"};
+  for (int k = 0; k < 2; k++) {
+    ck_assert_int_eq(setenv("SHMAP_SCHED", modes[k], 1), 0);
+    shmap_mesh *m = tu_mesh_new("i=4, j=3");
+    tu_map_ok(shmap_map(m, body_sleepy, NULL, 0, NULL, NULL, 0, NULL, NULL),
+              modes[k]);
+    shmap_mesh_destroy(m);
+  }
+  unsetenv("SHMAP_SPIN");
+  unsetenv("SHMAP_WORKERS");
+  unsetenv("SHMAP_SCHED");
+}
+
+/* Whether this kernel lets the process use private expedited membarriers. */
+static bool kernel_membarrier(void)
+{
+#if defined(__linux__) && defined(SYS_membarrier)
+  long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  return cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED);
+#else
+  return false;
+#endif
+}
+
+/* Each case runs in a process of its own (check forks), and the setting
+ * is read once per process, at the first mesh. */
+START_TEST(test_membarrier_default)
+{
+  unsetenv("SHMAP_MEMBARRIER");
+  sleepy_maps();
+  /* Light fences only where the kernel has them. */
+  ck_assert(!shmap__fence_light || kernel_membarrier());
+}
+END_TEST
+
+START_TEST(test_membarrier_off)
+{
+  ck_assert_int_eq(setenv("SHMAP_MEMBARRIER", "0", 1), 0);
+  sleepy_maps();
+  ck_assert(!shmap__fence_light);
+  unsetenv("SHMAP_MEMBARRIER");
+}
+END_TEST
+
+START_TEST(test_membarrier_bad)
+{
+  ck_assert_int_eq(setenv("SHMAP_MEMBARRIER", "yes", 1), 0);
+  capture_start();
+  sleepy_maps();
+  char *out = capture_end();
+  expect_once(out, "shmap: SHMAP_MEMBARRIER=\"yes\" is not valid (accepted: "
+                   "0, 1); using 1\n");
+  free(out);
+  unsetenv("SHMAP_MEMBARRIER");
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("reliability_settings");
@@ -304,6 +396,9 @@ int main(void)
   tcase_add_test(tc, test_bad_watchdog);
   tcase_add_test(tc, test_auto_sched);
   tcase_add_test(tc, test_hugepages);
+  tcase_add_test(tc, test_membarrier_default);
+  tcase_add_test(tc, test_membarrier_off);
+  tcase_add_test(tc, test_membarrier_bad);
   suite_add_tcase(s, tc);
   return tu_run_suite(s);
 }

@@ -12,9 +12,11 @@
  * rank order (with values whose sums round, so the order shows).  Groups
  * of more than 4 members, where only rank 0 folds and the others copy
  * its result, get the same checks, and mismatches and a member leaving
- * there are reported with the usual messages.  all_gather and
- * psum_scatter of a few hundred bytes take the same path.  Every case
- * runs in both scheduling modes.
+ * there are reported with the usual messages; so are groups spread over
+ * several workers in fiber mode, which fold through a chain of
+ * sub-leaders (2, 3 and 7 workers).  all_gather and psum_scatter of a few
+ * hundred bytes take the same path.  Every case runs in both scheduling
+ * modes.
  */
 #include "testutil.h"
 
@@ -278,14 +280,14 @@ END_TEST
 
 /* A member of a group of 100 leaves in the middle of a loop: everyone is
  * released, and the map names it. */
-static int body_large_leave(shmap_ctx *ctx, void *arg)
+static int body_leave_at(shmap_ctx *ctx, void *arg)
 {
-  (void)arg;
+  const int *leaver = arg;
   int d = shmap_ctx_device(ctx);
   float x[8] = {0};
   shmap_block b = {x, SHMAP_F32, 1, {8}};
   for (int t = 0; t < 20; t++) {
-    if (d == 77 && t == 9)
+    if (d == *leaver && t == 9)
       return 0;
     int rc = shmap_psum(ctx, &b, "i");
     if (rc)
@@ -298,8 +300,9 @@ START_TEST(t_large_leave)
 {
   ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
   shmap_mesh *mesh = tu_mesh_new("i=100");
-  int rc = shmap_map(mesh, body_large_leave, NULL, 0, NULL, NULL, 0, NULL,
-                     NULL);
+  static const int leaver = 77;
+  int rc = shmap_map(mesh, body_leave_at, (void *)&leaver, 0, NULL, NULL, 0,
+                     NULL, NULL);
   ck_assert_msg(rc == SHMAP_EMISMATCH, "%d (%s): %s", rc, shmap_strerror(rc),
                 shmap_errmsg());
   ck_assert_msg(strstr(shmap_errmsg(), "device 77") &&
@@ -590,6 +593,177 @@ START_TEST(t_scatter_mismatch)
 }
 END_TEST
 
+/*
+ * Two levels: in fiber mode a group spread over several workers folds
+ * through a chain of sub-leaders, one per worker (see shm.c).  With 2, 3
+ * and 7 workers (chains of 2 to 7 links; a worker's range of devices may
+ * end inside a row), groups over the whole mesh, its rows and its columns
+ * reduce f32, f64 and i64 with psum, pmax and pmin, and f32 with
+ * psum_scatter.  Axes named in the mesh's order chain; named the other
+ * way ("j, i") the ranks do not follow the workers and one leader folds.
+ * Every result is the serial left fold in rank order, bit for bit.
+ */
+typedef struct carg {
+  int ni, nj;
+  _Atomic int bad;
+} carg;
+
+/* Member (a, c)'s term e of step t, as a double: its sums round. */
+static double cterm(int a, int c, int t, int e)
+{
+  return 1.0 / (double)(1 + a * 7 + c * 3 + t + e) + (double)(a + c) * 1e9;
+}
+
+static int body_chain(shmap_ctx *ctx, void *arg)
+{
+  carg *ca = arg;
+  int i = shmap_axis_index(ctx, "i"), j = shmap_axis_index(ctx, "j");
+  static const char *const axes_of[4] = {"i, j", "j", "i", "j, i"};
+  for (int t = 0; t < 48; t++) {
+    const char *axes = axes_of[t % 4];
+    int op = t / 4 % 4; /* psum, pmax, pmin, psum_scatter */
+    shmap_dtype dt = op == 3 ? SHMAP_F32
+                     : t / 16 % 3 == 0 ? SHMAP_F32
+                     : t / 16 % 3 == 1 ? SHMAP_F64
+                                      : SHMAP_I64;
+    /* The group's members (a, c) in rank order, and this device's rank. */
+    int n = 0, me = 0, mem[200][2];
+    bool jmajor = t % 4 == 3;
+    for (int o = 0; o < (jmajor ? ca->nj : ca->ni); o++)
+      for (int q = 0; q < (jmajor ? ca->ni : ca->nj); q++) {
+        int a = jmajor ? q : o, c = jmajor ? o : q;
+        if ((t % 4 == 1 && a != i) || (t % 4 == 2 && c != j))
+          continue;
+        if (a == i && c == j)
+          me = n;
+        mem[n][0] = a;
+        mem[n++][1] = c;
+      }
+    int len = op == 3 ? n : 24;
+    if (op == 3 && n * 4 > 512)
+      len = 0; /* too large for the small path: skip */
+    if (!len)
+      continue;
+    double xd[200];
+    float xf[200];
+    int64_t xi[200];
+    void *data = dt == SHMAP_F32 ? (void *)xf
+                 : dt == SHMAP_F64 ? (void *)xd
+                                   : (void *)xi;
+    for (int e = 0; e < len; e++) {
+      double v = cterm(i, j, t, e);
+      xd[e] = v;
+      xf[e] = (float)v;
+      xi[e] = (int64_t)(v * 1e3) * (e % 2 ? -1 : 1);
+    }
+    shmap_block b = {data, dt, 1, {len}};
+    shmap_block *out = NULL;
+    int rc = op == 0   ? shmap_psum(ctx, &b, axes)
+             : op == 1 ? shmap_pmax(ctx, &b, axes)
+             : op == 2 ? shmap_pmin(ctx, &b, axes)
+                       : shmap_psum_scatter(ctx, &b, axes, 0, 1, &out);
+    if (rc)
+      return rc;
+    int lo = op == 3 ? me : 0, hi = op == 3 ? me + 1 : len;
+    for (int e = lo; e < hi; e++) {
+      double ad = 0;
+      float af = 0;
+      int64_t ai = 0;
+      for (int r = 0; r < n; r++) {
+        double v = cterm(mem[r][0], mem[r][1], t, e);
+        float vf = (float)v;
+        int64_t vi = (int64_t)(v * 1e3) * (e % 2 ? -1 : 1);
+        if (r == 0) {
+          ad = v, af = vf, ai = vi;
+        } else if (op == 0 || op == 3) {
+          ad += v, af += vf, ai += vi;
+        } else if (op == 1) {
+          ad = v > ad ? v : ad, af = vf > af ? vf : af, ai = vi > ai ? vi : ai;
+        } else {
+          ad = v < ad ? v : ad, af = vf < af ? vf : af, ai = vi < ai ? vi : ai;
+        }
+      }
+      const void *got = op == 3 ? (const float *)out->data + (e - lo)
+                        : dt == SHMAP_F32 ? (const void *)&xf[e]
+                        : dt == SHMAP_F64 ? (const void *)&xd[e]
+                                          : (const void *)&xi[e];
+      const void *want = dt == SHMAP_F32   ? (const void *)&af
+                         : dt == SHMAP_F64 ? (const void *)&ad
+                                           : (const void *)&ai;
+      if (memcmp(got, want, shmap_dtype_size(dt)) != 0) {
+        atomic_fetch_add(&ca->bad, 1);
+        break;
+      }
+    }
+    if (out && (rc = shmap_block_free(ctx, out)))
+      return rc;
+  }
+  return 0;
+}
+
+START_TEST(t_chain)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  static const int shapes[][2] = {{72, 2}, {2, 70}, {9, 11}};
+  static const char *const workers[] = {"2", "3", "7"};
+  for (size_t w = 0; w < 3; w++) {
+    ck_assert_int_eq(setenv("SHMAP_WORKERS", workers[w], 1), 0);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+      char text[32];
+      snprintf(text, sizeof text, "i=%d, j=%d", shapes[s][0], shapes[s][1]);
+      shmap_mesh *mesh = tu_mesh_new(text);
+      carg ca = {.ni = shapes[s][0], .nj = shapes[s][1]};
+      tu_map_ok(shmap_map(mesh, body_chain, &ca, 0, NULL, NULL, 0, NULL, NULL),
+                text);
+      ck_assert_msg(ca.bad == 0, "%s (%s, %s workers): %d wrong results", text,
+                    modes[_i], workers[w], (int)ca.bad);
+      shmap_mesh_destroy(mesh);
+    }
+  }
+  ck_assert_int_eq(unsetenv("SHMAP_WORKERS"), 0);
+}
+END_TEST
+
+/* In chains of 3 (i=100 over 3 workers: devices 0-32, 33-65, 66-99, whose
+ * first devices are the sub-leaders), a device makes another call #3: the
+ * first, middle and last sub-leader, or a member on the middle or the last
+ * worker.  The mismatch names it.  Then a sub-leader or a member leaves its
+ * body: everyone is released, and the map names it. */
+START_TEST(t_chain_mismatch)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  ck_assert_int_eq(setenv("SHMAP_WORKERS", "3", 1), 0);
+  shmap_mesh *mesh = tu_mesh_new("i=100");
+  static const int odds[] = {0, 33, 66, 40, 99};
+  for (size_t k = 0; k < sizeof odds / sizeof odds[0]; k++) {
+    int rc = shmap_map(mesh, body_large_mismatch, (void *)&odds[k], 0, NULL,
+                       NULL, 0, NULL, NULL);
+    ck_assert_msg(rc == SHMAP_EMISMATCH, "%d (%s): %s", rc,
+                  shmap_strerror(rc), shmap_errmsg());
+    char dev[32];
+    snprintf(dev, sizeof dev, "device %d ", odds[k]);
+    const char *m = shmap_errmsg();
+    ck_assert_msg(strstr(m, "#3") && strstr(m, dev) && strstr(m, "f32[6]") &&
+                      strstr(m, "f32[8]") && strstr(m, "differs"),
+                  "device %d: message: %s", odds[k], m);
+  }
+  static const int leavers[] = {33, 66, 50};
+  for (size_t k = 0; k < sizeof leavers / sizeof leavers[0]; k++) {
+    int rc = shmap_map(mesh, body_leave_at, (void *)&leavers[k], 0, NULL,
+                       NULL, 0, NULL, NULL);
+    ck_assert_msg(rc == SHMAP_EMISMATCH, "%d (%s): %s", rc,
+                  shmap_strerror(rc), shmap_errmsg());
+    char dev[32];
+    snprintf(dev, sizeof dev, "device %d ", leavers[k]);
+    ck_assert_msg(strstr(shmap_errmsg(), dev) &&
+                      strstr(shmap_errmsg(), "returned from its body after 9"),
+                  "device %d: message: %s", leavers[k], shmap_errmsg());
+  }
+  shmap_mesh_destroy(mesh);
+  ck_assert_int_eq(unsetenv("SHMAP_WORKERS"), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
   Suite *s = suite_create("small_reduce");
@@ -606,6 +780,8 @@ static Suite *suite(void)
   tcase_add_loop_test(tc, t_gather_mismatch, 0, 2);
   tcase_add_loop_test(tc, t_scatter, 0, 2);
   tcase_add_loop_test(tc, t_scatter_mismatch, 0, 2);
+  tcase_add_loop_test(tc, t_chain, 0, 2);
+  tcase_add_loop_test(tc, t_chain_mismatch, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }

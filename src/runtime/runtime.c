@@ -21,6 +21,7 @@
 
 #ifdef __linux__
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
@@ -90,6 +91,34 @@ static void wake_one(shmap__waiter *w)
   uv_mutex_unlock(w->mutex);
 }
 #endif
+
+/* See "Publishing before a wake-up" (sched.h). */
+bool shmap__fence_light;
+static uv_once_t fence_once = UV_ONCE_INIT;
+
+static void fence_init(void)
+{
+#if defined(__linux__) && defined(SYS_membarrier)
+  if (!shmap__setting_membarrier())
+    return;
+  long cmds = syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+  if (cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+      syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0,
+              0) == 0)
+    shmap__fence_light = true;
+#endif
+}
+
+/* The waiter's side: a full fence on every running thread of the process. */
+static void heavy_fence(void)
+{
+#if defined(__linux__) && defined(SYS_membarrier)
+  if (shmap__fence_light &&
+      syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+    return;
+#endif
+  atomic_thread_fence(memory_order_seq_cst);
+}
 
 /* A waiter whose sleeping bit is `bit` of *flag (a device thread's bit in
  * the runtime's mask), or of its own word. */
@@ -266,7 +295,16 @@ static int wait_impl(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
   for (;;) {
     uint32_t seen = atomic_load(&w->word);
     atomic_fetch_or(w->flag, w->bit);
-    r = pred(arg) ? 1 : abort && atomic_load(abort) ? 0 : -1;
+    /* The first look sets the condition's watch words; after the heavy
+     * fence, the second sees every store a waker made before it looked
+     * at them or at our bit (see "Publishing before a wake-up"). */
+    r = pred(arg) ? 1 : -1;
+    if (r < 0 && shmap__fence_light) {
+      heavy_fence();
+      r = pred(arg) ? 1 : -1;
+    }
+    if (r < 0 && abort && atomic_load(abort))
+      r = 0;
     uint64_t now = shmap__now();
     if (r < 0 && deadline && now >= deadline)
       r = -2;
@@ -989,6 +1027,7 @@ int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh)
     free(lock);
     return shmap__err(SHMAP_ENOMEM, "out of memory creating a mesh runtime");
   }
+  uv_once(&fence_once, fence_init);
   rt->mesh = mesh;
   rt->ndev = mesh->ndev;
   rt->lock = lock;

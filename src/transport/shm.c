@@ -19,7 +19,8 @@
  * whose completion the owner waits for only when it next writes or frees
  * that buffer; in a loop of in-place calls it skips step 2 as well, each
  * member taking its source's buffer ("Handover").  Small reductions take
- * one step ("Small reductions", "Large groups").
+ * one step ("Small reductions", "Large groups"), in two levels when a
+ * large group spreads over several workers ("Two levels").
  */
 #include "transport/comm.h"
 
@@ -56,6 +57,16 @@ typedef struct sgroup {
   int axes[SHMAP_MAX_AXES];
 } sgroup;
 
+/* A device's place in a group whose members run on several workers (see
+ * "Two levels"): computed once per group and kept. */
+typedef struct wchain {
+  sgroup key;      /* the group (k 1 once computed) */
+  int lo, hi;      /* the ranks on this device's worker */
+  int sub;         /* devices: the sub-leader of this worker's ranks, */
+  int prev;        /* that of the ranks before them (-1: none), */
+  int last;        /* and that of the group's last ranks */
+} wchain;
+
 /* What shm keeps per device: written by the device and read by its
  * peers (calls), or shared by a group it leads (slots). */
 typedef struct shm_dev {
@@ -79,6 +90,7 @@ typedef struct shm_dev {
   /* The last small reduction whose every member this device saw publish
    * it (so every member had left its earlier calls). */
   sgroup done;
+  wchain chain;
 } shm_dev;
 
 /* What shm keeps per mesh (rt->tstate). */
@@ -562,7 +574,7 @@ static void wait_left(shmap__runtime *rt, int self, int m, uint32_t k)
  * the peers' buffers before it), and wake whoever waits for it. */
 static void left_call(shmap__runtime *rt, shm_dev *sd, uint32_t k)
 {
-  atomic_store(&sd->left, k);
+  shmap__publish32(&sd->left, k);
   wake_word(rt, &sd->lwatch);
 }
 
@@ -598,7 +610,7 @@ static int shm_arrive(shmap__coll *c)
   shm_dev *sd = &st->devs[ctx->dev];
   call_begin(c);
   shmap__call_copy(&sd->calls[c->k % HIST], &c->call);
-  atomic_store(&self->coll.arrive, c->k);
+  shmap__publish32(&self->coll.arrive, c->k);
   /* Whoever waits to compare its call with ours (even for a group of one:
    * a device of another group may count us in its own). */
   wake_watchers(rt, sd);
@@ -746,6 +758,7 @@ static uint32_t call_hash(const shmap__call *a)
 typedef struct swait {
   shmap__coll *c;
   int next; /* members before this rank have published */
+  int end;  /* ... and those from this rank on are not waited for */
 } swait;
 
 /* Whether member m has published call k: in its box, by another
@@ -764,7 +777,7 @@ static bool boxes_ready(void *arg)
   swait *sw = arg;
   shmap__coll *c = sw->c;
   shm_call *g = S(c);
-  for (; sw->next < c->n; sw->next++) {
+  for (; sw->next < sw->end; sw->next++) {
     if (sw->next == c->rank)
       continue;
     int m = g->members[sw->next];
@@ -835,44 +848,65 @@ static uint32_t box_publish(shmap__coll *c, size_t count, bool readers)
   uint32_t hash = call_hash(&c->call);
   atomic_store_explicit(&box->word, (uint64_t)c->k << 32 | hash,
                         memory_order_release);
-  atomic_store(&rt->devs[ctx->dev].coll.arrive, c->k);
+  shmap__publish32(&rt->devs[ctx->dev].coll.arrive, c->k);
   wake_watchers(rt, sd);
   return hash;
 }
 
-/* Once every member published call k somehow (boxes_ready): compare every
- * member's hash with ours, and the full calls where one differs.  0, or
- * the mismatch reported. */
-static int boxes_agree(shmap__coll *c, uint32_t hash)
+/* Report a mismatch described in `why` (or the abort that came first). */
+static int mismatch(shmap__coll *c, const char *why)
 {
   shmap_ctx *ctx = c->ctx;
-  shmap__runtime *rt = ctx->rt;
+  if (atomic_load(&ctx->rt->abort))
+    return shmap__canceled(ctx, shmap__coll_opname(c));
+  return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH, "%s",
+                         why);
+}
+
+/* Report how device m's call k differs from ours (canceled when it turns
+ * out not to). */
+static int differs_from(shmap__coll *c, int m)
+{
+  char why[SHMAP__MSG_MAX - 200];
+  if (member_agrees(c, m, why, sizeof why))
+    return shmap__canceled(c->ctx, shmap__coll_opname(c));
+  return mismatch(c, why);
+}
+
+/* Once every member of ranks [lo, hi) published call k somehow
+ * (boxes_ready; members[] lists them): compare each one's hash with ours,
+ * and the full calls where one differs.  0, or the mismatch reported. */
+static int boxes_agree_run(shmap__coll *c, uint32_t hash, int lo, int hi)
+{
   shm_state *st = c->comm->priv;
   shm_call *g = S(c);
-  fill_members(c);
-  for (int r = 0; r < c->n; r++) {
+  for (int r = lo; r < hi; r++) {
     int m = g->members[r];
     uint64_t w = atomic_load_explicit(&st->devs[m].box[c->k & 1].word,
                                       memory_order_acquire);
-    if (m == ctx->dev || w == ((uint64_t)c->k << 32 | hash))
+    if (m == c->ctx->dev || w == ((uint64_t)c->k << 32 | hash))
       continue;
     char why[SHMAP__MSG_MAX - 200];
     if (!member_agrees(c, m, why, sizeof why))
-      return atomic_load(&rt->abort)
-                 ? shmap__canceled(ctx, shmap__coll_opname(c))
-                 : shmap__dev_fail(ctx, shmap__coll_opname(c),
-                                   SHMAP_EMISMATCH, "%s", why);
+      return mismatch(c, why);
   }
   return 0;
 }
 
-/* Wait until every member published call k somehow.  0, or canceled. */
-static int boxes_wait(shmap__coll *c)
+/* The same over the whole group. */
+static int boxes_agree(shmap__coll *c, uint32_t hash)
+{
+  fill_members(c);
+  return boxes_agree_run(c, hash, 0, c->n);
+}
+
+/* Wait until every member of ranks [lo, hi) (listed in members[]) published
+ * call k somehow.  0, or canceled. */
+static int boxes_wait_run(shmap__coll *c, int lo, int hi)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
-  fill_members(c);
-  swait sw = {c, 0};
+  swait sw = {c, lo, hi};
   if (!boxes_ready(&sw) &&
       !shmap__dev_wait_on(rt, &rt->devs[ctx->dev], NULL, boxes_ready, &sw,
                           &rt->abort))
@@ -880,17 +914,28 @@ static int boxes_wait(shmap__coll *c)
   return 0;
 }
 
-/* Fold elements [off, off + n) of every member's box in rank order into
+/* The same over the whole group. */
+static int boxes_wait(shmap__coll *c)
+{
+  fill_members(c);
+  return boxes_wait_run(c, 0, c->n);
+}
+
+/* Fold elements [off, off + n) of `first` (when not NULL: the fold of the
+ * ranks before lo) and of the boxes of ranks [lo, hi), in rank order, into
  * out. */
-static void boxes_fold(shmap__coll *c, size_t off, size_t n,
-                       const shmap__fold *fold, void *out)
+static void boxes_fold(shmap__coll *c, const void *first, int lo, int hi,
+                       size_t off, size_t n, const shmap__fold *fold, void *out)
 {
   shm_state *st = c->comm->priv;
   shm_call *g = S(c);
   const void **srcs = g->srcs;
-  for (int r = 0; r < c->n; r++)
-    srcs[r] = st->devs[g->members[r]].box[c->k & 1].data + off * c->esize;
-  fold->fn(out, srcs, c->n, n, fold->count);
+  int k = 0;
+  if (first)
+    srcs[k++] = (const unsigned char *)first + off * c->esize;
+  for (int r = lo; r < hi; r++)
+    srcs[k++] = st->devs[g->members[r]].box[c->k & 1].data + off * c->esize;
+  fold->fn(out, srcs, k, n, fold->count);
 }
 
 /*
@@ -923,9 +968,41 @@ static void boxes_fold(shmap__coll *c, size_t off, size_t n,
  * leader's result box is read by every member; when the leader next writes
  * it (call k + 2 or later) for the same group, every member has published
  * that call, so has left call k; for another group it waits as for a box.
+ *
+ * Two levels.  In fiber mode a large group's members run on a few
+ * workers, each over a range of devices.  With one leader, the box of
+ * every member on another worker crosses between cores on every call, and
+ * the leader folds them from there.  Instead each worker's first member of
+ * the group (its sub-leader) waits for, checks and folds only the boxes
+ * of the members on its worker, in its core's cache, and those members
+ * wait for its result.  A fold is a left fold in rank order, so the
+ * sub-leaders chain: the first folds its members' terms and publishes
+ * that as a partial result (a bit in its word); each next one folds the
+ * partial result before its members' terms and publishes its own; the
+ * last one's result is the whole fold, bit for bit the serial one, and
+ * every other sub-leader copies it into its own result box.  Between
+ * cores move one partial result per pair of workers and one result per
+ * worker.  This needs each worker's members to hold a run of ranks (the
+ * call's axes in the mesh's order, so that ranks follow device numbers)
+ * and a fold whose partial result is a term: psum, pmax, pmin and
+ * psum_scatter of every dtype but bf16 and f16 (which round once, at the
+ * end) and bool (whose sum is wider); pmean divides at the end.  Other
+ * calls take one leader.
+ *
+ * A sub-leader compares its members' hashes and its predecessor's with
+ * its own, and compares with the last sub-leader when it takes the
+ * result.  Failure flows down the chain and back: a sub-leader that finds
+ * a difference, or is told of one, publishes a failed result, so every
+ * member gets the result or none does; told of a failure, a member waits
+ * for every member's box and compares with each, as above.  Reuse is as
+ * for one leader: a sub-leader writes its result box of call k + 2 only
+ * after the last sub-leader's result of call k, which every reader of
+ * its box had read by then (the next sub-leader before it published its
+ * own result; its members before they published call k + 2).
  */
 #define SMALL_ALL 4
 #define RES_FAILED ((uint64_t)1)
+#define RES_PARTIAL ((uint64_t)2)
 
 /* What a member waits on, in one line of its stack: a worker looks at
  * every waiting fiber's over and over. */
@@ -934,6 +1011,7 @@ typedef struct rwait {
   const shmap__coll *c;
   uint32_t k, hash;
   int lead;
+  bool partial; /* a partial result will do */
 } rwait;
 
 /* Whether the leader published the result of call k, or showed that it
@@ -942,7 +1020,8 @@ static bool lead_ready(void *arg)
 {
   const rwait *rw = arg;
   for (int pass = 0;; pass++) {
-    if (TAG(atomic_load(rw->res)) == rw->k)
+    uint64_t r = atomic_load(rw->res);
+    if (TAG(r) == rw->k && (rw->partial || !(r & RES_PARTIAL)))
       return true;
     /* The usual wait: the leader shows the same call k. */
     uint64_t w = atomic_load(rw->box);
@@ -962,81 +1041,232 @@ static bool lead_ready(void *arg)
   }
 }
 
-static int allreduce_lead(shmap__coll *c, size_t count, const shmap__fold *fold,
-                          size_t off, size_t n)
+/* Wait for device lead's result of call k (or its partial result, with
+ * `partial`).  0 with *word its result word; or the mismatch with lead
+ * reported, or canceled. */
+static int wait_lead(shmap__coll *c, int lead, uint32_t hash, bool partial,
+                     uint64_t *word)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
   shm_state *st = c->comm->priv;
-  shm_dev *sd = &st->devs[ctx->dev];
+  shm_dev *ld = &st->devs[lead];
+  rwait rw = {&ld->res[c->k & 1].word, &ld->box[c->k & 1].word, c, c->k,
+              hash, lead, partial};
+  if (!lead_ready(&rw) &&
+      !shmap__dev_wait_on(rt, &rt->devs[ctx->dev], &rt->devs[lead], lead_ready,
+                          &rw, &rt->abort))
+    return shmap__canceled(ctx, shmap__coll_opname(c));
+  uint64_t w = atomic_load_explicit(rw.res, memory_order_acquire);
+  if (TAG(w) == c->k && (partial || !(w & RES_PARTIAL))) {
+    *word = w;
+    return 0;
+  }
+  return differs_from(c, lead); /* another call, or another hash */
+}
+
+/* Publish this device's result word for call k and wake whoever waits. */
+static void res_publish(shmap__coll *c, sbox *res, uint64_t flags)
+{
+  shmap__publish64(&res->word, (uint64_t)c->k << 32 | flags);
+  wake_members(c->ctx->rt, c);
+}
+
+/* Before writing this device's result box for call k: wait for the
+ * readers of its last result for another group (see Reuse). */
+static sbox *res_take(shmap__coll *c)
+{
+  shm_state *st = c->comm->priv;
+  shm_dev *sd = &st->devs[c->ctx->dev];
+  sgroup *rg = &sd->resg[c->k & 1];
+  sgroup now = {c->k, c->call.naxes, CS(c)->base, c->n, {0}};
+  memcpy(now.axes, c->call.axes, sizeof now.axes);
+  if (rg->k && same_group(rg, &now))
+    rg->k = c->k;
+  else
+    box_reuse(c, rg, true);
+  return &sd->res[c->k & 1];
+}
+
+static int allreduce_lead(shmap__coll *c, size_t count, const shmap__fold *fold,
+                          size_t off, size_t n)
+{
+  shm_state *st = c->comm->priv;
+  shm_dev *sd = &st->devs[c->ctx->dev];
   uint32_t hash = box_publish(c, count, false);
   int rc = boxes_wait(c);
   if (!rc)
     rc = boxes_agree(c, hash);
   sbox *res = &sd->res[c->k & 1];
-  sgroup *rg = &sd->resg[c->k & 1];
   if (!rc) {
-    bool same = rg->k && rg->n == c->n && rg->base == CS(c)->base &&
-                rg->naxes == c->call.naxes &&
-                memcmp(rg->axes, c->call.axes,
-                       sizeof(int) * (size_t)c->call.naxes) == 0;
-    if (same)
-      rg->k = c->k;
-    else
-      box_reuse(c, rg, true);
-    boxes_fold(c, 0, count, fold, res->data);
+    res = res_take(c);
+    boxes_fold(c, NULL, 0, c->n, 0, count, fold, res->data);
     memcpy(c->call.dst, res->data + off * fold->out_esize,
            n * fold->out_esize);
     group_done(c);
   }
-  atomic_store_explicit(&res->word,
-                        (uint64_t)c->k << 32 | (rc ? RES_FAILED : 0),
-                        memory_order_release);
-  wake_members(rt, c);
-  left_call(rt, sd, c->k);
+  res_publish(c, res, rc ? RES_FAILED : 0);
+  left_call(c->ctx->rt, sd, c->k);
   return rc;
 }
 
+/* The verdict on a call another (sub-)leader reported failed: compare with
+ * every member, once every member published it. */
+static int failed_verdict(shmap__coll *c, uint32_t hash)
+{
+  int rc = boxes_wait(c);
+  if (!rc)
+    rc = boxes_agree(c, hash);
+  return rc ? rc : shmap__canceled(c->ctx, shmap__coll_opname(c));
+}
+
+/* A member of a large group: publish, wait for the result of device lead
+ * (the group's leader, or this worker's sub-leader when `chained`) and
+ * copy this member's part of it. */
 static int allreduce_member(shmap__coll *c, size_t count,
-                            const shmap__fold *fold, size_t off, size_t n)
+                            const shmap__fold *fold, size_t off, size_t n,
+                            int lead, bool chained)
+{
+  shm_state *st = c->comm->priv;
+  shm_dev *sd = &st->devs[c->ctx->dev];
+  uint32_t hash = box_publish(c, count, false);
+  uint64_t w;
+  int rc = wait_lead(c, lead, hash, false, &w);
+  if (!rc && !(w & RES_FAILED)) {
+    memcpy(c->call.dst, st->devs[lead].res[c->k & 1].data +
+                            off * fold->out_esize,
+           n * fold->out_esize);
+    group_done(c);
+  } else if (!rc && chained) {
+    rc = failed_verdict(c, hash);
+  } else if (!rc) { /* the leader saw every box */
+    rc = boxes_agree(c, hash);
+    if (!rc) /* cannot happen: the leader saw a difference */
+      rc = shmap__canceled(c->ctx, shmap__coll_opname(c));
+  }
+  left_call(c->ctx->rt, sd, c->k);
+  return rc;
+}
+
+/* Whether c's fold may go in two levels: see "Two levels". */
+static bool chainable(const shmap__coll *c, const shmap__fold *fold)
+{
+  const shmap__call *a = &c->call;
+  const shmap__runtime *rt = c->ctx->rt;
+  if (!rt->workers || rt->nworkers < 2 || a->ngroups || fold->count ||
+      fold->out_esize != c->esize || a->dtype == SHMAP_BF16 ||
+      a->dtype == SHMAP_F16)
+    return false;
+  if (a->kind != SHMAP__PSUM && a->kind != SHMAP__PMAX &&
+      a->kind != SHMAP__PMIN && a->kind != SHMAP__PSUM_SCATTER)
+    return false;
+  for (int i = 1; i < a->naxes; i++)
+    if (a->axes[i] <= a->axes[i - 1])
+      return false;
+  return true;
+}
+
+/* The lowest rank whose device number is at least d (device numbers grow
+ * with the rank: chainable). */
+static int rank_from(const shmap__coll *c, int d)
+{
+  int lo = 0, hi = c->n;
+  while (lo < hi) {
+    int mid = lo + (hi - lo) / 2;
+    if (member(c, mid) < d)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+/* The ranks [*lo, *hi) on the worker of member r's device. */
+static void worker_run(const shmap__coll *c, int r, int *lo, int *hi)
+{
+  const shmap__worker *w = c->ctx->rt->devs[member(c, r)].sched.home;
+  *lo = rank_from(c, w->first);
+  *hi = rank_from(c, w->first + w->count);
+}
+
+/* This device's place in the chain of c's group, or NULL when the whole
+ * group runs on one worker. */
+static const wchain *chain_of(shmap__coll *c)
+{
+  shm_state *st = c->comm->priv;
+  wchain *ch = &st->devs[c->ctx->dev].chain;
+  sgroup key = {1, c->call.naxes, CS(c)->base, c->n, {0}};
+  memcpy(key.axes, c->call.axes, sizeof key.axes);
+  if (!ch->key.k || !same_group(&ch->key, &key)) {
+    int lo, hi;
+    worker_run(c, c->rank, &ch->lo, &ch->hi);
+    ch->sub = member(c, ch->lo);
+    ch->prev = -1;
+    if (ch->lo > 0) {
+      worker_run(c, ch->lo - 1, &lo, &hi);
+      ch->prev = member(c, lo);
+    }
+    worker_run(c, c->n - 1, &lo, &hi);
+    ch->last = member(c, lo);
+    ch->key = key;
+  }
+  return ch->lo == 0 && ch->hi == c->n ? NULL : ch;
+}
+
+/* A sub-leader: fold its worker's members after its predecessor's partial
+ * result, publish, and (unless last) take the last one's result. */
+static int allreduce_sub(shmap__coll *c, const wchain *ch, size_t count,
+                         const shmap__fold *fold, size_t off, size_t n)
 {
   shmap_ctx *ctx = c->ctx;
-  shmap__runtime *rt = ctx->rt;
   shm_state *st = c->comm->priv;
   shm_dev *sd = &st->devs[ctx->dev];
   shm_call *g = S(c);
-  shm_dev *ld = &st->devs[g->base];
-  rwait rw = {&ld->res[c->k & 1].word, &ld->box[c->k & 1].word, c, c->k, 0,
-              g->base};
-  rw.hash = box_publish(c, count, false);
-  int rc = 0;
-  if (!lead_ready(&rw) &&
-      !shmap__dev_wait_on(rt, &rt->devs[ctx->dev], &rt->devs[rw.lead],
-                          lead_ready, &rw, &rt->abort))
-    rc = shmap__canceled(ctx, shmap__coll_opname(c));
-  if (!rc) {
-    const sbox *res = &st->devs[rw.lead].res[c->k & 1];
-    uint64_t w = atomic_load_explicit(&res->word, memory_order_acquire);
-    if (TAG(w) == c->k && !(w & RES_FAILED)) {
-      memcpy(c->call.dst, res->data + off * fold->out_esize,
-             n * fold->out_esize);
-      group_done(c);
-    } else if (TAG(w) == c->k) {
-      rc = boxes_agree(c, rw.hash);
-      if (!rc) /* cannot happen: the leader saw a difference */
-        rc = shmap__canceled(ctx, shmap__coll_opname(c));
-    } else {
-      char why[SHMAP__MSG_MAX - 200];
-      if (!member_agrees(c, rw.lead, why, sizeof why))
-        rc = atomic_load(&rt->abort)
-                 ? shmap__canceled(ctx, shmap__coll_opname(c))
-                 : shmap__dev_fail(ctx, shmap__coll_opname(c),
-                                   SHMAP_EMISMATCH, "%s", why);
-      else /* cannot happen: its hash differed */
-        rc = shmap__canceled(ctx, shmap__coll_opname(c));
-    }
+  uint32_t hash = box_publish(c, count, false);
+  for (int r = ch->lo; r < ch->hi; r++)
+    g->members[r] = member(c, r);
+  int rc = boxes_wait_run(c, ch->lo, ch->hi);
+  if (!rc)
+    rc = boxes_agree_run(c, hash, ch->lo, ch->hi);
+  bool told = false; /* of a failure, by another sub-leader */
+  const void *partial = NULL;
+  uint64_t w;
+  if (!rc && ch->prev >= 0 && !(rc = wait_lead(c, ch->prev, hash, true, &w))) {
+    const shm_dev *pd = &st->devs[ch->prev];
+    if (w & RES_FAILED)
+      told = true;
+    else if (atomic_load_explicit(&pd->box[c->k & 1].word,
+                                  memory_order_acquire) !=
+             ((uint64_t)c->k << 32 | hash))
+      rc = differs_from(c, ch->prev);
+    else
+      partial = pd->res[c->k & 1].data;
   }
-  left_call(rt, sd, c->k);
+  sbox *res = &sd->res[c->k & 1];
+  if (!rc && !told) {
+    res = res_take(c);
+    boxes_fold(c, partial, ch->lo, ch->hi, 0, count, fold, res->data);
+  }
+  bool last = ch->last == ctx->dev;
+  res_publish(c, res, rc || told ? RES_FAILED : last ? 0 : RES_PARTIAL);
+  if (!last && !rc && !told) {
+    if (!(rc = wait_lead(c, ch->last, hash, false, &w))) {
+      if (w & RES_FAILED)
+        told = true;
+      else
+        memcpy(res->data, st->devs[ch->last].res[c->k & 1].data,
+               count * fold->out_esize);
+    }
+    res_publish(c, res, rc || told ? RES_FAILED : 0);
+  }
+  if (!rc && !told) {
+    memcpy(c->call.dst, res->data + off * fold->out_esize,
+           n * fold->out_esize);
+    group_done(c);
+  } else if (!rc) {
+    rc = failed_verdict(c, hash);
+  }
+  left_call(ctx->rt, sd, c->k);
   return rc;
 }
 
@@ -1049,13 +1279,20 @@ static int shm_allreduce_small(shmap__coll *c, size_t count,
   shm_dev *sd = &st->devs[ctx->dev];
   shmap__dev *self = &rt->devs[ctx->dev];
   shm_call *g = call_begin(c);
-  if (c->n > SMALL_ALL)
-    return ctx->dev == g->base ? allreduce_lead(c, count, fold, off, n)
-                               : allreduce_member(c, count, fold, off, n);
+  if (c->n > SMALL_ALL) {
+    const wchain *ch = chainable(c, fold) ? chain_of(c) : NULL;
+    if (ch)
+      return ctx->dev == ch->sub
+                 ? allreduce_sub(c, ch, count, fold, off, n)
+                 : allreduce_member(c, count, fold, off, n, ch->sub, true);
+    return ctx->dev == g->base
+               ? allreduce_lead(c, count, fold, off, n)
+               : allreduce_member(c, count, fold, off, n, g->base, false);
+  }
   uint32_t hash = box_publish(c, count, true);
   /* The wait is made here, as the gdb transcripts in README.md show it. */
   fill_members(c);
-  swait sw = {c, 0};
+  swait sw = {c, 0, c->n};
   int rc = 0;
   if (!boxes_ready(&sw) &&
       !shmap__dev_wait_on(rt, self, NULL, boxes_ready, &sw, &rt->abort))
@@ -1063,7 +1300,7 @@ static int shm_allreduce_small(shmap__coll *c, size_t count,
   if (!rc)
     rc = boxes_agree(c, hash);
   if (!rc) {
-    boxes_fold(c, off, n, fold, c->call.dst);
+    boxes_fold(c, NULL, 0, c->n, off, n, fold, c->call.dst);
     group_done(c);
   }
   left_call(rt, sd, c->k);
