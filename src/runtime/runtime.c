@@ -109,16 +109,22 @@ static void fence_init(void)
 #endif
 }
 
-/* The waiter's side: a full fence on every running thread of the process. */
-static void heavy_fence(void)
+/* The waiter's side: a full fence on every running thread of the process;
+ * false if the kernel refused it (it never has once registered: then a
+ * publisher's store may still be on its way, and the caller sleeps only
+ * briefly at a time). */
+static bool heavy_fence(void)
 {
 #if defined(__linux__) && defined(SYS_membarrier)
-  if (shmap__fence_light &&
-      syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
-    return;
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) == 0)
+    return true;
 #endif
   atomic_thread_fence(memory_order_seq_cst);
+  return false;
 }
+
+/* The longest sleep when heavy_fence failed. */
+#define UNFENCED_NAP 1000000u /* ns */
 
 /* A waiter whose sleeping bit is `bit` of *flag (a device thread's bit in
  * the runtime's mask), or of its own word. */
@@ -299,8 +305,9 @@ static int wait_impl(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
      * fence, the second sees every store a waker made before it looked
      * at them or at our bit (see "Publishing before a wake-up"). */
     r = pred(arg) ? 1 : -1;
+    bool fenced = true;
     if (r < 0 && shmap__fence_light) {
-      heavy_fence();
+      fenced = heavy_fence();
       r = pred(arg) ? 1 : -1;
     }
     if (r < 0 && abort && atomic_load(abort))
@@ -314,7 +321,10 @@ static int wait_impl(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
         adapt(rt, w, now - t0);
       return r == -2 ? -1 : r;
     }
-    sleep_on(w, seen, deadline ? deadline - now : 0);
+    uint64_t nap = deadline ? deadline - now : 0;
+    if (!fenced && (!nap || nap > UNFENCED_NAP))
+      nap = UNFENCED_NAP;
+    sleep_on(w, seen, nap);
     /* A waker cleared the bit already, unless this was a time-out or a
      * spurious return. */
     atomic_fetch_and(w->flag, ~w->bit);
