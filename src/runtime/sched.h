@@ -306,27 +306,27 @@ void shmap__wake_all(shmap__runtime *rt);
  * watch words, makes every running thread of the process pass a full
  * fence (MEMBARRIER_CMD_PRIVATE_EXPEDITED) before it looks at its
  * condition a last time.  A thread that is not running passed one when it
- * stopped.  Without membarrier, publishers fence as before.
- * shmap__publish32/64 are the publisher's store; shmap__published() is
- * its fence alone, after a release store of its own.
+ * stopped.  Without membarrier, publishers store as before (sequentially
+ * consistent).  shmap__publish32/64 are the publisher's store.
  */
 extern bool shmap__fence_light;
-static inline void shmap__published(void)
-{
-  if (__builtin_expect(shmap__fence_light, 1))
-    atomic_signal_fence(memory_order_seq_cst);
-  else
-    atomic_thread_fence(memory_order_seq_cst);
-}
 static inline void shmap__publish32(_Atomic uint32_t *p, uint32_t v)
 {
-  atomic_store_explicit(p, v, memory_order_release);
-  shmap__published();
+  if (__builtin_expect(shmap__fence_light, 1)) {
+    atomic_store_explicit(p, v, memory_order_release);
+    atomic_signal_fence(memory_order_seq_cst);
+  } else {
+    atomic_store(p, v);
+  }
 }
 static inline void shmap__publish64(_Atomic uint64_t *p, uint64_t v)
 {
-  atomic_store_explicit(p, v, memory_order_release);
-  shmap__published();
+  if (__builtin_expect(shmap__fence_light, 1)) {
+    atomic_store_explicit(p, v, memory_order_release);
+    atomic_signal_fence(memory_order_seq_cst);
+  } else {
+    atomic_store(p, v);
+  }
 }
 /* A device waits (inside a map): sleeps its thread, or in fiber mode
  * hands its worker to another device until pred holds or abort is set. */
