@@ -24,7 +24,9 @@ commands and "(gdb) COMMAND" echoed before each.
 Each block is compared with a fresh run after both are normalised:
 addresses, process and thread ids, durations ("1.0 s"), trace timestamps,
 line numbers in the library's sources (src/) and the directory of the
-build tree are replaced by placeholders, and runs of blanks by one.  A block that differs is run a second time before it
+build tree are replaced by placeholders, the arguments of a frame in the
+library's sources are reduced to their names (GCC keeps or drops their
+values with every edit of the library), and runs of blanks by one.  A block that differs is run a second time before it
 counts as different (its programs order their devices with sleeps).  With --update the blocks are rewritten with the fresh
 output instead (as printed, not normalised).
 
@@ -200,6 +202,31 @@ def run_command(cmd, builddir):
     return out
 
 
+def frame_arg_names(s):
+    """A frame in the library's own sources keeps its arguments' names only.
+
+    Whether GCC keeps an argument's value (count=16), only its value at
+    entry (count=count@entry=16) or neither (count=<optimized out>) changes
+    with edits of the library as much as its line numbers do; the names are
+    the function's parameters and stay.  Frames in the tests and examples
+    keep their values."""
+    m = re.match(r"(#\d+\s+(?:0x\S+ in )?[\w.]+ \()(.*)(\) at src/\S+)$", s)
+    if not m:
+        return s
+    names, depth, cur = [], 0, ""
+    for ch in m.group(2) + ",":
+        if ch in "(<[{":
+            depth += 1
+        elif ch in ")>]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            names.append(cur.split("=", 1)[0].strip())
+            cur = ""
+        else:
+            cur += ch
+    return m.group(1) + ", ".join(names) + m.group(3)
+
+
 def normalise(lines, builddir):
     root = os.path.realpath(builddir)
     out = []
@@ -214,6 +241,7 @@ def normalise(lines, builddir):
         m = re.search(r"\bat src/[\w/.-]+\.[ch]:(\d+)$", s)
         lib_line = m.group(1) if m else None
         s = re.sub(r"\b(at src/[\w/.-]+\.[ch]):\d+", r"\1:?", s)
+        s = frame_arg_names(s)
         s = re.sub(r"/tmp[^\s:'\"()<>]*/run/", "<top>/", s)
         s = re.sub(r"/[^\s:'\"()<>]*/(tests|src|gdb|examples)/", r"<top>/\1/",
                    s)
