@@ -14,7 +14,10 @@
  * its result, get the same checks, and mismatches and a member leaving
  * there are reported with the usual messages; so are groups spread over
  * several workers in fiber mode, which fold through a chain of
- * sub-leaders (2, 3 and 7 workers).  all_gather and psum_scatter of a few
+ * sub-leaders (2, 3 and 7 workers), also when the same group's calls
+ * alternate between one leader and a chain, and a member whose call
+ * differs from its leader's never takes the leader's result as its own.
+ * all_gather and psum_scatter of a few
  * hundred bytes take the same path.  Every case runs in both scheduling
  * modes.
  */
@@ -774,6 +777,106 @@ START_TEST(t_chain_mismatch)
 }
 END_TEST
 
+/* One group's calls alternate between one leader (pmean, which a chain
+ * cannot take) and a chain of sub-leaders (psum), with a call of another
+ * group between: the group's first device, leader of the first and first
+ * sub-leader of the second, must not rewrite its result while members on
+ * the other worker still read the first.  Device 8, the first on worker
+ * 1, is slow now and then.  Every result is checked. */
+static int body_lead_then_chain(shmap_ctx *ctx, void *arg)
+{
+  sarg *a = arg;
+  int d = shmap_ctx_device(ctx), j = d % 2;
+  for (int t = 0; t < 20; t++) {
+    float x[4], y[4];
+    for (int e = 0; e < 4; e++) {
+      x[e] = (float)(d / 2 + t);
+      y[e] = (float)(d + 100 * t + e);
+    }
+    shmap_block bx = {x, SHMAP_F32, 1, {4}}, by = {y, SHMAP_F32, 1, {4}};
+    int rc = shmap_pmean(ctx, &bx, "i");
+    if (!rc && d == 8 && t % 4 == 0)
+      tu_sleep_ms(2);
+    if (!rc)
+      rc = shmap_psum(ctx, &bx, "j");
+    if (!rc)
+      rc = shmap_psum(ctx, &by, "i");
+    if (rc)
+      return rc;
+    for (int e = 0; e < 4; e++) {
+      /* mean over i of i + t is 3.5 + t; the sum over i of 2i + j + 100t + e
+       * is 56 + 8 (j + 100t + e). */
+      if (x[e] != 2 * (3.5f + (float)t) ||
+          y[e] != (float)(56 + 8 * (j + 100 * t + e)))
+        atomic_fetch_add(&a->bad, 1);
+    }
+  }
+  return 0;
+}
+
+START_TEST(t_lead_then_chain)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  ck_assert_int_eq(setenv("SHMAP_WORKERS", "2", 1), 0);
+  shmap_mesh *mesh = tu_mesh_new("i=8, j=2");
+  for (int k = 0; k < 5; k++) {
+    sarg a = {8, 2, 0, 0};
+    int rc = shmap_map(mesh, body_lead_then_chain, &a, 0, NULL, NULL, 0, NULL,
+                       NULL);
+    ck_assert_msg(rc == 0, "map %d: %d (%s): %s", k, rc, shmap_strerror(rc),
+                  shmap_errmsg());
+    ck_assert_int_eq(atomic_load(&a.bad), 0);
+  }
+  shmap_mesh_destroy(mesh);
+  ck_assert_int_eq(unsetenv("SHMAP_WORKERS"), 0);
+}
+END_TEST
+
+/* Device 1 reduces over "i, j" (a group of 16 led by device 0) while the
+ * others reduce over "i" (groups of 8, device 0 leading the even
+ * column): device 0's result of that call is the even column's.  Device
+ * 1 must report the difference, never take that result as its own. */
+static _Atomic int other_rc[16];
+
+static int body_other_group(shmap_ctx *ctx, void *arg)
+{
+  int d = shmap_ctx_device(ctx);
+  float x[4] = {1, 1, 1, 1};
+  shmap_block b = {x, SHMAP_F32, 1, {4}};
+  if (d == 1 && (intptr_t)arg)
+    tu_sleep_ms(5); /* device 0 is done with its call by then */
+  int rc = shmap_psum(ctx, &b, d == 1 ? "i, j" : "i");
+  atomic_store(&other_rc[d], rc);
+  return rc;
+}
+
+START_TEST(t_lead_other_group)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  static const char *const workers[] = {"1", "2"};
+  for (int w = 0; w < 2; w++) {
+    ck_assert_int_eq(setenv("SHMAP_WORKERS", workers[w], 1), 0);
+    shmap_mesh *mesh = tu_mesh_new("i=8, j=2");
+    for (int k = 0; k < 10; k++) {
+      atomic_store(&other_rc[1], 1);
+      /* Device 1 late in half the maps, and on time in the others. */
+      int rc = shmap_map(mesh, body_other_group, (void *)(intptr_t)(k % 2), 0,
+                         NULL, NULL, 0, NULL, NULL);
+      ck_assert_msg(rc == SHMAP_EMISMATCH, "%d (%s): %s", rc,
+                    shmap_strerror(rc), shmap_errmsg());
+      ck_assert_msg(strstr(shmap_errmsg(), "device 1 ") &&
+                        strstr(shmap_errmsg(), "differs"),
+                    "message: %s", shmap_errmsg());
+      ck_assert_msg(atomic_load(&other_rc[1]) != 0,
+                    "workers %s, map %d: device 1 took another call's result",
+                    workers[w], k);
+    }
+    shmap_mesh_destroy(mesh);
+  }
+  ck_assert_int_eq(unsetenv("SHMAP_WORKERS"), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
   Suite *s = suite_create("small_reduce");
@@ -792,6 +895,8 @@ static Suite *suite(void)
   tcase_add_loop_test(tc, t_scatter_mismatch, 0, 2);
   tcase_add_loop_test(tc, t_chain, 0, 2);
   tcase_add_loop_test(tc, t_chain_mismatch, 0, 2);
+  tcase_add_loop_test(tc, t_lead_then_chain, 0, 2);
+  tcase_add_loop_test(tc, t_lead_other_group, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }

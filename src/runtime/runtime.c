@@ -649,7 +649,8 @@ static bool run_fiber(shmap__worker *w, shmap__dev *dev)
   shmap__set_current(NULL);
   int next = dev->sched.fnext;
   shmap__worker *home = dev->sched.home;
-  atomic_store_explicit(&dev->sched.fstate, next, memory_order_release);
+  /* Before the home worker's wake-up below. */
+  shmap__publish(&dev->sched.fstate, next);
   if (next == SHMAP__F_DONE) {
     atomic_fetch_add(&home->ndone, 1);
     if (atomic_fetch_add(&rt->done, 1) + 1 == rt->ndev)

@@ -307,27 +307,20 @@ void shmap__wake_all(shmap__runtime *rt);
  * fence (MEMBARRIER_CMD_PRIVATE_EXPEDITED) before it looks at its
  * condition a last time.  A thread that is not running passed one when it
  * stopped.  Without membarrier, publishers store as before (sequentially
- * consistent).  shmap__publish32/64 are the publisher's store.
+ * consistent).  shmap__publish(p, v) is the publisher's store, for an
+ * atomic object of any type: every store that a sleeping waiter may be
+ * waiting for, before its wake-up, goes through it.
  */
 extern bool shmap__fence_light;
-static inline void shmap__publish32(_Atomic uint32_t *p, uint32_t v)
-{
-  if (__builtin_expect(shmap__fence_light, 1)) {
-    atomic_store_explicit(p, v, memory_order_release);
-    atomic_signal_fence(memory_order_seq_cst);
-  } else {
-    atomic_store(p, v);
-  }
-}
-static inline void shmap__publish64(_Atomic uint64_t *p, uint64_t v)
-{
-  if (__builtin_expect(shmap__fence_light, 1)) {
-    atomic_store_explicit(p, v, memory_order_release);
-    atomic_signal_fence(memory_order_seq_cst);
-  } else {
-    atomic_store(p, v);
-  }
-}
+#define shmap__publish(p, v)                                                   \
+  do {                                                                         \
+    if (__builtin_expect(shmap__fence_light, 1)) {                             \
+      atomic_store_explicit((p), (v), memory_order_release);                   \
+      atomic_signal_fence(memory_order_seq_cst);                               \
+    } else {                                                                   \
+      atomic_store((p), (v));                                                  \
+    }                                                                          \
+  } while (0)
 /* A device waits (inside a map): sleeps its thread, or in fiber mode
  * hands its worker to another device until pred holds or abort is set. */
 bool shmap__dev_wait(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,

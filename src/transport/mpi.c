@@ -1095,7 +1095,7 @@ static void locals_depart(shmap__coll *c)
 {
   shmap__mpimesh *m = c->comm->priv;
   shmap__runtime *rt = c->ctx->rt;
-  atomic_store_explicit(&m->dev[c->ctx->dev].left, c->k, memory_order_release);
+  shmap__publish(&m->dev[c->ctx->dev].left, c->k);
   int nlocal = 0;
   for (int r = 0; r < c->n; r++) {
     int d;

@@ -55,6 +55,7 @@ typedef struct sgroup {
   uint32_t k; /* 0: none yet in this map */
   int naxes, base, n;
   int axes[SHMAP_MAX_AXES];
+  bool chained; /* a result box last written by a sub-leader (Two levels) */
 } sgroup;
 
 /* A device's place in a group whose members run on several workers (see
@@ -574,7 +575,7 @@ static void wait_left(shmap__runtime *rt, int self, int m, uint32_t k)
  * the peers' buffers before it), and wake whoever waits for it. */
 static void left_call(shmap__runtime *rt, shm_dev *sd, uint32_t k)
 {
-  shmap__publish32(&sd->left, k);
+  shmap__publish(&sd->left, k);
   wake_word(rt, &sd->lwatch);
 }
 
@@ -610,7 +611,7 @@ static int shm_arrive(shmap__coll *c)
   shm_dev *sd = &st->devs[ctx->dev];
   call_begin(c);
   shmap__call_copy(&sd->calls[c->k % HIST], &c->call);
-  shmap__publish32(&self->coll.arrive, c->k);
+  shmap__publish(&self->coll.arrive, c->k);
   /* Whoever waits to compare its call with ours (even for a group of one:
    * a device of another group may count us in its own). */
   wake_watchers(rt, sd);
@@ -848,7 +849,7 @@ static uint32_t box_publish(shmap__coll *c, size_t count, bool readers)
   uint32_t hash = call_hash(&c->call);
   atomic_store_explicit(&box->word, (uint64_t)c->k << 32 | hash,
                         memory_order_release);
-  shmap__publish32(&rt->devs[ctx->dev].coll.arrive, c->k);
+  shmap__publish(&rt->devs[ctx->dev].coll.arrive, c->k);
   wake_watchers(rt, sd);
   return hash;
 }
@@ -998,11 +999,30 @@ static void boxes_fold(shmap__coll *c, const void *first, int lo, int hi,
  * for one leader: a sub-leader writes its result box of call k + 2 only
  * after the last sub-leader's result of call k, which every reader of
  * its box had read by then (the next sub-leader before it published its
- * own result; its members before they published call k + 2).
+ * own result; its members before they published call k + 2).  That holds
+ * only when call k of the group was chained too: the group's first
+ * device, one leader of call k (a pmean, say) and first sub-leader of call
+ * k + 2, does not wait for the members on other workers, which may still
+ * be reading its call k result; it waits for them to leave call k as for
+ * another group.
+ *
+ * A result word carries the leader's call hash as well as the call
+ * number: a member whose own call differs (another group, with the same
+ * leader) sees the difference instead of taking the other call's result.
  */
 #define SMALL_ALL 4
 #define RES_FAILED ((uint64_t)1)
 #define RES_PARTIAL ((uint64_t)2)
+/* A result word: the call number, the call's hash but its two low bits,
+ * and the flags above.  A member takes a result only from a leader that
+ * made the same call: of the same number, another group's result would
+ * do otherwise. */
+#define RES_HASH(h) ((uint64_t)((h) & ~(uint32_t)3))
+/* Whether result word r is for call k with hash h, in full (or, with
+ * `partial`, maybe partial). */
+#define RES_FOR(r, k, h, partial)                                              \
+  (TAG(r) == (k) && ((r) & 0xfffffffcu) == RES_HASH(h) &&                      \
+   ((partial) || !((r) & RES_PARTIAL)))
 
 /* What a member waits on, in one line of its stack: a worker looks at
  * every waiting fiber's over and over. */
@@ -1021,8 +1041,10 @@ static bool lead_ready(void *arg)
   const rwait *rw = arg;
   for (int pass = 0;; pass++) {
     uint64_t r = atomic_load(rw->res);
-    if (TAG(r) == rw->k && (rw->partial || !(r & RES_PARTIAL)))
-      return true;
+    if (TAG(r) == rw->k &&
+        (RES_FOR(r, rw->k, rw->hash, rw->partial) ||
+         (r & 0xfffffffcu) != RES_HASH(rw->hash)))
+      return true; /* the result, or another call's (the caller compares) */
     /* The usual wait: the leader shows the same call k. */
     uint64_t w = atomic_load(rw->box);
     if (TAG(w) == rw->k)
@@ -1058,33 +1080,37 @@ static int wait_lead(shmap__coll *c, int lead, uint32_t hash, bool partial,
                           &rw, &rt->abort))
     return shmap__canceled(ctx, shmap__coll_opname(c));
   uint64_t w = atomic_load_explicit(rw.res, memory_order_acquire);
-  if (TAG(w) == c->k && (partial || !(w & RES_PARTIAL))) {
+  if (RES_FOR(w, c->k, hash, partial)) {
     *word = w;
     return 0;
   }
   return differs_from(c, lead); /* another call, or another hash */
 }
 
-/* Publish this device's result word for call k and wake whoever waits. */
-static void res_publish(shmap__coll *c, sbox *res, uint64_t flags)
+/* Publish this device's result word for call k (with the call's hash
+ * and `flags`) and wake whoever waits. */
+static void res_publish(shmap__coll *c, sbox *res, uint32_t hash,
+                        uint64_t flags)
 {
-  shmap__publish64(&res->word, (uint64_t)c->k << 32 | flags);
+  shmap__publish(&res->word, (uint64_t)c->k << 32 | RES_HASH(hash) | flags);
   wake_members(c->ctx->rt, c);
 }
 
 /* Before writing this device's result box for call k: wait for the
- * readers of its last result for another group (see Reuse). */
-static sbox *res_take(shmap__coll *c)
+ * readers of its last result (see Reuse), as a group's one leader or
+ * (`chained`) as a sub-leader. */
+static sbox *res_take(shmap__coll *c, bool chained)
 {
   shm_state *st = c->comm->priv;
   shm_dev *sd = &st->devs[c->ctx->dev];
   sgroup *rg = &sd->resg[c->k & 1];
-  sgroup now = {c->k, c->call.naxes, CS(c)->base, c->n, {0}};
+  sgroup now = {c->k, c->call.naxes, CS(c)->base, c->n, {0}, false};
   memcpy(now.axes, c->call.axes, sizeof now.axes);
-  if (rg->k && same_group(rg, &now))
+  if (rg->k && same_group(rg, &now) && (!chained || rg->chained))
     rg->k = c->k;
   else
     box_reuse(c, rg, true);
+  rg->chained = chained;
   return &sd->res[c->k & 1];
 }
 
@@ -1099,13 +1125,13 @@ static int allreduce_lead(shmap__coll *c, size_t count, const shmap__fold *fold,
     rc = boxes_agree(c, hash);
   sbox *res = &sd->res[c->k & 1];
   if (!rc) {
-    res = res_take(c);
+    res = res_take(c, false);
     boxes_fold(c, NULL, 0, c->n, 0, count, fold, res->data);
     memcpy(c->call.dst, res->data + off * fold->out_esize,
            n * fold->out_esize);
     group_done(c);
   }
-  res_publish(c, res, rc ? RES_FAILED : 0);
+  res_publish(c, res, hash, rc ? RES_FAILED : 0);
   left_call(c->ctx->rt, sd, c->k);
   return rc;
 }
@@ -1244,11 +1270,11 @@ static int allreduce_sub(shmap__coll *c, const wchain *ch, size_t count,
   }
   sbox *res = &sd->res[c->k & 1];
   if (!rc && !told) {
-    res = res_take(c);
+    res = res_take(c, true);
     boxes_fold(c, partial, ch->lo, ch->hi, 0, count, fold, res->data);
   }
   bool last = ch->last == ctx->dev;
-  res_publish(c, res, rc || told ? RES_FAILED : last ? 0 : RES_PARTIAL);
+  res_publish(c, res, hash, rc || told ? RES_FAILED : last ? 0 : RES_PARTIAL);
   if (!last && !rc && !told) {
     if (!(rc = wait_lead(c, ch->last, hash, false, &w))) {
       if (w & RES_FAILED)
@@ -1257,7 +1283,7 @@ static int allreduce_sub(shmap__coll *c, const wchain *ch, size_t count,
         memcpy(res->data, st->devs[ch->last].res[c->k & 1].data,
                count * fold->out_esize);
     }
-    res_publish(c, res, rc || told ? RES_FAILED : 0);
+    res_publish(c, res, hash, rc || told ? RES_FAILED : 0);
   }
   if (!rc && !told) {
     memcpy(c->call.dst, res->data + off * fold->out_esize,
