@@ -1221,7 +1221,7 @@ static const wchain *chain_of(shmap__coll *c)
 {
   shm_state *st = c->comm->priv;
   wchain *ch = &st->devs[c->ctx->dev].chain;
-  sgroup key = {1, c->call.naxes, CS(c)->base, c->n, {0}};
+  sgroup key = {1, c->call.naxes, CS(c)->base, c->n, {0}, false};
   memcpy(key.axes, c->call.axes, sizeof key.axes);
   if (!ch->key.k || !same_group(&ch->key, &key)) {
     int lo, hi;
