@@ -7,7 +7,8 @@
  * the device waits for only when it next writes or frees that room.
  * These tests write the block right after each call, free blocks right
  * after a call, mix in other collectives and out-of-place ppermutes, turn
- * the block into a map output, and fail a device in the middle of a ring:
+ * the block into a map output, go on with calls over another group before
+ * the readers read, and fail a device in the middle of a ring:
  * every value is checked against the serial result, and every map must
  * end (under ThreadSanitizer too, any read of a room being rewritten
  * shows).  Every case runs in both scheduling modes.
@@ -366,6 +367,66 @@ START_TEST(t_async)
 }
 END_TEST
 
+/* Between two ppermutes over x (pairs (0, 1) and (1, 0)), the devices go
+ * on with `arg` psums over y, a group that does not wait for their
+ * ppermute's readers, which the devices at x=1 are made to be: those at
+ * x=0 arrive last, so the readers still sleep in the arrivals when their
+ * sources are already making the psums.  With 7 psums or more a source
+ * rewrites the ppermute's descriptor (HIST 8) while its reader may not
+ * have read it yet; it must wait.  Every value is checked. */
+static int body_other_calls(shmap_ctx *ctx, void *arg)
+{
+  int npsum = *(const int *)arg;
+  int d = shmap_ctx_device(ctx), xi = shmap_axis_index(ctx, "x");
+  int64_t n = 16;
+  shmap_block *b = shmap_block_alloc(ctx, SHMAP_F32, 1, &n);
+  shmap_block *s = shmap_block_alloc(ctx, SHMAP_F32, 1, &n);
+  if (!b || !s)
+    return SHMAP_ENOMEM;
+  static const int pairs[2][2] = {{0, 1}, {1, 0}};
+  for (int t = 0; t < 60; t++) {
+    for (int e = 0; e < 16; e++)
+      ((float *)b->data)[e] = (float)(d * 1000 + t);
+    if (xi == 0) {
+      volatile unsigned z = 0;
+      for (unsigned i = 0; i < 100000; i++)
+        z += i;
+    }
+    int rc = shmap_ppermute(ctx, b, "x", 2, pairs);
+    if (rc)
+      return rc;
+    for (int e = 0; e < 16; e++)
+      if (((float *)b->data)[e] != (float)((d ^ 2) * 1000 + t))
+        return 100 + t; /* not an error code: the value was wrong */
+    for (int j = 0; j < npsum; j++) {
+      for (int e = 0; e < 16; e++)
+        ((float *)s->data)[e] = (float)(d + j);
+      if ((rc = shmap_psum(ctx, s, "y")))
+        return rc;
+      if (((float *)s->data)[0] != (float)(2 * (d & 2) + 1 + 2 * j))
+        return 200 + t;
+    }
+  }
+  return 0;
+}
+
+START_TEST(t_other_calls_between)
+{
+  set_mode(_i);
+  ck_assert_int_eq(setenv("SHMAP_WORKERS", "2", 1), 0);
+  shmap_mesh *mesh = tu_mesh_new("x=2, y=2");
+  static const int npsums[] = {6, 7, 9};
+  for (int k = 0; k < 3; k++) {
+    int rc = shmap_map(mesh, body_other_calls, (void *)&npsums[k], 0, NULL,
+                       NULL, 0, NULL, NULL);
+    ck_assert_msg(rc == 0, "%d psums between: %d (%s): %s", npsums[k], rc,
+                  shmap_strerror(rc), shmap_errmsg());
+  }
+  shmap_mesh_destroy(mesh);
+  ck_assert_int_eq(unsetenv("SHMAP_WORKERS"), 0);
+}
+END_TEST
+
 static Suite *suite(void)
 {
   Suite *s = suite_create("ppermute_inplace");
@@ -376,6 +437,7 @@ static Suite *suite(void)
   tcase_add_loop_test(tc, t_user_data, 0, 2);
   tcase_add_loop_test(tc, t_fail_releases, 0, 2);
   tcase_add_loop_test(tc, t_async, 0, 2);
+  tcase_add_loop_test(tc, t_other_calls_between, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -92,6 +92,10 @@ typedef struct shm_dev {
    * it (so every member had left its earlier calls). */
   sgroup done;
   wchain chain;
+  /* Descriptors a ppermute's members may still read (see "Readers"):
+   * bit i set when calls[i] is one, histg[i] its group and call. */
+  unsigned hist_readers;
+  sgroup histg[HIST];
 } shm_dev;
 
 /* What shm keeps per mesh (rt->tstate). */
@@ -177,6 +181,9 @@ static int shm_open(shmap__comm *comm)
       sd->resg[i].k = 0;
     }
     sd->done.k = 0;
+    sd->hist_readers = 0;
+    for (int i = 0; i < HIST; i++)
+      sd->histg[i].k = 0;
   }
   comm->priv = st;
   return 0;
@@ -492,6 +499,9 @@ static int agree_with(shmap__coll *c, int m)
 
 /* The group-wide protocol (every collective but ppermute), after the
  * descriptor is published. */
+static void group_done(shmap__coll *c);
+static void hist_take(shmap__coll *c, shm_dev *sd, bool readers);
+
 static int slot_arrive(shmap__coll *c)
 {
   shmap_ctx *ctx = c->ctx;
@@ -515,6 +525,7 @@ static int slot_arrive(shmap__coll *c)
     if (shmap__dev_wait(rt, self, arrivals_done, c, &rt->abort)) {
       if (atomic_load(&g->slot->word) & CANCELED)
         return shmap__canceled(ctx, shmap__coll_opname(c));
+      group_done(c); /* every member arrived: it left its earlier calls */
       return 0;
     }
     /* The map failed while we wait: cancel the call for all members,
@@ -542,9 +553,16 @@ static int slot_arrive(shmap__coll *c)
  *
  * This cannot hang: a reader has passed the arrivals, so it moves its
  * data and leaves without waiting for anything.  Without the departure
- * rendezvous members still stay within one call of each other, since the
- * arrivals of call k + 1 wait for every member; descriptors (HIST) and
- * slots (SLOTS) outlast that.
+ * rendezvous the members of this group stay within one call of each other
+ * in this group's calls, since the arrivals of its next call wait for
+ * every member; slots (SLOTS) outlast that.  But a member may go on with
+ * calls over other groups, which do not wait for this one's readers, and
+ * its descriptor of call k (read by its reader for the source, and by
+ * every member of its cycle for the handover) is rewritten at call
+ * k + HIST.  So before rewriting a ppermute's descriptor a device waits
+ * until every member of its group left that call (hist_take), as for a
+ * box: nothing to wait for when it has seen every member arrive at a
+ * later call of the group, as in a loop of ppermutes.
  */
 typedef struct leftw {
   const shmap__dev *d;
@@ -610,6 +628,7 @@ static int shm_arrive(shmap__coll *c)
   shmap__dev *self = &rt->devs[ctx->dev];
   shm_dev *sd = &st->devs[ctx->dev];
   call_begin(c);
+  hist_take(c, sd, c->call.kind == SHMAP__PPERMUTE);
   shmap__call_copy(&sd->calls[c->k % HIST], &c->call);
   shmap__publish(&self->coll.arrive, c->k);
   /* Whoever waits to compare its call with ours (even for a group of one:
@@ -835,6 +854,19 @@ static void box_reuse(shmap__coll *c, sgroup *bg, bool readers)
   bg->n = c->n;
 }
 
+/* Before writing this device's descriptor of call k: wait for the
+ * readers of the ppermute it may hold (see "Readers"), and note whether
+ * this call has `readers` after it leaves. */
+static void hist_take(shmap__coll *c, shm_dev *sd, bool readers)
+{
+  unsigned i = c->k % HIST, bit = 1u << i;
+  if (!readers && !(sd->hist_readers & bit))
+    return;
+  box_reuse(c, &sd->histg[i], readers);
+  sd->hist_readers = readers ? sd->hist_readers | bit
+                             : sd->hist_readers & ~bit;
+}
+
 /* Publish this device's terms and call k in its box; the call's hash. */
 static uint32_t box_publish(shmap__coll *c, size_t count, bool readers)
 {
@@ -845,6 +877,7 @@ static uint32_t box_publish(shmap__coll *c, size_t count, bool readers)
   sbox *box = &sd->box[c->k & 1];
   box_reuse(c, &sd->boxg[c->k & 1], readers);
   memcpy(box->data, c->call.src, count * c->esize);
+  hist_take(c, sd, false);
   shmap__call_copy(&sd->calls[c->k % HIST], &c->call);
   uint32_t hash = call_hash(&c->call);
   atomic_store_explicit(&box->word, (uint64_t)c->k << 32 | hash,
