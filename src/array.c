@@ -103,28 +103,35 @@ SHMAP_EXTERN int shmap_array_from_host(shmap_array **array, shmap_dtype dtype,
 
 SHMAP_EXTERN int shmap_array_to_host(const shmap_array *array, void *data)
 {
+  const char *op = "shmap_array_to_host";
+  int rc = 0;
   if (!array || (!data && array->numel > 0))
-    return shmap__err(SHMAP_EINVAL, "shmap_array_to_host: NULL argument");
-  if (array->data)
-    shmap__bulk_copy(data, array->data,
-                     (size_t)array->numel * shmap_dtype_size(array->dtype));
-  else if (array->mesh->place && array->mesh->place->nproc > 1) {
-    /* Blocks are spread over processes: ours, then everyone else's. */
+    rc = shmap__err(SHMAP_EINVAL, "%s: NULL argument", op);
+  if (!array)
+    return rc;
+  if (array->data) {
+    if (rc == 0)
+      shmap__bulk_copy(data, array->data,
+                       (size_t)array->numel * shmap_dtype_size(array->dtype));
+  } else if (array->mesh->place && array->mesh->place->nproc > 1) {
+    /* Blocks are spread over processes: ours, then everyone else's, once
+     * every process agreed on the call (a process that rejects it still
+     * agrees, so that every process rejects it; proc.c). */
     char what[96];
-    snprintf(what, sizeof what, "shmap_array_to_host of %s[",
+    snprintf(what, sizeof what, "%s of %s[", op,
              shmap_dtype_name(array->dtype));
     for (int i = 0; i < array->rank; i++)
       shmap__cat(what, sizeof what, "%s%lld", i ? "," : "",
                  (long long)array->shape[i]);
     shmap__cat(what, sizeof what, "]");
-    int rc = shmap__host_agree("shmap_array_to_host", array->mesh, what);
+    rc = shmap__host_agree_call(op, array->mesh, what, NULL, rc);
     if (rc)
       return rc;
     shmap__array_assemble_local(array, data);
     return shmap__array_exchange(array, data);
-  } else
+  } else if (rc == 0)
     shmap__array_assemble(array, data);
-  return 0;
+  return rc;
 }
 
 SHMAP_EXTERN void shmap_array_destroy(shmap_array *array)

@@ -815,7 +815,8 @@ static int finish_output(shmap__job *job, int k, const char *spec_text,
   return rc;
 }
 
-static int prepare_inputs(shmap__job *job, const char *const in_specs[])
+/* The inputs' specs against their arrays; nothing is exchanged yet. */
+static int check_inputs(shmap__job *job, const char *const in_specs[])
 {
   for (int k = 0; k < job->nin; k++) {
     char what[32];
@@ -840,14 +841,56 @@ static int prepare_inputs(shmap__job *job, const char *const in_specs[])
       return rc;
     shmap__block_shape(job->mesh, &ii->spec, a->rank, a->shape, ii->bshape);
     ii->borrow = a->mesh && shmap__spec_same(&a->spec, &ii->spec, a->rank);
-    /* Pieces of another layout that other processes hold come over
-     * before the devices start (stage.c). */
+  }
+  return 0;
+}
+
+/* Pieces of another layout that other processes hold come over before
+ * the devices start (stage.c); every process calls this after the map was
+ * agreed on. */
+static int stage_inputs(shmap__job *job)
+{
+  for (int k = 0; k < job->nin; k++) {
+    char what[32];
+    snprintf(what, sizeof what, "in_specs[%d]", k);
+    const shmap_array *a = job->in[k];
+    shmap__in_info *ii = &job->ins[k];
+    int rc;
     if (a->mesh && !ii->borrow && shmap__stage_needed(a, job->mesh) &&
         (rc = shmap__stage(a, job->mesh, &ii->spec, ii->bshape, what,
                            &ii->view)))
       return rc;
   }
   return 0;
+}
+
+/* What every process must pass alike to a map, as text (for the
+ * agreement between processes, proc.c): counts, flags, manual axes, each
+ * input's dtype, shape and spec, each output's spec (resolved, so that
+ * spellings of one spec are equal).  NULL when out of memory. */
+static char *describe_map(const shmap__job *job, const shmap__spec *ospec,
+                          unsigned flags)
+{
+  const shmap_mesh *mesh = job->mesh;
+  size_t n = 256 + ((size_t)job->nin + (size_t)job->nout) * 640;
+  char *t = shmap__malloc(n), tmp[400];
+  if (!t)
+    return NULL;
+  shmap__mask_format(mesh, job->manual, tmp, sizeof tmp);
+  snprintf(t, n, "nin=%d, nout=%d, flags 0x%x, manual axes %s", job->nin,
+           job->nout, flags, tmp);
+  for (int k = 0; k < job->nin; k++) {
+    const shmap_array *a = job->in[k];
+    shmap__shape_format(a->dtype, a->rank, a->shape, tmp, sizeof tmp);
+    shmap__cat(t, n, ", in %s ", tmp);
+    shmap__spec_format(mesh, &job->ins[k].spec, tmp, sizeof tmp);
+    shmap__cat(t, n, "%s", tmp);
+  }
+  for (int k = 0; k < job->nout; k++) {
+    shmap__spec_format(mesh, &ospec[k], tmp, sizeof tmp);
+    shmap__cat(t, n, ", out %s", tmp);
+  }
+  return t;
 }
 
 static void free_job(shmap__job *job, const shmap__in_info *ins_local)
@@ -886,69 +929,74 @@ static void map_table_free(void *p, const void *local)
     free(p);
 }
 
-static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
-                   shmap_array *const in[], const char *const in_specs[],
-                   int nout, shmap_array *out[], const char *const out_specs[],
-                   unsigned flags, const char *manual_text)
+/* flags_op: the public function whose flags to check (NULL: the
+ * library's own map, flags not checked). */
+static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
+                   void *arg, int nin, shmap_array *const in[],
+                   const char *const in_specs[], int nout, shmap_array *out[],
+                   const char *const out_specs[], unsigned flags,
+                   const char *manual_text)
 {
-  if (!mesh || !body)
-    return shmap__err(SHMAP_EINVAL, "shmap_map: %s is NULL", mesh ? "body" : "mesh");
-  if (nin < 0 || nout < 0)
-    return shmap__err(SHMAP_EINVAL, "shmap_map: negative count (nin=%d, nout=%d)",
-                      nin, nout);
-  if (nin > 0 && (!in || !in_specs))
-    return shmap__err(SHMAP_EINVAL, "shmap_map: nin=%d but %s is NULL", nin,
-                      in ? "in_specs" : "in");
-  if (nout > 0 && (!out || !out_specs))
-    return shmap__err(SHMAP_EINVAL, "shmap_map: nout=%d but %s is NULL", nout,
-                      out ? "out_specs" : "out");
+  /* The checks of this process's arguments: under MPI a process that
+   * rejects the call still takes part in the agreement below, so that
+   * every process rejects it (proc.c, "Verdicts"); only a NULL mesh, a
+   * mesh of the parent of a fork and a call from a body return at once. */
+  int rc = 0;
+  if (flags_op && (flags & ~SHMAP_NO_CHECK_REP))
+    rc = shmap__err(SHMAP_EINVAL, "%s: unknown flags 0x%x", flags_op, flags);
+  if (!mesh)
+    return rc ? rc : shmap__err(SHMAP_EINVAL, "shmap_map: mesh is NULL");
+  if (rc)
+    ;
+  else if (!body)
+    rc = shmap__err(SHMAP_EINVAL, "shmap_map: body is NULL");
+  else if (nin < 0 || nout < 0)
+    rc = shmap__err(SHMAP_EINVAL, "shmap_map: negative count (nin=%d, nout=%d)",
+                    nin, nout);
+  else if (nin > 0 && (!in || !in_specs))
+    rc = shmap__err(SHMAP_EINVAL, "shmap_map: nin=%d but %s is NULL", nin,
+                    in ? "in_specs" : "in");
+  else if (nout > 0 && (!out || !out_specs))
+    rc = shmap__err(SHMAP_EINVAL, "shmap_map: nout=%d but %s is NULL", nout,
+                    out ? "out_specs" : "out");
   unsigned gen = atomic_load(&mesh->rt->forkgen);
   if (gen && gen != shmap__fork_generation() + 1)
-    return shmap__err(SHMAP_ESTATE,
-                      "shmap_map: the mesh's device threads belong to the "
-                      "process that forked this one; create a new mesh here");
+    return rc ? rc
+              : shmap__err(SHMAP_ESTATE,
+                           "shmap_map: the mesh's device threads belong to "
+                           "the process that forked this one; create a new "
+                           "mesh here");
   shmap_ctx *outer = shmap__current();
   if (outer)
-    return shmap__dev_fail(outer, "shmap_map", SHMAP_ESTATE,
-                           "called from inside a body; a map inside a body "
-                           "is shmap_map_nested, over the outer map's free "
-                           "axes");
-  for (int k = 0; k < nout; k++)
+    return rc ? rc
+              : shmap__dev_fail(outer, "shmap_map", SHMAP_ESTATE,
+                                "called from inside a body; a map inside a "
+                                "body is shmap_map_nested, over the outer "
+                                "map's free axes");
+  for (int k = 0; out && k < nout; k++)
     out[k] = NULL;
-  /* Under MPI every process makes this same map first (proc.c). */
-  if (mesh->place && mesh->place->nproc > 1) {
-    int rc = shmap__host_agree("shmap_map", mesh, "shmap_map");
-    if (rc)
-      return rc;
+  if (rc) {
+    nin = nout = 0; /* the tables below stay empty */
+    in = NULL;
   }
 
   shmap__job job = {.mesh = mesh, .body = body, .arg = arg, .nin = nin,
                     .nout = nout, .in = in, .manual = shmap__mesh_all(mesh)};
-  if (manual_text && *manual_text) {
+  if (rc == 0 && manual_text && *manual_text) {
     int axes[SHMAP_MAX_AXES], n;
-    int rc = shmap__axes_parse(mesh, "shmap_map_ex: manual_axes", manual_text,
-                               axes, &n);
-    if (rc)
-      return rc;
-    if (n > 0) {
+    rc = shmap__axes_parse(mesh, "shmap_map_ex: manual_axes", manual_text,
+                           axes, &n);
+    if (rc == 0 && n > 0) {
       job.manual = 0;
       for (int i = 0; i < n; i++)
         job.manual |= 1u << axes[i];
     }
   }
-  /* Replicas need each free-axis slice in one process (the host's body
-   * and offers are in its memory); under MPI a slice that spans processes
-   * makes every device run the body, each process on its own devices. */
-  job.replicas = job.manual != shmap__mesh_all(mesh);
-  for (int d = 0; job.replicas && mesh->place && d < mesh->ndev; d++)
-    job.replicas = mesh->place->owner[d] ==
-                   mesh->place->owner[shmap__representative(mesh, job.manual, d)];
   shmap__runtime *rt = mesh->rt;
   bool locked = false;
   shmap__spec *ospec = NULL;
   shmap_block **slots = NULL;
   shmap_array **res = NULL;
-  int rc = 0;
   shmap__in_info ins_local[MAP_FEW + 1];
   shmap__spec ospec_local[MAP_FEW + 1];
   shmap_array *res_local[MAP_FEW + 1];
@@ -956,23 +1004,37 @@ static int map_run(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
   job.ins = map_table(ins_local, (size_t)nin, sizeof *job.ins);
   ospec = map_table(ospec_local, (size_t)nout, sizeof *ospec);
   res = map_table(res_local, (size_t)nout, sizeof *res);
-  if (!job.ins || !ospec || !res) {
+  if (rc == 0 && (!job.ins || !ospec || !res))
     rc = shmap__err(SHMAP_ENOMEM, "shmap_map: out of memory");
-    goto done;
-  }
-  if ((rc = prepare_inputs(&job, in_specs)))
-    goto done;
-  for (int k = 0; k < nout; k++) {
-    if (!out_specs[k]) {
+  if (rc == 0)
+    rc = check_inputs(&job, in_specs);
+  for (int k = 0; rc == 0 && k < nout; k++) {
+    if (!out_specs[k])
       rc = shmap__err(SHMAP_EINVAL, "out_specs[%d] is NULL", k);
-      goto done;
-    }
-    if ((rc = shmap__spec_resolve_manual(mesh, job.manual, out_specs[k],
-                                         &ospec[k]))) {
+    else if ((rc = shmap__spec_resolve_manual(mesh, job.manual, out_specs[k],
+                                              &ospec[k])))
       rc = shmap__err_prefix(rc, "out_specs[%d]", k);
-      goto done;
-    }
   }
+  /* Under MPI every process makes this same map, with the same arguments,
+   * and accepts it, before anything is exchanged (proc.c). */
+  if (mesh->place && mesh->place->nproc > 1) {
+    char *args = rc ? NULL : describe_map(&job, ospec, flags);
+    if (rc == 0 && !args)
+      rc = shmap__err(SHMAP_ENOMEM, "shmap_map: out of memory");
+    rc = shmap__host_agree_call("shmap_map", mesh, "shmap_map", args, rc);
+    free(args);
+  }
+  if (rc)
+    goto done;
+  /* Replicas need each free-axis slice in one process (the host's body
+   * and offers are in its memory); under MPI a slice that spans processes
+   * makes every device run the body, each process on its own devices. */
+  job.replicas = job.manual != shmap__mesh_all(mesh);
+  for (int d = 0; job.replicas && mesh->place && d < mesh->ndev; d++)
+    job.replicas = mesh->place->owner[d] ==
+                   mesh->place->owner[shmap__representative(mesh, job.manual, d)];
+  if ((rc = stage_inputs(&job)))
+    goto done;
 
   /* One allocation for the device contexts' block tables; both arrays are
    * kept from one map to the next. */
@@ -1096,8 +1158,8 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
                int nout, shmap_array *out[], const char *const out_specs[],
                unsigned flags)
 {
-  return map_run(mesh, body, arg, nin, in, in_specs, nout, out, out_specs,
-                 flags, NULL);
+  return map_run(NULL, mesh, body, arg, nin, in, in_specs, nout, out,
+                 out_specs, flags, NULL);
 }
 
 SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
@@ -1106,10 +1168,8 @@ SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
                                  shmap_array *out[],
                                  const char *const out_specs[], unsigned flags)
 {
-  if (flags & ~SHMAP_NO_CHECK_REP)
-    return shmap__err(SHMAP_EINVAL, "shmap_map: unknown flags 0x%x", flags);
-  return shmap__map(mesh, body, arg, nin, in, in_specs, nout, out, out_specs,
-                    flags);
+  return map_run("shmap_map", mesh, body, arg, nin, in, in_specs, nout, out,
+                 out_specs, flags, NULL);
 }
 
 SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
@@ -1122,11 +1182,8 @@ SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
   static const shmap_map_opts defaults;
   if (!opts)
     opts = &defaults;
-  if (opts->flags & ~SHMAP_NO_CHECK_REP)
-    return shmap__err(SHMAP_EINVAL, "shmap_map_ex: unknown flags 0x%x",
-                      opts->flags);
-  return map_run(mesh, body, arg, nin, in, in_specs, nout, out, out_specs,
-                 opts->flags, opts->manual_axes);
+  return map_run("shmap_map_ex", mesh, body, arg, nin, in, in_specs, nout,
+                 out, out_specs, opts->flags, opts->manual_axes);
 }
 
 SHMAP_EXTERN int shmap_map(shmap_mesh *mesh, shmap_body_fn body, void *arg,

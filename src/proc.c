@@ -384,6 +384,16 @@ int shmap__mpi_wait(void *request)
  * orders, from threads of their own, so two processes waiting on two
  * different meshes are not told apart from slow ones.)
  *
+ * Verdicts.  The description also carries each process's verdict on its
+ * own arguments (0, or the error code and the start of its message) and
+ * a description of the arguments that must be equal everywhere (specs,
+ * counts, flags, shapes of host inputs).  A call that one process rejects
+ * is thus rejected on every process, with the code of the lowest process
+ * that rejected it and a message naming that process and its reason; a
+ * call made with different arguments is a SHMAP_EMISMATCH naming two
+ * processes' arguments.  Either way no process goes on into the call's
+ * own exchange, and the next call pairs as it should.
+ *
  * Goodbyes.  A process that ends (MPI_Finalize, which exit() reaches
  * through the library's own finalisation) first tells every other process
  * how many calls it agreed on.  A process waiting in a later call, which
@@ -394,7 +404,11 @@ int shmap__mpi_wait(void *request)
  */
 typedef struct hrec {
   uint64_t seq;
+  uint64_t hash;  /* of the whole description of the call's arguments */
+  int32_t rc;     /* this process's verdict on its arguments */
   char what[120];
+  char args[200]; /* that description, maybe cut short */
+  char msg[360];  /* the reason when rc != 0, maybe cut short */
 } hrec;
 
 static _Atomic uint64_t host_seq; /* calls agreed on (or being agreed on) */
@@ -503,10 +517,43 @@ static void check_byes(void)
   }
 }
 
-int shmap__host_agree(const char *op, const shmap_mesh *mesh, const char *what)
+/* FNV-1a. */
+static uint64_t text_hash(const char *s)
+{
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+/* `msg` without a leading "op: " (the agreed message names op once). */
+static const char *reason_of(const char *op, const char *msg)
+{
+  size_t n = strlen(op);
+  if (strncmp(msg, op, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ')
+    return msg + n + 2;
+  return msg;
+}
+
+/* Copy at most n - 1 bytes of s, marking a cut with "...". */
+static void copy_cut(char *dst, size_t n, const char *s)
+{
+  size_t len = strlen(s);
+  if (len < n) {
+    memcpy(dst, s, len + 1);
+    return;
+  }
+  memcpy(dst, s, n - 4);
+  memcpy(dst + n - 4, "...", 4);
+}
+
+int shmap__host_agree_call(const char *op, const shmap_mesh *mesh,
+                           const char *what, const char *args, int rc)
 {
   if (!self.mpi || self.size < 2)
-    return 0;
+    return rc;
+  char reason[SHMAP__MSG_MAX];
+  snprintf(reason, sizeof reason, "%s", rc ? shmap__errbuf() : "");
   hrec *all = shmap__calloc((size_t)self.size, sizeof *all);
   if (!all)
     return shmap__err(SHMAP_ENOMEM, "%s: out of memory", op);
@@ -514,6 +561,13 @@ int shmap__host_agree(const char *op, const shmap_mesh *mesh, const char *what)
   atomic_store(&host_op, op);
   hrec *mine = &all[self.rank];
   mine->seq = seq;
+  mine->rc = rc;
+  if (rc)
+    copy_cut(mine->msg, sizeof mine->msg, reason_of(op, reason));
+  if (args) {
+    mine->hash = text_hash(args);
+    copy_cut(mine->args, sizeof mine->args, args);
+  }
   char axes[80] = "";
   for (int a = 0; mesh && a < mesh->naxes; a++)
     shmap__cat(axes, sizeof axes, "%s%s=%d", a ? ", " : "", mesh->names[a],
@@ -531,33 +585,78 @@ int shmap__host_agree(const char *op, const shmap_mesh *mesh, const char *what)
   int tag;
   MPI_Comm *mc = mesh ? shmap__mpi_mesh_comm(mesh, &tag) : NULL;
   MPI_Request req;
-  int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all,
-                          (int)sizeof *all, MPI_BYTE, mc ? *mc : acomm, &req);
-  rc = rc != MPI_SUCCESS ? mpi_fail(SHMAP_ESYS, "MPI_Iallgather", rc)
-                         : shmap__mpi_wait_all(1, &req,
-                                               "agreeing on a library call");
-  for (int p = 1; rc == 0 && p < self.size; p++) {
+  int arc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all,
+                           (int)sizeof *all, MPI_BYTE, mc ? *mc : acomm, &req);
+  arc = arc != MPI_SUCCESS ? mpi_fail(SHMAP_ESYS, "MPI_Iallgather", arc)
+                           : shmap__mpi_wait_all(1, &req,
+                                                 "agreeing on a library call");
+  for (int p = 0; p < self.size; p++) {
     all[p].what[sizeof all[p].what - 1] = '\0';
-    if (strcmp(all[p].what, all[0].what) != 0)
-      rc = shmap__err(SHMAP_EMISMATCH,
-                      "%s: the processes made different library calls: "
-                      "process 0 (host %s) is in %s, its call %llu, and "
-                      "process %d (host %s) in %s, its call %llu (every "
-                      "process must make the same library calls in the same "
-                      "order; see shmap-mpi(7))",
-                      op, host_of(0), all[0].what,
-                      (unsigned long long)all[0].seq, p, host_of(p),
-                      all[p].what, (unsigned long long)all[p].seq);
+    all[p].args[sizeof all[p].args - 1] = '\0';
+    all[p].msg[sizeof all[p].msg - 1] = '\0';
   }
+  for (int p = 1; arc == 0 && p < self.size; p++)
+    if (strcmp(all[p].what, all[0].what) != 0)
+      arc = shmap__err(SHMAP_EMISMATCH,
+                       "%s: the processes made different library calls: "
+                       "process 0 (host %s) is in %s, its call %llu, and "
+                       "process %d (host %s) in %s, its call %llu (every "
+                       "process must make the same library calls in the same "
+                       "order; see shmap-mpi(7))",
+                       op, host_of(0), all[0].what,
+                       (unsigned long long)all[0].seq, p, host_of(p),
+                       all[p].what, (unsigned long long)all[p].seq);
+  /* The same call everywhere: the lowest process that rejected it speaks
+   * for all (its code, its reason). */
+  for (int p = 0; arc == 0 && p < self.size; p++)
+    if (all[p].rc != 0)
+      arc = shmap__err(all[p].rc,
+                       "%s: process %d (host %s) rejected the call: %s", op,
+                       p, host_of(p), all[p].msg);
+  for (int p = 1; arc == 0 && p < self.size; p++)
+    if (all[p].hash != all[0].hash)
+      arc = shmap__err(SHMAP_EMISMATCH,
+                       "%s: the processes made the same call with different "
+                       "arguments: process 0 (host %s) passed %s and process "
+                       "%d (host %s) passed %s, in their call %llu (every "
+                       "process must pass the same specs, counts and flags; "
+                       "see shmap-mpi(7))",
+                       op, host_of(0), all[0].args, p, host_of(p),
+                       all[p].args, (unsigned long long)all[0].seq);
   free(all);
-  return rc;
+  return arc;
+}
+
+int shmap__host_agree(const char *op, const shmap_mesh *mesh, const char *what)
+{
+  return shmap__host_agree_call(op, mesh, what, NULL, 0);
+}
+
+int shmap__host_agree_entry(const char *op, const shmap_mesh *mesh,
+                            const char *what, const char *args, int rc)
+{
+  if (!mesh || !mesh->place || mesh->place->nproc < 2 || shmap__current())
+    return rc;
+  return shmap__host_agree_call(op, mesh, what, args, rc);
 }
 
 #else
+int shmap__host_agree_call(const char *op, const shmap_mesh *mesh,
+                           const char *what, const char *args, int rc)
+{
+  (void)op; (void)mesh; (void)what; (void)args;
+  return rc;
+}
 int shmap__host_agree(const char *op, const shmap_mesh *mesh, const char *what)
 {
   (void)op; (void)mesh; (void)what;
   return 0;
+}
+int shmap__host_agree_entry(const char *op, const shmap_mesh *mesh,
+                            const char *what, const char *args, int rc)
+{
+  (void)op; (void)mesh; (void)what; (void)args;
+  return rc;
 }
 void shmap__proc_map_running(int delta) { (void)delta; }
 #endif

@@ -83,6 +83,20 @@ void shmap__array_assemble_local(const shmap_array *a, void *dst);
  * "Library calls").  0, or SHMAP_EMISMATCH (message set, prefixed `op`)
  * in every process.  A no-op with one process. */
 int shmap__host_agree(const char *op, const shmap_mesh *mesh, const char *what);
+/* The same, with this process's verdict on its arguments: `rc` (0, or an
+ * error code whose message is set) and `args`, a description of the
+ * arguments every process must pass alike (NULL: none).  Every process
+ * returns the same: SHMAP_EMISMATCH for different calls; else the code of
+ * the lowest process that rejected the call, the message naming that
+ * process and its reason; else SHMAP_EMISMATCH when the arguments differ;
+ * else 0.  With one process: `rc`, its message untouched. */
+int shmap__host_agree_call(const char *op, const shmap_mesh *mesh,
+                           const char *what, const char *args, int rc);
+/* shmap__host_agree_call at the start of a public call on `mesh` (which
+ * may be NULL): a no-op returning rc with one process, without a mesh, or
+ * from inside a body (the body's map fails instead). */
+int shmap__host_agree_entry(const char *op, const shmap_mesh *mesh,
+                            const char *what, const char *args, int rc);
 /* A map starts (+1) or ends (-1) in this process: exit() meanwhile aborts
  * the job. */
 void shmap__proc_map_running(int delta);

@@ -3,6 +3,7 @@
  * zeros, fill, per-device initialisers, and resharding.  Each runs as a
  * map, so every device builds its own block on its own thread. */
 #include "map.h"
+#include "proc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,22 @@ static int target(const char *op, shmap_mesh *mesh, const char *spec,
     return shmap__err_prefix(rc, "%s", op);
   shmap__block_shape(mesh, s, rank, shape, bshape);
   return 0;
+}
+
+/* Under MPI: every process agrees on the call `op` on `mesh` (not NULL)
+ * and on its target layout, with this process's verdict rc (proc.c). */
+static int agree(const char *op, const shmap_mesh *mesh, int rc,
+                 shmap_dtype dtype, int rank, const int64_t shape[],
+                 const shmap__spec *s)
+{
+  char args[800] = "", t[400];
+  if (rc == 0) {
+    shmap__shape_format(dtype, rank, shape, t, sizeof t);
+    shmap__cat(args, sizeof args, "%s ", t);
+    shmap__spec_format(mesh, s, t, sizeof t);
+    shmap__cat(args, sizeof args, "%s", t);
+  }
+  return shmap__host_agree_entry(op, mesh, op, args, rc);
 }
 
 /* The input block becomes the output: a block built for this map is taken
@@ -63,11 +80,13 @@ SHMAP_EXTERN int shmap_array_from_host_sharded(shmap_array **array,
   int64_t bshape[SHMAP_MAX_RANK];
   shmap__spec s;
   int rc = target(op, mesh, spec, dtype, rank, shape, bshape, &s);
+  int64_t numel = rc ? 0 : shmap__numel(rank, shape);
+  if (rc == 0 && !data && numel > 0)
+    rc = shmap__err(SHMAP_EINVAL, "%s: data is NULL", op);
+  if (mesh)
+    rc = agree(op, mesh, rc, dtype, rank, shape, &s);
   if (rc)
     return rc;
-  int64_t numel = shmap__numel(rank, shape);
-  if (!data && numel > 0)
-    return shmap__err(SHMAP_EINVAL, "%s: data is NULL", op);
   /* The caller's memory, seen as a host array for the duration of the
    * call: each device copies its block straight out of it. */
   shmap_array host = {.dtype = dtype, .rank = rank, .numel = numel,
@@ -86,17 +105,23 @@ SHMAP_EXTERN int shmap_array_reshard(shmap_array **out,
   const char *op = "shmap_array_reshard";
   if (out)
     *out = NULL;
-  if (!out || !array)
+  if (!array)
     return shmap__err(SHMAP_EINVAL, "%s: NULL argument", op);
   if (!array->mesh)
     return shmap__err(SHMAP_EINVAL,
-                      "%s: a host array has no mesh; use "
-                      "shmap_array_from_host_sharded to place it", op);
+                      "%s: %s", op,
+                      out ? "a host array has no mesh; use "
+                            "shmap_array_from_host_sharded to place it"
+                          : "NULL argument");
+  /* Under MPI a process that rejects the call agrees with the others
+   * first (proc.c, "Verdicts"). */
   int64_t bshape[SHMAP_MAX_RANK];
   shmap__spec s;
-  int rc = target(op, array->mesh, spec, array->dtype, array->rank,
-                  array->shape, bshape, &s);
-  if (rc)
+  int rc = !out ? shmap__err(SHMAP_EINVAL, "%s: NULL argument", op)
+                : target(op, array->mesh, spec, array->dtype, array->rank,
+                         array->shape, bshape, &s);
+  if ((rc = agree(op, array->mesh, rc, array->dtype, array->rank,
+                  array->shape, &s)))
     return rc;
   return relayout(op, out, array->mesh, (shmap_array *)array, spec);
 }
@@ -144,15 +169,21 @@ static int make_body(shmap_ctx *ctx, void *arg)
   return 0;
 }
 
+/* rc: this process's verdict on the arguments checked before (0, or an
+ * error code with its message set). */
 static int make(const char *op, shmap_array **array, shmap_mesh *mesh,
                 const char *spec, shmap_dtype dtype, int rank,
-                const int64_t shape[], make_arg *m, unsigned flags)
+                const int64_t shape[], make_arg *m, unsigned flags, int rc)
 {
-  if (!array)
-    return shmap__err(SHMAP_EINVAL, "%s: array is NULL", op);
-  *array = NULL;
+  if (array)
+    *array = NULL;
+  else if (rc == 0)
+    rc = shmap__err(SHMAP_EINVAL, "%s: array is NULL", op);
   int64_t bshape[SHMAP_MAX_RANK];
-  int rc = target(op, mesh, spec, dtype, rank, shape, bshape, &m->spec);
+  if (rc == 0)
+    rc = target(op, mesh, spec, dtype, rank, shape, bshape, &m->spec);
+  if (mesh)
+    rc = agree(op, mesh, rc, dtype, rank, shape, &m->spec);
   if (rc)
     return rc;
   m->dtype = dtype;
@@ -169,7 +200,7 @@ SHMAP_EXTERN int shmap_array_zeros(shmap_array **array, shmap_mesh *mesh,
 {
   make_arg m = {0};
   return make("shmap_array_zeros", array, mesh, spec, dtype, rank, shape, &m,
-              SHMAP__TRUSTED_REP);
+              SHMAP__TRUSTED_REP, 0);
 }
 
 SHMAP_EXTERN int shmap_array_fill(shmap_array **array, shmap_mesh *mesh,
@@ -177,13 +208,11 @@ SHMAP_EXTERN int shmap_array_fill(shmap_array **array, shmap_mesh *mesh,
                                   int rank, const int64_t shape[],
                                   const void *value)
 {
-  if (array)
-    *array = NULL;
-  if (!value)
-    return shmap__err(SHMAP_EINVAL, "shmap_array_fill: value is NULL");
+  int rc = value ? 0
+                 : shmap__err(SHMAP_EINVAL, "shmap_array_fill: value is NULL");
   make_arg m = {.value = value};
   return make("shmap_array_fill", array, mesh, spec, dtype, rank, shape, &m,
-              SHMAP__TRUSTED_REP);
+              SHMAP__TRUSTED_REP, rc);
 }
 
 SHMAP_EXTERN int shmap_array_init(shmap_array **array, shmap_mesh *mesh,
@@ -191,11 +220,10 @@ SHMAP_EXTERN int shmap_array_init(shmap_array **array, shmap_mesh *mesh,
                                   int rank, const int64_t shape[],
                                   shmap_init_fn init, void *arg)
 {
-  if (array)
-    *array = NULL;
-  if (!init)
-    return shmap__err(SHMAP_EINVAL, "shmap_array_init: init is NULL");
+  int rc = init ? 0
+                : shmap__err(SHMAP_EINVAL, "shmap_array_init: init is NULL");
   make_arg m = {.init = init, .init_arg = arg};
   /* Copies of one block come from the user's callback: checked. */
-  return make("shmap_array_init", array, mesh, spec, dtype, rank, shape, &m, 0);
+  return make("shmap_array_init", array, mesh, spec, dtype, rank, shape, &m,
+              0, rc);
 }

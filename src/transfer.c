@@ -66,40 +66,60 @@ SHMAP_EXTERN int shmap_array_transfer(shmap_array **out,
   const char *op = "shmap_array_transfer";
   if (out)
     *out = NULL;
+  int rc = 0;
   if (!out || !array || !mesh || !spec)
-    return shmap__err(SHMAP_EINVAL, "%s: NULL argument", op);
+    rc = shmap__err(SHMAP_EINVAL, "%s: NULL argument", op);
+  if (!array || !mesh)
+    return rc;
   if (!array->mesh)
-    return shmap__err(SHMAP_EINVAL,
-                      "%s: a host array has no mesh; use "
-                      "shmap_array_from_host_sharded to place it", op);
+    return rc ? rc
+              : shmap__err(SHMAP_EINVAL,
+                           "%s: a host array has no mesh; use "
+                           "shmap_array_from_host_sharded to place it", op);
   shmap_ctx *body = shmap__current();
   if (body)
-    return shmap__dev_fail(body, op, SHMAP_ESTATE,
-                           "called from inside a body; a transfer runs a map "
-                           "on the destination mesh, so call it between maps");
-  if (array->mesh == mesh)
+    return rc ? rc
+              : shmap__dev_fail(body, op, SHMAP_ESTATE,
+                                "called from inside a body; a transfer runs "
+                                "a map on the destination mesh, so call it "
+                                "between maps");
+  if (rc == 0 && array->mesh == mesh)
     return shmap_array_reshard(out, array, spec);
   xfer *x = shmap__calloc(1, sizeof *x);
-  if (!x)
-    return shmap__err(SHMAP_ENOMEM, "%s: out of memory", op);
-  x->src = array;
-  int rc = shmap__spec_resolve(mesh, spec, &x->spec);
-  if (rc)
-    rc = shmap__err_prefix(rc, "%s", op);
-  else if ((rc = shmap__spec_fit(mesh, "spec", spec, &x->spec, array->rank,
-                                 array->shape)))
-    rc = shmap__err_prefix(rc, "%s", op);
+  if (rc == 0 && !x)
+    rc = shmap__err(SHMAP_ENOMEM, "%s: out of memory", op);
+  if (rc == 0) {
+    x->src = array;
+    if ((rc = shmap__spec_resolve(mesh, spec, &x->spec)))
+      rc = shmap__err_prefix(rc, "%s", op);
+    else if ((rc = shmap__spec_fit(mesh, "spec", spec, &x->spec, array->rank,
+                                   array->shape)))
+      rc = shmap__err_prefix(rc, "%s", op);
+  }
+  /* Under MPI every process agrees on the transfer and its target layout,
+   * with its own verdict on the arguments, before pieces held only by
+   * other processes come over (stage.c). */
+  if (shmap__stage_needed(array, mesh)) {
+    char args[800] = "", t[400];
+    if (rc == 0) {
+      shmap__shape_format(array->dtype, array->rank, array->shape, t,
+                          sizeof t);
+      shmap__cat(args, sizeof args, "%s from mesh %d to ", t,
+                 array->mesh->serial);
+      shmap__spec_format(mesh, &x->spec, t, sizeof t);
+      shmap__cat(args, sizeof args, "%s", t);
+    }
+    rc = shmap__host_agree_call(op, mesh, op, args, rc);
+  }
   if (rc) {
     free(x);
     return rc;
   }
   shmap__block_shape(mesh, &x->spec, array->rank, array->shape, x->bshape);
   atomic_init(&x->bytes, 0);
-  /* Pieces held only by other processes come over first (stage.c). */
   shmap_array *view = NULL;
   if (shmap__stage_needed(array, mesh) &&
-      ((rc = shmap__host_agree(op, mesh, op)) ||
-       (rc = shmap__stage(array, mesh, &x->spec, x->bshape, op, &view)))) {
+      (rc = shmap__stage(array, mesh, &x->spec, x->bshape, op, &view))) {
     free(x);
     return rc;
   }

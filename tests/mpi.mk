@@ -15,9 +15,14 @@ if BUILD_MPI
 check_PROGRAMS += tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \
 	tests/mpi/test_mpi_coll tests/mpi/test_mpi_groups tests/mpi/test_mpi_async \
 	tests/mpi/test_mpi_mismatch tests/mpi/test_mpi_parts tests/mpi/test_mpi_exit \
-	tests/mpi/test_mpi_map_prop tests/mpi/test_mpi_watchdog
+	tests/mpi/test_mpi_map_prop tests/mpi/test_mpi_watchdog \
+	tests/mpi/test_mpi_badinput
 tests_mpi_test_mpi_exit_SOURCES = tests/mpi/test_mpi_exit.c
 tests_mpi_test_mpi_exit_LDADD = src/libshmap.la
+# One process's bad argument: rejected on every process (randomized).
+tests_mpi_test_mpi_badinput_SOURCES = tests/mpi/test_mpi_badinput.c tests/mpi/mpiutil.h
+tests_mpi_test_mpi_badinput_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
+tests_mpi_test_mpi_badinput_LDADD = src/libshmap.la $(MPI_LIBS)
 tests_mpi_test_mpi_watchdog_SOURCES = tests/mpi/test_mpi_watchdog.c
 tests_mpi_test_mpi_watchdog_LDADD = src/libshmap.la
 # The randomized mismatch test, built as a plain program over processes.

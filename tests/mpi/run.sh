@@ -15,7 +15,10 @@
 # processes, traced and the traces merged), tests/mpi/test_mpi_groups
 # (grouped collectives, pbroadcast, ragged_all_to_all, preduce),
 # tests/mpi/test_mpi_mismatch (the randomized mismatch test over
-# processes), tests/mpi/test_mpi_async (started collectives, their failures
+# processes), tests/mpi/test_mpi_badinput (one process's bad argument to
+# a map, reshard, transfer, copy to the host or collective: the same
+# error on every process, and the next call works; randomized),
+# tests/mpi/test_mpi_async (started collectives, their failures
 # and mismatches over processes), tests/mpi/test_mpi_level
 # (a program that initialised MPI itself, with enough and too low a thread
 # level), tests/mpi/test_mpi_watchdog (the watchdog's report of other
@@ -77,6 +80,8 @@ for sched in threads fibers; do
   launch "$b/tests/mpi/test_mpi_groups" || { echo "FAIL: test_mpi_groups (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_mismatch"
   launch "$b/tests/mpi/test_mpi_mismatch" || { echo "FAIL: test_mpi_mismatch (np=$np, $sched)"; fail=1; }
+  echo "== np=$np SHMAP_SCHED=$sched: test_mpi_badinput"
+  launch "$b/tests/mpi/test_mpi_badinput" || { echo "FAIL: test_mpi_badinput (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_async"
   launch "$b/tests/mpi/test_mpi_async" || { echo "FAIL: test_mpi_async (np=$np, $sched)"; fail=1; }
   for level in multiple funneled; do
