@@ -973,12 +973,12 @@ static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
                                 "called from inside a body; a map inside a "
                                 "body is shmap_map_nested, over the outer "
                                 "map's free axes");
-  for (int k = 0; out && k < nout; k++)
-    out[k] = NULL;
   if (rc) {
-    nin = nout = 0; /* the tables below stay empty */
+    nin = nout = 0; /* the tables below stay empty, out[] untouched */
     in = NULL;
   }
+  for (int k = 0; k < nout; k++)
+    out[k] = NULL;
 
   shmap__job job = {.mesh = mesh, .body = body, .arg = arg, .nin = nin,
                     .nout = nout, .in = in, .manual = shmap__mesh_all(mesh)};
