@@ -196,8 +196,10 @@ static struct shmap_request *take(shmap__plan *p, const char *api)
                     api, SHMAP_MAX_REQUESTS, open);
     return NULL;
   }
-  if (shmap__progress_ensure(rt, ctx->dev)) {
-    shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ESYS, "%s",
+  int rc = shmap__progress_ensure(rt, ctx->dev);
+  if (rc) {
+    /* SHMAP_ENOMEM, or SHMAP_ESYS: no thread. */
+    shmap__dev_fail(ctx, shmap__coll_opname(&p->c), rc, "%s",
                     shmap__errbuf());
     return NULL;
   }
