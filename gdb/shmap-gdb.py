@@ -413,12 +413,15 @@ def _requests_text(rt, ndev, now):
     try:
         if not _int(rt["async"]):
             return []
-        t = gdb.lookup_type("struct shmap__async_dev").pointer()
+        # A pointer per device, NULL while it never started a request.
+        t = gdb.lookup_type("struct shmap__async_dev").pointer().pointer()
         tab = rt["async"].cast(t)
         axes = _mesh_axes(rt["mesh"].dereference())
         lines = []
         for d in range(ndev):
-            reqs = tab[d]["req"]
+            if not _int(tab[d]):
+                continue
+            reqs = tab[d].dereference()["req"]
             lo, hi = reqs.type.range()
             for s in range(lo, hi + 1):
                 r = reqs[s]

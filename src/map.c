@@ -264,6 +264,8 @@ SHMAP_EXTERN int shmap_block_free(shmap_ctx *ctx, shmap_block *block)
     return shmap__dev_fail(ctx, "shmap_block_free", SHMAP_EINVAL,
                            "the block is an %s block, which the map owns",
                            c->kind == SHMAP__CHUNK_IN ? "input" : "output");
+  if ((rc = shmap__async_block_free(ctx, block, c->block.data, c->cap)))
+    return rc;
   shmap__arena_free(ctx, c);
   return 0;
 }
@@ -1696,6 +1698,11 @@ static int nested_run(shmap_ctx *octx, const shmap__offer *of,
     } else if (ictx.err) {
       rc = ictx.err;
     }
+    /* Requests the inner body left open fail the map and are finished
+     * before its blocks go (coll/async.c). */
+    shmap__async_body_end(&ictx);
+    if (!rc)
+      rc = ictx.err;
   }
   for (int k = 0; k < nout && !rc; k++)
     rc = nested_output(&ictx, octx, k, of->out_specs[k], &ospec[k], of->flags,

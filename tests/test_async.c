@@ -6,12 +6,20 @@
  * message naming the call (too many requests open, a body returning with
  * one open, the input or the result written before the wait, bad
  * handles); mismatches and failures involving started calls end promptly.
+ * A request's blocks outlive it: a body (nested or not) that returns with
+ * one open fails the map and nothing is written after it returns, and
+ * shmap_block_free refuses them.  Request tables take memory only for the
+ * devices that start requests.
  */
 #include "testutil.h"
+
+#include "coll/async.h"
+#include "internal.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #define NMODES 2
@@ -569,6 +577,295 @@ START_TEST(t_trace)
 }
 END_TEST
 
+
+/* ---- a request's blocks -------------------------------------------------- */
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+
+#define NB 8192 /* elements of an outer block */
+#define PATTERN 0x5a5a5a5a
+
+typedef struct {
+  int how; /* 0: the inner body leaves its request open; 1: it waits; 2: the
+            * outer body has one open across the nested call */
+  int nested_rc[4], overwritten[4], outer_rc[4];
+  char msg[4][512];
+} nest_arg;
+
+static int inner(shmap_ctx *ctx, void *arg)
+{
+  nest_arg *a = arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  shmap_block *g;
+  shmap_request *r;
+  int rc = shmap_all_gather_start(ctx, x, "j", 0, 1, &g, &r);
+  if (rc || a->how == 0)
+    return rc;
+  if ((rc = shmap_wait(ctx, &r)))
+    return rc;
+  /* The gathered block is the outer block again. */
+  const int32_t *v = g->data, *w = shmap_in(shmap_ctx_outer(ctx), 0)->data;
+  return memcmp(v, w, NB * sizeof *v) ? shmap_fail(ctx, "gather differs") : 0;
+}
+
+static int outer(shmap_ctx *ctx, void *arg)
+{
+  nest_arg *a = arg;
+  int d = shmap_ctx_device(ctx);
+  const shmap_block *x = shmap_in(ctx, 0);
+  shmap_block *p = NULL;
+  shmap_request *pr = NULL;
+  int rc;
+  static const int swap[2][2] = {{0, 1}, {1, 0}};
+  if (a->how == 2 && (rc = shmap_ppermute_start(ctx, x, "i", 2, swap, &p,
+                                                &pr)))
+    return rc;
+  rc = shmap_map_nested(ctx, inner, a, 1, &x, (const char *[]){"P('j')"}, 0,
+                        NULL, NULL, NULL);
+  a->nested_rc[d] = rc;
+  snprintf(a->msg[d], sizeof a->msg[d], "%s", rc ? shmap_errmsg() : "");
+  /* The block the outer body allocates next (of the size of the inner
+   * result, so that it may reuse its memory) keeps what it is given. */
+  shmap_block *b = shmap_block_alloc(ctx, SHMAP_I32, 1, (int64_t[]){NB});
+  if (!b)
+    return -1;
+  int32_t *v = b->data;
+  for (int k = 0; k < NB; k++)
+    v[k] = PATTERN;
+  tu_sleep_ms(30);
+  for (int k = 0; k < NB; k++)
+    a->overwritten[d] += v[k] != PATTERN;
+  if (pr) {
+    int wrc = shmap_wait(ctx, &pr);
+    a->outer_rc[d] = wrc;
+    int32_t want = shmap_axis_index(ctx, "i") ? 0 : NB;
+    if (!rc && !wrc && ((int32_t *)p->data)[0] != want)
+      return shmap_fail(ctx, "ppermute gave %d, not %d",
+                        ((int32_t *)p->data)[0], want);
+    if (!rc)
+      rc = wrc;
+  }
+  return rc;
+}
+
+/* A mesh i=2, j=2, a map over i with a nested map over j (arg 1), or
+ * a map of each device (arg 0) whose body leaves a request open. */
+static int leaves_open_big(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  const shmap_block *x = shmap_in(ctx, 0);
+  shmap_block *g;
+  shmap_request *r;
+  return shmap_all_gather_start(ctx, x, "(i, j)", 0, 1, &g, &r);
+}
+
+START_TEST(t_open_at_end)
+{
+  set_mode(_i);
+  shmap_mesh *m = tu_mesh_new("i=2, j=2");
+  int32_t *host = malloc(2 * NB * sizeof *host);
+  for (int k = 0; k < 2 * NB; k++)
+    host[k] = k;
+  shmap_array *x = tu_array_from_host(SHMAP_I32, 1, (int64_t[]){2 * NB}, host);
+  shmap_map_opts o = {.manual_axes = "i"};
+  for (int how = 0; how < 3; how++) {
+    /* A host whose body did not start before the map failed keeps -1. */
+    nest_arg a = {.how = how, .nested_rc = {-1, -1, -1, -1}};
+    int rc = shmap_map_ex(m, outer, &a, 1, &x, (const char *[]){"P('i')"}, 0,
+                          NULL, NULL, &o);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", rc ? shmap_errmsg() : "");
+    for (int d = 0; d < 4; d += 2) {
+      ck_assert_msg(a.overwritten[d] == 0,
+                    "how %d: device %d: %d elements of the block allocated "
+                    "after the nested map were overwritten",
+                    how, d, a.overwritten[d]);
+      if (how)
+        ck_assert_msg(a.nested_rc[d] == 0, "how %d: nested map = %d: %s",
+                      how, a.nested_rc[d], a.msg[d]);
+      else
+        ck_assert_msg(a.nested_rc[d] == SHMAP_ESTATE ||
+                          a.nested_rc[d] == SHMAP_ECANCELED ||
+                          (a.nested_rc[d] == -1 &&
+                           a.nested_rc[2 - d] != -1),
+                      "device %d: nested map = %d (%s): %s", d,
+                      a.nested_rc[d], shmap_strerror(a.nested_rc[d]),
+                      a.msg[d]);
+    }
+    if (how) {
+      ck_assert_msg(rc == 0, "how %d: map = %d: %s", how, rc, msg);
+      continue;
+    }
+    expect(rc, SHMAP_ESTATE, msg,
+           (const char *[]){"all_gather over 'j' on device",
+                            "in a map nested over 'j' inside a map over 'i'",
+                            "the body returned with this request open",
+                            "(call #2, started by shmap_all_gather_start and "
+                            "never waited for; 1 request open)",
+                            NULL});
+  }
+  /* The same at the end of a map's body, with every device. */
+  char msg[1024];
+  int rc = shmap_map(m, leaves_open_big, NULL, 1, &x,
+                     (const char *[]){"P(('i', 'j'))"}, 0, NULL, NULL);
+  snprintf(msg, sizeof msg, "%s", rc ? shmap_errmsg() : "");
+  expect(rc, SHMAP_ESTATE, msg,
+         (const char *[]){"all_gather over ('i', 'j') on device",
+                          "the body returned with this request open",
+                          "(call #1, started by shmap_all_gather_start and "
+                          "never waited for; 1 request open)",
+                          NULL});
+  ck_assert_msg(!strstr(msg, "nested"), "%s", msg);
+  /* And the mesh works afterwards. */
+  nest_arg a = {.how = 1};
+  rc = shmap_map_ex(m, outer, &a, 1, &x, (const char *[]){"P('i')"}, 0, NULL,
+                    NULL, &o);
+  ck_assert_msg(rc == 0, "the map after: %d %s", rc, rc ? shmap_errmsg() : "");
+  shmap_array_destroy(x);
+  free(host);
+  shmap_mesh_destroy(m);
+}
+END_TEST
+
+typedef struct {
+  int which; /* what device 1 frees while its request is open: 0 the
+              * all_gather's result, 1 its input, 2 psum_start's block, 3 a
+              * block of no request */
+  int free_rc, later_rc;
+  char msg[512];
+} free_arg;
+
+static int frees_open(shmap_ctx *ctx, void *arg)
+{
+  free_arg *a = arg;
+  const shmap_block *in = shmap_in(ctx, 0);
+  shmap_block *x = shmap_block_alloc(ctx, SHMAP_I32, 1, (int64_t[]){2});
+  shmap_block *other = shmap_block_alloc(ctx, SHMAP_I32, 1, (int64_t[]){2});
+  if (!x || !other)
+    return -1;
+  memcpy(x->data, in->data, 8);
+  shmap_block *y = NULL;
+  shmap_request *r;
+  int rc = a->which == 2 ? shmap_psum_start(ctx, x, "i", &r)
+                         : shmap_all_gather_start(ctx, x, "i", 0, 1, &y, &r);
+  if (rc)
+    return rc;
+  if (shmap_ctx_device(ctx) != 1)
+    return shmap_wait(ctx, &r);
+  shmap_block *victim = a->which == 0 ? y : a->which == 3 ? other : x;
+  a->free_rc = shmap_block_free(ctx, victim);
+  snprintf(a->msg, sizeof a->msg, "%s", a->free_rc ? shmap_errmsg() : "");
+  int wrc = shmap_wait(ctx, &r);
+  /* Once the request is complete, the block may go. */
+  if (a->which != 3)
+    a->later_rc = shmap_block_free(ctx, victim);
+  return a->free_rc ? a->free_rc : wrc;
+}
+
+START_TEST(t_free_open)
+{
+  rule_setup(_i);
+  static const char *const what[3] = {
+      "the block is the result of the open shmap_all_gather_start request "
+      "(call #1, all_gather over 'i'); wait for it first",
+      "the block is the input of the open shmap_all_gather_start request "
+      "(call #1, all_gather over 'i'); wait for it first",
+      "the block is the input and result of the open shmap_psum_start "
+      "request (call #1, psum over 'i'); wait for it first"};
+  char msg[1024];
+  for (int which = 0; which < 4; which++) {
+    free_arg a = {.which = which, .free_rc = -1, .later_rc = -1};
+    int rc = run4(frees_open, &a, msg, sizeof msg);
+    if (which == 3) {
+      ck_assert_msg(rc == 0 && a.free_rc == 0, "map %d, free %d: %s", rc,
+                    a.free_rc, msg);
+      continue;
+    }
+    ck_assert_msg(a.free_rc == SHMAP_ESTATE, "which %d: free = %d: %s", which,
+                  a.free_rc, a.msg);
+    ck_assert_msg(strstr(a.msg, "shmap_block_free on device 1") &&
+                      strstr(a.msg, what[which]),
+                  "which %d: %s", which, a.msg);
+    ck_assert_msg(a.later_rc == 0, "which %d: free after the wait = %d",
+                  which, a.later_rc);
+    expect(rc, SHMAP_ESTATE, msg,
+           (const char *[]){"shmap_block_free on device 1", what[which],
+                            NULL});
+  }
+  rule_teardown();
+}
+END_TEST
+
+/* Devices with i < rows gather over j. */
+static int row_gathers(shmap_ctx *ctx, void *arg)
+{
+  int rows = *(int *)arg;
+  if (shmap_axis_index(ctx, "i") >= rows)
+    return 0;
+  const shmap_block *x = shmap_in(ctx, 0);
+  shmap_block *g;
+  shmap_request *r;
+  int rc = shmap_all_gather_start(ctx, x, "j", 0, 1, &g, &r);
+  if (rc || (rc = shmap_wait(ctx, &r)))
+    return rc;
+  const float *v = g->data;
+  int base = shmap_axis_index(ctx, "i") * 16;
+  for (int k = 0; k < 16; k++)
+    if (v[k] != (float)(base + k))
+      return shmap_fail(ctx, "element %d is %g", k, (double)v[k]);
+  return 0;
+}
+
+static long max_rss_kb(void)
+{
+  struct rusage ru;
+  ck_assert_int_eq(getrusage(RUSAGE_SELF, &ru), 0);
+  return ru.ru_maxrss;
+}
+
+START_TEST(t_tables)
+{
+  set_mode(_i);
+  shmap_mesh *m = tu_mesh_new("i=16, j=16");
+  shmap_array *x = tu_arange_f32(1, (int64_t[]){256});
+  shmap__runtime *rt = NULL;
+  size_t per = 0;
+  long rss0 = max_rss_kb();
+  /* The first requests of the mesh: one row, then every device. */
+  for (int rows = 1; rows <= 16; rows += 15) {
+    int rc = shmap_map(m, row_gathers, &rows, 1, &x,
+                       (const char *[]){"P(('i', 'j'))"}, 0, NULL, NULL);
+    ck_assert_msg(rc == 0, "rows %d: %d %s", rows, rc,
+                  rc ? shmap_errmsg() : "");
+    rt = m->rt;
+    size_t bytes = shmap__async_table_bytes(rt, &per);
+    ck_assert_msg(bytes == 256 * sizeof(void *) + (size_t)rows * 16 * per,
+                  "rows %d: the request tables take %zu bytes, want a "
+                  "pointer per device and %zu bytes for each of the %d that "
+                  "started one", rows, bytes, per, rows * 16);
+    ck_assert_int_eq(atomic_load(&rt->helpers), rows * 16);
+  }
+  /* Each device's requests allocated once: all of them together and 256
+   * helper threads (stacks touched little) stay well within 64 MiB; a
+   * whole-mesh table per racing device took gigabytes at 4096.  (The
+   * sanitizers' own memory per thread is more than that.) */
+  long grew = max_rss_kb() - rss0;
+  ck_assert_msg(SANITIZED || grew < 64 * 1024,
+                "the maps grew the peak RSS by %ld KiB", grew);
+  shmap_array_destroy(x);
+  shmap_mesh_destroy(m);
+}
+END_TEST
+
 Suite *async_suite(void);
 Suite *async_suite(void)
 {
@@ -588,6 +885,12 @@ Suite *async_suite(void)
   tcase_add_loop_test(tc, t_bad_args, 0, NMODES);
   tcase_add_loop_test(tc, t_watchdog, 0, NMODES);
   tcase_add_loop_test(tc, t_trace, 0, NMODES);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("lifetimes");
+  tcase_set_timeout(tc, 60);
+  tcase_add_loop_test(tc, t_open_at_end, 0, NMODES);
+  tcase_add_loop_test(tc, t_free_open, 0, NMODES);
+  tcase_add_loop_test(tc, t_tables, 0, NMODES);
   suite_add_tcase(s, tc);
   return s;
 }

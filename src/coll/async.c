@@ -56,6 +56,7 @@ struct shmap_request {
   const char *api;       /* "shmap_ppermute_start" */
   char op[360];          /* "ppermute over 'i'" */
   uint32_t k;            /* the call's number on the device */
+  int depth;             /* the nesting depth of the body that started it */
   uint64_t packed;       /* kind, axes and dtype (trace, watchdog) */
   _Atomic uint64_t t_start;
   uint64_t t_done;
@@ -71,30 +72,31 @@ typedef struct shmap__async_dev {
   int nopen; /* the device's own count */
 } adev;
 
-static adev *table(shmap__runtime *rt, bool create)
+/* rt->async: a pointer per device, set by the device at its first start
+ * (a whole mesh's requests are 95 MB at 4096 devices). */
+static adev *_Atomic *table(shmap__runtime *rt)
 {
-  adev *t = atomic_load(&rt->async);
-  if (t || !create)
+  adev *_Atomic *t = atomic_load(&rt->async);
+  if (t)
     return t;
-  t = shmap__alloc(sizeof *t * (size_t)rt->ndev, true);
-  if (!t)
-    return NULL;
-  for (int d = 0; d < rt->ndev; d++)
-    for (int s = 0; s < SHMAP_MAX_REQUESTS; s++) {
-      t[d].req[s].slot = s;
-      t[d].req[s].dev = d;
-    }
-  void *expected = NULL;
-  if (!atomic_compare_exchange_strong(&rt->async, &expected, t)) {
-    free(t);
-    return expected;
-  }
-  return t;
+  return shmap__progress_table(&rt->async, sizeof *t * (size_t)rt->ndev);
+}
+
+/* Device d's requests, NULL while it never started one. */
+static adev *dev_requests(shmap__runtime *rt, int d)
+{
+  adev *_Atomic *t = atomic_load(&rt->async);
+  return t ? atomic_load(&t[d]) : NULL;
 }
 
 void shmap__async_destroy(shmap__runtime *rt)
 {
-  free(atomic_load(&rt->async));
+  adev *_Atomic *t = atomic_load(&rt->async);
+  if (!t)
+    return;
+  for (int d = 0; d < rt->ndev; d++)
+    free(atomic_load(&t[d]));
+  free(t);
   atomic_store(&rt->async, NULL);
 }
 
@@ -151,15 +153,15 @@ static bool none_pending(void *arg)
 
 bool shmap__async_busy(const shmap_ctx *ctx)
 {
-  adev *t = atomic_load(&ctx->rt->async);
-  return t && t[ctx->dev].nopen && !none_pending(&t[ctx->dev]);
+  adev *a = dev_requests(ctx->rt, ctx->dev);
+  return a && a->nopen && !none_pending(a);
 }
 
 void shmap__async_drain(shmap_ctx *ctx)
 {
   if (!shmap__async_busy(ctx))
     return;
-  adev *a = &((adev *)atomic_load(&ctx->rt->async))[ctx->dev];
+  adev *a = dev_requests(ctx->rt, ctx->dev);
   shmap__progress_wait(ctx->rt, ctx->dev, none_pending, a);
 }
 
@@ -169,13 +171,20 @@ static struct shmap_request *take(shmap__plan *p, const char *api)
 {
   shmap_ctx *ctx = p->c.ctx;
   shmap__runtime *rt = ctx->rt;
-  adev *t = table(rt, true);
-  if (!t) {
+  adev *_Atomic *t = table(rt);
+  adev *a = t ? atomic_load(&t[ctx->dev]) : NULL;
+  if (t && !a && (a = shmap__alloc(sizeof *a, true))) {
+    for (int s = 0; s < SHMAP_MAX_REQUESTS; s++) {
+      a->req[s].slot = s;
+      a->req[s].dev = ctx->dev;
+    }
+    atomic_store(&t[ctx->dev], a);
+  }
+  if (!a) {
     shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ENOMEM,
                     "out of memory for requests");
     return NULL;
   }
-  adev *a = &t[ctx->dev];
   if (a->nopen >= SHMAP_MAX_REQUESTS) {
     char open[SHMAP__MSG_MAX / 2] = "";
     for (int s = 0; s < SHMAP_MAX_REQUESTS; s++)
@@ -187,8 +196,10 @@ static struct shmap_request *take(shmap__plan *p, const char *api)
                     api, SHMAP_MAX_REQUESTS, open);
     return NULL;
   }
-  if (shmap__progress_ensure(rt, ctx->dev)) {
-    shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ESYS, "%s",
+  int rc = shmap__progress_ensure(rt, ctx->dev);
+  if (rc) {
+    /* SHMAP_ENOMEM, or SHMAP_ESYS: no thread. */
+    shmap__dev_fail(ctx, shmap__coll_opname(&p->c), rc, "%s",
                     shmap__errbuf());
     return NULL;
   }
@@ -204,9 +215,13 @@ static void launch(struct shmap_request *r, shmap__plan *p, const char *api,
                    shmap_block *res, const shmap_block *in)
 {
   shmap_ctx *ctx = p->c.ctx;
-  adev *a = &((adev *)atomic_load(&ctx->rt->async))[ctx->dev];
+  adev *a = dev_requests(ctx->rt, ctx->dev);
   a->nopen++;
   r->api = api;
+  /* The body that started it: the innermost one running (ctx may be the
+   * context of an outer map). */
+  const shmap_ctx *body = shmap__current();
+  r->depth = body ? body->depth : ctx->depth;
   r->algo = algo;
   r->res = res;
   r->in = in;
@@ -371,9 +386,9 @@ static struct shmap_request *open_request(shmap_ctx *ctx, const char *api,
                     "was already waited for)");
     return NULL;
   }
-  adev *t = atomic_load(&ctx->rt->async);
+  adev *a = dev_requests(ctx->rt, ctx->dev);
   struct shmap_request *r = *req;
-  if (!t || r < t[ctx->dev].req || r >= t[ctx->dev].req + SHMAP_MAX_REQUESTS ||
+  if (!a || r < a->req || r >= a->req + SHMAP_MAX_REQUESTS ||
       atomic_load(&r->state) == R_FREE) {
     shmap__dev_fail(ctx, api, SHMAP_EINVAL,
                     "*req is not an open request of this device (already "
@@ -390,7 +405,7 @@ static void release(shmap_ctx *ctx, struct shmap_request *r)
   r->scratch = NULL;
   r->inplace = NULL;
   atomic_store(&r->state, R_FREE);
-  ((adev *)atomic_load(&ctx->rt->async))[ctx->dev].nopen--;
+  dev_requests(ctx->rt, ctx->dev)->nopen--;
 }
 
 /* The request is done: hand its outcome to the device. */
@@ -503,34 +518,88 @@ SHMAP_EXTERN int shmap_test(shmap_ctx *ctx, shmap_request *const *req,
 
 void shmap__async_body_end(shmap_ctx *ctx)
 {
-  adev *t = atomic_load(&ctx->rt->async);
-  if (!t || !t[ctx->dev].nopen)
+  adev *a = dev_requests(ctx->rt, ctx->dev);
+  if (!a || !a->nopen)
     return;
-  adev *a = &t[ctx->dev];
-  /* The first open request in program order is the one to name. */
+  /* The requests this body started (a nested body's end leaves those of
+   * the bodies around it); the first in program order is the one named. */
   struct shmap_request *first = NULL;
-  for (int s = 0; s < SHMAP_MAX_REQUESTS; s++)
-    if (atomic_load(&a->req[s].state) != R_FREE &&
-        (!first || a->req[s].k < first->k))
-      first = &a->req[s];
+  int n = 0;
+  for (int s = 0; s < SHMAP_MAX_REQUESTS; s++) {
+    struct shmap_request *r = &a->req[s];
+    if (atomic_load(&r->state) == R_FREE || r->depth < ctx->depth)
+      continue;
+    n++;
+    if (!first || r->k < first->k)
+      first = r;
+  }
+  if (!first)
+    return;
   shmap__dev_fail(ctx, first->op, SHMAP_ESTATE,
                   "the body returned with this request open (call #%u, "
                   "started by %s and never waited for; %d request%s open)",
-                  first->k, first->api, a->nopen, a->nopen == 1 ? "" : "s");
-  /* The failure releases every transfer still waiting for its group. */
+                  first->k, first->api, n, n == 1 ? "" : "s");
+  /* The failure releases every transfer still waiting for its group; none
+   * writes after this wait, so the blocks the body leaves may go. */
   shmap__progress_wait(ctx->rt, ctx->dev, none_pending, a);
   for (int s = 0; s < SHMAP_MAX_REQUESTS; s++)
-    if (atomic_load(&a->req[s].state) != R_FREE)
+    if (atomic_load(&a->req[s].state) != R_FREE &&
+        a->req[s].depth >= ctx->depth)
       release(ctx, &a->req[s]);
+}
+
+int shmap__async_block_free(shmap_ctx *ctx, const shmap_block *b,
+                            const void *data, size_t cap)
+{
+  adev *a = dev_requests(ctx->rt, ctx->dev);
+  if (!a || !a->nopen)
+    return 0;
+  const char *lo = data, *hi = lo + cap;
+  for (int s = 0; s < SHMAP_MAX_REQUESTS; s++) {
+    struct shmap_request *r = &a->req[s];
+    if (atomic_load(&r->state) == R_FREE)
+      continue;
+    /* psum_start's block is its input and its result. */
+    const shmap_block *blk[2] = {r->in, r->inplace ? NULL : r->res};
+    for (int i = 0; i < 2; i++) {
+      const shmap_block *x = blk[i];
+      if (!x)
+        continue;
+      const char *p = x->data;
+      size_t nb = shmap_block_nbytes(x);
+      if (x != b && !(nb && p < hi && p + nb > lo))
+        continue;
+      return shmap__dev_fail(ctx, "shmap_block_free", SHMAP_ESTATE,
+                             "the block is the %s of the open %s request "
+                             "(call #%u, %s); wait for it first",
+                             r->inplace ? "input and result"
+                             : i ? "result" : "input",
+                             r->api, r->k, r->op);
+    }
+  }
+  return 0;
+}
+
+size_t shmap__async_table_bytes(shmap__runtime *rt, size_t *per_device)
+{
+  *per_device = sizeof(adev);
+  adev *_Atomic *t = atomic_load(&rt->async);
+  if (!t)
+    return 0;
+  size_t n = sizeof *t * (size_t)rt->ndev;
+  for (int d = 0; d < rt->ndev; d++)
+    if (atomic_load(&t[d]))
+      n += sizeof(adev);
+  return n;
 }
 
 void shmap__async_report(shmap__runtime *rt, int d, uint64_t now, FILE *out)
 {
-  adev *t = atomic_load(&rt->async);
-  if (!t)
+  adev *a = dev_requests(rt, d);
+  if (!a)
     return;
   for (int s = 0; s < SHMAP_MAX_REQUESTS; s++) {
-    struct shmap_request *r = &t[d].req[s];
+    struct shmap_request *r = &a->req[s];
     int st = atomic_load(&r->state);
     if (st == R_FREE)
       continue;

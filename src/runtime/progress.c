@@ -26,6 +26,7 @@
 #include "runtime/debug.h"
 #include "settings.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <uv.h>
@@ -53,26 +54,29 @@ typedef struct helper {
   char name[16];
 } helper;
 
-static helper *helpers_of(shmap__runtime *rt)
+void *shmap__progress_table(void *_Atomic *slot, size_t size)
 {
-  helper *h = atomic_load(&rt->progress);
-  if (h)
-    return h;
-  /* The first device to need one allocates every device's; a device that
-   * loses the race frees its copy. */
-  h = shmap__alloc(sizeof *h * (size_t)rt->ndev, true);
-  if (!h)
-    return NULL;
-  for (int d = 0; d < rt->ndev; d++) {
-    h[d].rt = rt;
-    h[d].dev = d;
-  }
-  void *expected = NULL;
-  if (!atomic_compare_exchange_strong(&rt->progress, &expected, h)) {
-    free(h);
-    return expected;
-  }
-  return h;
+  /* One lock for every runtime's tables: taken once per table, by the
+   * first device to need it, for no longer than an allocation (a fiber
+   * holding it does not yield, so nobody waits for a parked fiber). */
+  static atomic_flag making = ATOMIC_FLAG_INIT;
+  void *t = atomic_load(slot);
+  if (t)
+    return t;
+  while (atomic_flag_test_and_set_explicit(&making, memory_order_acquire))
+    sched_yield();
+  t = atomic_load(slot);
+  if (!t && (t = shmap__alloc(size, true)))
+    atomic_store(slot, t);
+  atomic_flag_clear_explicit(&making, memory_order_release);
+  return t;
+}
+
+/* Device dev's helper, NULL until the device started it. */
+static helper *helper_of(shmap__runtime *rt, int dev)
+{
+  helper *_Atomic *all = atomic_load(&rt->progress);
+  return all ? atomic_load(&all[dev]) : NULL;
 }
 
 static bool has_work(void *arg)
@@ -110,12 +114,24 @@ static void helper_main(void *arg)
 
 int shmap__progress_ensure(shmap__runtime *rt, int dev)
 {
-  helper *all = helpers_of(rt);
+  /* A pointer per device, and a helper for each device that starts a
+   * request, allocated by that device: 4096 devices racing to allocate
+   * and fill every device's helper each ran out of memory. */
+  helper *_Atomic *all = shmap__progress_table(
+      &rt->progress, sizeof *all * (size_t)rt->ndev);
   if (!all)
     return shmap__err(SHMAP_ENOMEM, "out of memory for progress helpers");
-  helper *h = &all[dev];
-  if (h->started)
+  helper *h = atomic_load(&all[dev]);
+  if (h && h->started)
     return 0;
+  if (!h) {
+    if (!(h = shmap__alloc(sizeof *h, true)))
+      return shmap__err(SHMAP_ENOMEM, "out of memory for the progress helper "
+                                      "of device %d", dev);
+    h->rt = rt;
+    h->dev = dev;
+    atomic_store(&all[dev], h);
+  }
   shmap__waiter_init(&h->park, rt->spin_max);
   shmap__waiter_init(&h->donew, rt->spin_max);
   snprintf(h->name, sizeof h->name, "shmap-p%d", dev & 0xffff);
@@ -139,7 +155,7 @@ int shmap__progress_ensure(shmap__runtime *rt, int dev)
 void shmap__progress_post(shmap__runtime *rt, int dev, void (*fn)(void *),
                           void *arg)
 {
-  helper *h = &((helper *)atomic_load(&rt->progress))[dev];
+  helper *h = helper_of(rt, dev);
   uint32_t tail = atomic_load(&h->tail);
   h->ring[tail % SHMAP_MAX_REQUESTS] = (item){fn, arg};
   atomic_store(&h->tail, tail + 1);
@@ -156,38 +172,40 @@ void shmap__progress_wait(shmap__runtime *rt, int dev, shmap__pred pred,
       ;
     return;
   }
-  helper *h = &((helper *)atomic_load(&rt->progress))[dev];
+  helper *h = helper_of(rt, dev);
   shmap__wait(rt, &h->donew, pred, arg, NULL);
 }
 
 void shmap__progress_done(shmap__runtime *rt, int dev)
 {
-  helper *h = &((helper *)atomic_load(&rt->progress))[dev];
   shmap__dev *d = &rt->devs[dev];
   if (rt->mode == SHMAP__FIBERS)
     shmap__wake(d->sched.wq);
   else
-    shmap__wake(&h->donew);
+    shmap__wake(&helper_of(rt, dev)->donew);
 }
 
 void shmap__progress_destroy(shmap__runtime *rt)
 {
-  helper *all = atomic_load(&rt->progress);
+  helper *_Atomic *all = atomic_load(&rt->progress);
   if (!all)
     return;
   for (int d = 0; d < rt->ndev; d++) {
-    helper *h = &all[d];
-    if (!h->started)
+    helper *h = atomic_load(&all[d]);
+    if (!h)
       continue;
-    /* In a child of fork() the thread stayed in the parent. */
-    if (h->forkgen == shmap__fork_generation()) {
-      atomic_store(&h->stop, 1);
-      shmap__wake(&h->park);
-      uv_thread_t t = (uv_thread_t)h->thread;
-      uv_thread_join(&t);
+    if (h->started) {
+      /* In a child of fork() the thread stayed in the parent. */
+      if (h->forkgen == shmap__fork_generation()) {
+        atomic_store(&h->stop, 1);
+        shmap__wake(&h->park);
+        uv_thread_t t = (uv_thread_t)h->thread;
+        uv_thread_join(&t);
+      }
+      shmap__waiter_fini(&h->park);
+      shmap__waiter_fini(&h->donew);
     }
-    shmap__waiter_fini(&h->park);
-    shmap__waiter_fini(&h->donew);
+    free(h);
   }
   free(all);
   atomic_store(&rt->progress, NULL);

@@ -10,6 +10,9 @@
 
 #include "runtime/sched.h"
 
+/* The table in *slot (zeroed, `size` bytes), allocated by the first
+ * caller while the others wait for it; NULL when out of memory. */
+void *shmap__progress_table(void *_Atomic *slot, size_t size);
 /* Start device dev's helper if it does not run yet (called by the device).
  * 0, or an error code with the message set. */
 int shmap__progress_ensure(shmap__runtime *rt, int dev);
