@@ -4,6 +4,7 @@
 #include "map.h"
 
 #include "coll/async.h"
+#include "coll/plan.h"
 #include "dtype.h"
 #include "proc.h"
 #include "runtime/debug.h"
@@ -65,11 +66,27 @@ int shmap__canceled(shmap_ctx *ctx, const char *op)
  * contexts are brought level before each use: the largest is the device's
  * count, and every call numbers itself from the context it is made with.
  */
+/* A library call from a shmap_preduce combine function: the device's
+ * peers wait for its fold, so the call fails at once. */
+static int in_combine(shmap_ctx *cur, const char *op)
+{
+  struct shmap__dev_plan *dp = &cur->rt->devs[cur->dev].plan;
+  const char *name = dp->combine;
+  dp->combine_called = true;
+  return shmap__dev_fail(cur, op, SHMAP_ESTATE,
+                         "called from the combine function of the "
+                         "shmap_preduce operation '%.100s', which may not "
+                         "call the library",
+                         name);
+}
+
 int shmap__ctx_check(shmap_ctx *ctx, const char *op)
 {
+  shmap_ctx *cur = shmap__current();
+  if (cur && cur->rt->devs[cur->dev].plan.combine)
+    return in_combine(cur, op);
   if (!ctx)
     return shmap__err(SHMAP_EINVAL, "%s: ctx is NULL", op);
-  shmap_ctx *cur = shmap__current();
   if (ctx == cur && !cur->outer)
     return 0;
   bool found = false;
@@ -1230,6 +1247,53 @@ static int agree(shmap_ctx *ictx, const char *axes, const int64_t *mine,
   return 0;
 }
 
+/*
+ * Every body instance of the map of octx (the devices that run its body:
+ * one for each coordinate of `used`, the manual axes of the whole chain of
+ * maps) must start the same nested map.  They agree on it before any
+ * replica joins, over `used`, with a call whose descriptor describes the
+ * nested map (SHMAP__NESTED: an all_gather of one word), so that
+ * instances nesting over other axes, with other counts or specs, or a
+ * different number of times or not at all, fail with SHMAP_EMISMATCH
+ * naming two devices and their calls (the transport's mismatch message)
+ * instead of starting inner maps whose groups over the outer axes meet
+ * no one.  An instance that is a replica (it joined an offer) goes back
+ * to waiting when its inner body returns, unseen by the transport, so
+ * with replicas the instances of an inner body also agree when it
+ * returns (`end`): an instance still calling, or nesting, meets that
+ * call and fails instead of waiting for it.
+ */
+static int instances_agree(shmap_ctx *octx, unsigned used, unsigned manual,
+                           int nin, int nout, uint64_t h, bool end)
+{
+  char axes[320];
+  mask_axes_text(octx->rt->mesh, used, axes, sizeof axes);
+  int64_t word = 0;
+  shmap_block b = {.data = &word, .dtype = SHMAP_I64, .rank = 1,
+                   .shape = {1}};
+  shmap__plan p;
+  /* The call is over every axis of the chain, not only octx's own. */
+  unsigned own = octx->manual;
+  octx->manual = used;
+  int rc = shmap__plan_all_gather(octx, &b, axes, 0, 0, true, &p);
+  octx->manual = own;
+  if (rc)
+    return rc;
+  p.c.name = "shmap_map_nested";
+  snprintf(p.c.op, sizeof p.c.op, "%s", p.c.name);
+  p.c.call.kind = SHMAP__NESTED;
+  p.c.call.source = (int)manual;
+  p.c.call.p2 = end;
+  p.c.call.op_hash = (uint64_t)(nin > 0xffff ? 0xffff : nin) << 48 |
+                     (uint64_t)(nout > 0xffff ? 0xffff : nout) << 32 |
+                     (h & 0xffffffffu);
+  shmap_block *all = NULL;
+  if ((rc = shmap__into_new_block(&p, shmap__algo_all_gather, &all)))
+    return rc;
+  shmap_block_free(octx, all);
+  return 0;
+}
+
 /* The device number of member r of this device's group over the axes in
  * `mask` (mesh order). */
 static int mask_member(const shmap_mesh *mesh, unsigned mask, int dev, int r)
@@ -1505,6 +1569,15 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
                                    in[j]->shape)))
       rc = shmap__dev_fail(octx, op, rc, "%s", shmap__errbuf());
   }
+  uint64_t h = 14695981039346656037u;
+  for (int k = 0; k < nin && !rc; k++)
+    h = hash_str(h, in_specs[k]);
+  for (int k = 0; k < nout && !rc; k++)
+    h = hash_str(h, out_specs[k]);
+  h = (h ^ (uint64_t)nin) * 1099511628211u;
+  h = (h ^ (uint64_t)nout) * 1099511628211u;
+  if (!rc)
+    rc = instances_agree(octx, used, manual, nin, nout, h, false);
   if (rc) {
     free(specs);
     free(res);
@@ -1586,7 +1659,11 @@ static int nested_run(shmap_ctx *octx, const shmap__offer *of,
                            (uint64_t)(levels + 1) << 56),
                           memory_order_relaxed);
 
-  /* Agree on the call: same axes, specs and counts on every member. */
+  /* Agree on the call: same axes, specs and counts on every member.  With
+   * replicas the members run the offer of one body instance, which agreed
+   * with the others already (instances_agree); without, every device made
+   * the call itself. */
+  bool replicas = root_ctx(octx)->job->replicas;
   char all_axes[320];
   mask_axes_text(mesh, manual, all_axes, sizeof all_axes);
   uint64_t h = 14695981039346656037u;
@@ -1597,7 +1674,8 @@ static int nested_run(shmap_ctx *octx, const shmap__offer *of,
   int64_t desc[4] = {(int64_t)manual, nin, nout, (int64_t)(h >> 1)};
   int64_t theirs[4];
   int diff = 0;
-  rc = agree(&ictx, all_axes, desc, 4, &diff, theirs);
+  if (!replicas)
+    rc = agree(&ictx, all_axes, desc, 4, &diff, theirs);
   if (!rc && diff) {
     char them[96];
     shmap__mesh_devname(mesh, mask_member(mesh, manual, ictx.dev, diff - 1),
@@ -1638,6 +1716,11 @@ static int nested_run(shmap_ctx *octx, const shmap__offer *of,
       }
     } else if (ictx.err) {
       rc = ictx.err;
+    } else if (replicas) {
+      unsigned used = 0;
+      for (const shmap_ctx *c = &ictx; c; c = c->outer)
+        used |= c->manual;
+      rc = instances_agree(&ictx, used, manual, nin, nout, 0, true);
     }
   }
   for (int k = 0; k < nout && !rc; k++)
