@@ -79,9 +79,13 @@ void shmap__call_format(const shmap_mesh *mesh, const shmap__call *c,
     shmap__cat(buf, n, ", output rows %d", c->p1);
     break;
   case SHMAP__PREDUCE:
-    shmap__cat(buf, n, ", op '%.*s%s' of width %d",
-               (int)sizeof c->op_name, c->op_name,
-               memchr(c->op_name, 0, sizeof c->op_name) ? "" : "...", c->p1);
+    /* A name too long to carry whole is told apart by its hash. */
+    if (memchr(c->op_name, 0, sizeof c->op_name))
+      shmap__cat(buf, n, ", op '%s' of width %d", c->op_name, c->p1);
+    else
+      shmap__cat(buf, n, ", op '%.*s...' #%08llx of width %d",
+                 (int)sizeof c->op_name, c->op_name,
+                 (unsigned long long)(c->op_hash & 0xffffffffu), c->p1);
     break;
   default:
     break;
