@@ -1167,11 +1167,15 @@ SHMAP_EXTERN int shmap_map(shmap_mesh *mesh, shmap_body_fn body, void *arg,
  * axes, so whatever the map's communicator does for a collective (shared
  * memory here; another transport for devices in other processes) it does
  * for the nested map's collectives, and for those the inner body makes
- * over the outer axes through the outer context.  The inner body's inputs
- * are cut from the outer blocks locally; its outputs are assembled with
- * all_gathers over the inner axes, after an agreement (an all_gather of a
- * small descriptor) that turns devices making different nested calls or
- * returning different shapes into an error naming two of them.
+ * over the outer axes through the outer context.  Before it starts, the
+ * body instances of every slice agree on the nested call over the axes of
+ * the whole chain (instances_agree), so that slices nesting differently
+ * fail instead of meeting in groups over outer axes that a slice nested
+ * otherwise cannot fill.  The inner body's inputs are cut from the outer
+ * blocks locally; its outputs are assembled with all_gathers over the
+ * inner axes, after an agreement (an all_gather of a small descriptor)
+ * that turns devices making different nested calls or returning different
+ * shapes into an error naming two of them.
  */
 
 SHMAP_EXTERN shmap_ctx *shmap_ctx_outer(const shmap_ctx *ctx)
