@@ -22,8 +22,9 @@ enum shmap__kind {
 };
 #define SHMAP__KIND_LAST SHMAP__NESTED
 
-/* The bytes of a shmap_preduce operation's name a descriptor carries (the
- * rest is compared by the name's hash only and shown as "..."). */
+/* The bytes of a shmap_preduce operation's name a descriptor carries for
+ * messages (members compare the whole name's hash; a longer name is shown
+ * as these bytes, "..." and the hash). */
 #define SHMAP__OP_NAME_LISTED 40
 
 /* axis_index_groups a descriptor lists itself (ranks, group by group), so
