@@ -58,7 +58,8 @@ _MAX_AXES = 8
 # enum shmap__kind (the collective in a packed op word).
 _KINDS = {1: "psum", 2: "pmax", 3: "pmin", 4: "pmean", 5: "psum_scatter",
           6: "all_gather", 7: "all_to_all", 8: "ppermute", 9: "pbroadcast",
-          10: "ragged_all_to_all", 11: "preduce"}
+          10: "ragged_all_to_all", 11: "preduce",
+          12: "shmap_map_nested"}
 # enum shmap__state.
 _ST_PARKED, _ST_INPUTS, _ST_BODY, _ST_COLL, _ST_DONE, _ST_REPLICA = range(6)
 # enum shmap__mode.

@@ -4,6 +4,7 @@
 #include "map.h"
 
 #include "coll/async.h"
+#include "coll/plan.h"
 #include "dtype.h"
 #include "proc.h"
 #include "runtime/debug.h"
@@ -65,11 +66,27 @@ int shmap__canceled(shmap_ctx *ctx, const char *op)
  * contexts are brought level before each use: the largest is the device's
  * count, and every call numbers itself from the context it is made with.
  */
+/* A library call from a shmap_preduce combine function: the device's
+ * peers wait for its fold, so the call fails at once. */
+static int in_combine(shmap_ctx *cur, const char *op)
+{
+  struct shmap__dev_plan *dp = &cur->rt->devs[cur->dev].plan;
+  const char *name = dp->combine;
+  dp->combine_called = true;
+  return shmap__dev_fail(cur, op, SHMAP_ESTATE,
+                         "called from the combine function of the "
+                         "shmap_preduce operation '%.100s', which may not "
+                         "call the library",
+                         name);
+}
+
 int shmap__ctx_check(shmap_ctx *ctx, const char *op)
 {
+  shmap_ctx *cur = shmap__current();
+  if (cur && cur->rt->devs[cur->dev].plan.combine)
+    return in_combine(cur, op);
   if (!ctx)
     return shmap__err(SHMAP_EINVAL, "%s: ctx is NULL", op);
-  shmap_ctx *cur = shmap__current();
   if (ctx == cur && !cur->outer)
     return 0;
   bool found = false;
@@ -1209,11 +1226,15 @@ SHMAP_EXTERN int shmap_map(shmap_mesh *mesh, shmap_body_fn body, void *arg,
  * axes, so whatever the map's communicator does for a collective (shared
  * memory here; another transport for devices in other processes) it does
  * for the nested map's collectives, and for those the inner body makes
- * over the outer axes through the outer context.  The inner body's inputs
- * are cut from the outer blocks locally; its outputs are assembled with
- * all_gathers over the inner axes, after an agreement (an all_gather of a
- * small descriptor) that turns devices making different nested calls or
- * returning different shapes into an error naming two of them.
+ * over the outer axes through the outer context.  Before it starts, the
+ * body instances of every slice agree on the nested call over the axes of
+ * the whole chain (instances_agree), so that slices nesting differently
+ * fail instead of meeting in groups over outer axes that a slice nested
+ * otherwise cannot fill.  The inner body's inputs are cut from the outer
+ * blocks locally; its outputs are assembled with all_gathers over the
+ * inner axes, after an agreement (an all_gather of a small descriptor)
+ * that turns devices making different nested calls or returning different
+ * shapes into an error naming two of them.
  */
 
 SHMAP_EXTERN shmap_ctx *shmap_ctx_outer(const shmap_ctx *ctx)
@@ -1286,6 +1307,53 @@ static int agree(shmap_ctx *ictx, const char *axes, const int64_t *mine,
       memcpy(theirs, w + r * nwords, (size_t)nwords * sizeof *mine);
     }
   shmap_block_free(ictx, all);
+  return 0;
+}
+
+/*
+ * Every body instance of the map of octx (the devices that run its body:
+ * one for each coordinate of `used`, the manual axes of the whole chain of
+ * maps) must start the same nested map.  They agree on it before any
+ * replica joins, over `used`, with a call whose descriptor describes the
+ * nested map (SHMAP__NESTED: an all_gather of one word), so that
+ * instances nesting over other axes, with other counts or specs, or a
+ * different number of times or not at all, fail with SHMAP_EMISMATCH
+ * naming two devices and their calls (the transport's mismatch message)
+ * instead of starting inner maps whose groups over the outer axes meet
+ * no one.  An instance that is a replica (it joined an offer) goes back
+ * to waiting when its inner body returns, unseen by the transport, so
+ * with replicas the instances of an inner body also agree when it
+ * returns (`end`): an instance still calling, or nesting, meets that
+ * call and fails instead of waiting for it.
+ */
+static int instances_agree(shmap_ctx *octx, unsigned used, unsigned manual,
+                           int nin, int nout, uint64_t h, bool end)
+{
+  char axes[320];
+  mask_axes_text(octx->rt->mesh, used, axes, sizeof axes);
+  int64_t word = 0;
+  shmap_block b = {.data = &word, .dtype = SHMAP_I64, .rank = 1,
+                   .shape = {1}};
+  shmap__plan p;
+  /* The call is over every axis of the chain, not only octx's own. */
+  unsigned own = octx->manual;
+  octx->manual = used;
+  int rc = shmap__plan_all_gather(octx, &b, axes, 0, 0, true, &p);
+  octx->manual = own;
+  if (rc)
+    return rc;
+  p.c.name = "shmap_map_nested";
+  snprintf(p.c.op, sizeof p.c.op, "%s", p.c.name);
+  p.c.call.kind = SHMAP__NESTED;
+  p.c.call.source = (int)manual;
+  p.c.call.p2 = end;
+  p.c.call.op_hash = (uint64_t)(nin > 0xffff ? 0xffff : nin) << 48 |
+                     (uint64_t)(nout > 0xffff ? 0xffff : nout) << 32 |
+                     (h & 0xffffffffu);
+  shmap_block *all = NULL;
+  if ((rc = shmap__into_new_block(&p, shmap__algo_all_gather, &all)))
+    return rc;
+  shmap_block_free(octx, all);
   return 0;
 }
 
@@ -1564,6 +1632,15 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
                                    in[j]->shape)))
       rc = shmap__dev_fail(octx, op, rc, "%s", shmap__errbuf());
   }
+  uint64_t h = 14695981039346656037u;
+  for (int k = 0; k < nin && !rc; k++)
+    h = hash_str(h, in_specs[k]);
+  for (int k = 0; k < nout && !rc; k++)
+    h = hash_str(h, out_specs[k]);
+  h = (h ^ (uint64_t)nin) * 1099511628211u;
+  h = (h ^ (uint64_t)nout) * 1099511628211u;
+  if (!rc)
+    rc = instances_agree(octx, used, manual, nin, nout, h, false);
   if (rc) {
     free(specs);
     free(res);
@@ -1645,7 +1722,11 @@ static int nested_run(shmap_ctx *octx, const shmap__offer *of,
                            (uint64_t)(levels + 1) << 56),
                           memory_order_relaxed);
 
-  /* Agree on the call: same axes, specs and counts on every member. */
+  /* Agree on the call: same axes, specs and counts on every member.  With
+   * replicas the members run the offer of one body instance, which agreed
+   * with the others already (instances_agree); without, every device made
+   * the call itself. */
+  bool replicas = root_ctx(octx)->job->replicas;
   char all_axes[320];
   mask_axes_text(mesh, manual, all_axes, sizeof all_axes);
   uint64_t h = 14695981039346656037u;
@@ -1656,7 +1737,8 @@ static int nested_run(shmap_ctx *octx, const shmap__offer *of,
   int64_t desc[4] = {(int64_t)manual, nin, nout, (int64_t)(h >> 1)};
   int64_t theirs[4];
   int diff = 0;
-  rc = agree(&ictx, all_axes, desc, 4, &diff, theirs);
+  if (!replicas)
+    rc = agree(&ictx, all_axes, desc, 4, &diff, theirs);
   if (!rc && diff) {
     char them[96];
     shmap__mesh_devname(mesh, mask_member(mesh, manual, ictx.dev, diff - 1),
@@ -1697,6 +1779,11 @@ static int nested_run(shmap_ctx *octx, const shmap__offer *of,
       }
     } else if (ictx.err) {
       rc = ictx.err;
+    } else if (replicas) {
+      unsigned used = 0;
+      for (const shmap_ctx *c = &ictx; c; c = c->outer)
+        used |= c->manual;
+      rc = instances_agree(&ictx, used, manual, nin, nout, 0, true);
     }
     /* Requests the inner body left open fail the map and are finished
      * before its blocks go (coll/async.c). */

@@ -934,6 +934,28 @@ START_TEST(t_preduce)
 }
 END_TEST
 
+/* A combine that calls a collective (which it may not) on device 1. */
+typedef struct combine_call {
+  shmap_ctx *ctx;
+  int dev, rc;
+} combine_call;
+
+static void psum_combine(void *inout, const void *in, int64_t count, void *arg)
+{
+  combine_call *cc = arg;
+  double *a = inout;
+  const double *b = in;
+  for (int64_t i = 0; i < count; i++)
+    a[i] += b[i];
+  if (cc->dev == 1) {
+    double v = 1;
+    shmap_block y = {&v, SHMAP_F64, 1, {1}};
+    cc->rc = shmap_psum(cc->ctx, &y, "i");
+  }
+}
+
+static int preduce_rc[8];
+
 static int body_preduce_err(shmap_ctx *ctx, void *arg)
 {
   int which = *(int *)arg;
@@ -943,10 +965,25 @@ static int body_preduce_err(shmap_ctx *ctx, void *arg)
   shmap_reduce_op am = {"argmax", argmax_combine, NULL, 2};
   shmap_reduce_op other = {dev ? "argmin" : "argmax", argmax_combine, NULL, 1};
   shmap_reduce_op none = {"x", NULL, NULL, 1};
+  shmap_reduce_op longer = {dev ? "a_reduction_whose_name_is_longer_than_forty_1"
+                                : "a_reduction_whose_name_is_longer_than_forty_0",
+                            argmax_combine, NULL, 1};
+  combine_call cc = {ctx, dev, 0};
+  shmap_reduce_op calls = {"sum_and_psum", psum_combine, &cc, 1};
   switch (which) {
   case 0: return shmap_preduce(ctx, &x, "i", &am);
   case 1: return shmap_preduce(ctx, &x, "i", &other);
   case 2: return shmap_preduce(ctx, &x, "i", &none);
+  case 4: return shmap_preduce(ctx, &x, "i", &longer);
+  case 5:
+  case 6:
+    if (which == 6)
+      cc.dev = -1;
+    preduce_rc[dev] = shmap_preduce(ctx, &x, "i", &calls);
+    /* What the collective in the combine returned, on device 1. */
+    if (dev == 1)
+      preduce_rc[2] = cc.rc;
+    return preduce_rc[dev];
   default: return shmap_preduce(ctx, &x, "i", NULL);
   }
 }
@@ -960,8 +997,34 @@ START_TEST(t_preduce_errors)
              (const char *[]){"preduce over 'i'", "3 elements",
                               "records of width 2", NULL});
   which = 1;
+  /* The operations are named by their names. */
   expect_err(mesh, body_preduce_err, &which, SHMAP_EMISMATCH,
-             (const char *[]){"preduce(f64[3] over 'i', op #", NULL});
+             (const char *[]){"preduce(f64[3] over 'i', op 'argmax' of width 1)",
+                              "preduce(f64[3] over 'i', op 'argmin' of width 1)",
+                              NULL});
+  which = 4;
+  expect_err(mesh, body_preduce_err, &which, SHMAP_EMISMATCH,
+             (const char *[]){"op 'a_reduction_whose_name_is_longer_than_"
+                              "fo...' #",
+                              "differs between devices", NULL});
+  /* A collective from a combine function fails at once, and the map. */
+  which = 5;
+  expect_err(mesh, body_preduce_err, &which, SHMAP_ESTATE,
+             (const char *[]){"psum on device 1 (i=1): called from the "
+                              "combine function of the shmap_preduce "
+                              "operation 'sum_and_psum', which may not call "
+                              "the library",
+                              NULL});
+  ck_assert_int_eq(preduce_rc[2], SHMAP_ESTATE);
+  ck_assert_int_eq(preduce_rc[1], SHMAP_ESTATE);
+  ck_assert(preduce_rc[0] == 0 || preduce_rc[0] == SHMAP_ECANCELED);
+  /* The mesh still works, with the same combine calling nothing. */
+  which = 6;
+  ck_assert_int_eq(shmap_map(mesh, body_preduce_err, &which, 0, NULL, NULL, 0,
+                             NULL, NULL),
+                   0);
+  ck_assert_int_eq(preduce_rc[0], 0);
+  ck_assert_int_eq(preduce_rc[1], 0);
   which = 2;
   expect_err(mesh, body_preduce_err, &which, SHMAP_EINVAL,
              (const char *[]){"op->combine is NULL", NULL});

@@ -2,8 +2,9 @@
 # SPDX-License-Identifier: MIT
 # test_gdb_nested.sh - debugs tests/gdb_nested_target in gdb's batch mode
 # with the gdb extension loaded, stopped in the inner body of a nested map
-# on device 3, and checks that "shmap devices" shows the maps devices 2 and
-# 3 are in: the outer map over 'i' and the map over 'j' nested in it.
+# on device 6, and checks that "shmap devices" shows the maps devices 4 and
+# 6 are in: the outer map over 'i' and the map over 'j' nested in it, and
+# device 1 as a replica.
 # Skipped (exit 77) when gdb, its Python support, or ptrace is not
 # available.  Exit status: 0 pass, 1 fail, 77 skip, 99 hard error.
 
@@ -44,7 +45,7 @@ line=$(grep -n 'gdb-test: break here' "$src" | cut -d: -f1)
 {
   printf '%s\n' 'set pagination off' 'set confirm off' 'set width 0'
   printf '%s\n' "source $ext"
-  printf '%s\n' "break gdb_nested_target.c:$line if \$shmap_device() == 3"
+  printf '%s\n' "break gdb_nested_target.c:$line if \$shmap_device() == 6"
   printf '%s\n' 'run'
   printf '%s\n' 'echo @@devices\n' 'shmap devices'
   printf '%s\n' 'echo @@end\n' 'kill'
@@ -65,14 +66,15 @@ check () {
     status=1
   fi
 }
-check "device 3 runs the inner body of the map nested over 'j'" \
-  "^\* device 3 \(i=1, j=1\): .*running its body \[map over 'i' > nested over 'j'\]"
-# Device 2 met device 3 in the nested map's agreement over 'j', so it is in
-# the nested map too; devices 0 and 1 may be anywhere yet.
-check "device 2 shows both maps" \
-  "device 2 \(i=1, j=0\): .*\[map over 'i' > nested over 'j'\]"
+check "device 6 runs the inner body of the map nested over 'j'" \
+  "^\* device 6 \(i=1, j=1, k=0\): .*running its body \[map over 'i' > nested over 'j'\]"
+# Device 4 met device 6 in the nested map's agreement over 'j', so it is in
+# the nested map too; the other instances may be anywhere yet.
+check "device 4 shows both maps" \
+  "device 4 \(i=1, j=0, k=0\): .*\[map over 'i' > nested over 'j'\]"
+# Device 1 (k=1) is no member of any nested map over 'j'.
 check "device 1 is a replica of device 0, which runs the body" \
-  "device 1 \(i=0, j=1\): .*replica of device 0 \(i=0, j=0\), waiting for its body \[map over 'i'\]"
+  "device 1 \(i=0, j=0, k=1\): .*replica of device 0 \(i=0, j=0, k=0\), waiting for its body \[map over 'i'\]"
 if grep -E 'Python Exception|Traceback' "$tmp/out" >/dev/null; then
   echo "FAIL: the extension raised a Python error"
   status=1

@@ -559,7 +559,11 @@ START_TEST(nested_errors)
       {7, SHMAP_ESTATE, "shmap_map", "shmap_map_nested", NULL},
       {8, SHMAP_EAXIS, "axis 'model' is already manual", NULL, NULL},
       {9, SHMAP_EAXIS, "no free axis is left", NULL, NULL},
-      {10, SHMAP_EMISMATCH, "output 0", "f32[1]", "f32[2]"},
+      {10, SHMAP_EMISMATCH, "collective call #1 differs between devices",
+       "device 0 (data=0, model=0) called shmap_map_nested(over 'model', 1 "
+       "input, 1 output, specs #",
+       "device 2 (data=1, model=0) called shmap_map_nested(over 'model', 1 "
+       "input, 1 output, specs #"},
       {11, SHMAP_EINVAL, "shmap_map_nested", "body is NULL", NULL},
       {12, SHMAP_EINVAL, "shmap_map_nested", "unknown flags 0x20", NULL},
       {13, SHMAP_ESTATE, "shmap_map_nested", "outer map", NULL},
@@ -586,6 +590,103 @@ START_TEST(nested_errors)
   tu_map_ok(shmap_map_ex(m, bad_outer, &b, 1, &x, is, 1, &y, os, &o), "after");
   shmap_array_destroy(y);
   shmap_array_destroy(x);
+  shmap_mesh_destroy(m);
+}
+END_TEST
+
+/* Body instances of a map over 'a' (mesh a=2, b=2, c=2) whose nested maps
+ * differ, chosen by what: the slices must fail with SHMAP_EMISMATCH naming
+ * two devices and their nested calls, never meet in groups over 'a' that
+ * a slice nested otherwise cannot fill. */
+static int slices_inner(shmap_ctx *ctx, void *arg)
+{
+  const int *what = arg;
+  float v = 1;
+  shmap_block b = {&v, SHMAP_F32, 1, {1}};
+  /* A collective over the outer axis from every inner body. */
+  if (*what == 0)
+    return shmap_psum(shmap_ctx_outer(ctx), &b, "a");
+  /* Level 2 of case 4: only the inner instance at b=0 nests again. */
+  if (*what == 4 && shmap_axis_index(ctx, "b") == 0)
+    return shmap_map_nested(ctx, slices_inner, &(int){100}, 0, NULL, NULL, 0,
+                            NULL, NULL,
+                            &(shmap_map_opts){.manual_axes = "c"});
+  return 0;
+}
+
+static int slices_outer(shmap_ctx *ctx, void *arg)
+{
+  const int *what = arg;
+  int a = shmap_axis_index(ctx, "a");
+  shmap_map_opts ob = {.manual_axes = "b"}, oc = {.manual_axes = "c"};
+  float v = 1;
+  shmap_block x = {&v, SHMAP_F32, 1, {1}};
+  int rc;
+  switch (*what) {
+  case 0: /* slice a=0 nests over 'b', slice a=1 over 'c' */
+    return shmap_map_nested(ctx, slices_inner, arg, 0, NULL, NULL, 0, NULL,
+                            NULL, a == 0 ? &ob : &oc);
+  case 1: /* slice a=1 does not nest and returns */
+    return a == 0 ? shmap_map_nested(ctx, slices_inner, arg, 0, NULL, NULL, 0,
+                                     NULL, NULL, &ob)
+                  : 0;
+  case 2: /* slice a=1 does not nest and calls a psum over 'a' */
+    return a == 0 ? shmap_map_nested(ctx, slices_inner, arg, 0, NULL, NULL, 0,
+                                     NULL, NULL, &ob)
+                  : shmap_psum(ctx, &x, "a");
+  case 3: /* slice a=0 nests twice, slice a=1 once */
+    rc = shmap_map_nested(ctx, slices_inner, arg, 0, NULL, NULL, 0, NULL,
+                          NULL, &ob);
+    if (rc || a == 1)
+      return rc;
+    return shmap_map_nested(ctx, slices_inner, arg, 0, NULL, NULL, 0, NULL,
+                            NULL, &ob);
+  case 4: /* both nest over 'b'; inside, only the instances at b=0 nest */
+    return shmap_map_nested(ctx, slices_inner, arg, 0, NULL, NULL, 0, NULL,
+                            NULL, &ob);
+  default: /* the same nested map everywhere, with a psum over 'a' inside */
+    return shmap_map_nested(ctx, slices_inner, &(int){0}, 0, NULL, NULL, 0,
+                            NULL, NULL, &ob);
+  }
+}
+
+START_TEST(nested_slices_differ)
+{
+  tu_set_sched(_i);
+  shmap_mesh *m = tu_mesh_new("a=2, b=2, c=2");
+  shmap_map_opts o = {.manual_axes = "a"};
+  struct {
+    int what;
+    const char *n1, *n2, *n3;
+  } cases[] = {
+      {0, "device 0 (a=0, b=0, c=0)", "shmap_map_nested(over 'b', 0 inputs",
+       "device 4 (a=1, b=0, c=0) called shmap_map_nested(over 'c', 0 inputs"},
+      {1, "device 0 (a=0, b=0, c=0) called shmap_map_nested(over 'b'",
+       "as its collective call #1, but device 4 (a=1, b=0, c=0) returned "
+       "from its body after 0 collective calls", NULL},
+      {2, "shmap_map_nested(over 'b', 0 inputs, 0 outputs",
+       "psum(f32[1] over 'a')", "device 4 (a=1, b=0, c=0)"},
+      {3, "device 0 (a=0, b=0, c=0) called shmap_map_nested(over 'b'",
+       "as its collective call #3, but device 4 (a=1, b=0, c=0) returned "
+       "from its body after 2 collective calls", NULL},
+      {4, "collective call #2 differs between devices",
+       "called shmap_map_nested(over 'c', 0 inputs",
+       "called shmap_map_nested(return from the body nested over 'b')"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    int what = cases[c].what;
+    int rc = shmap_map_ex(m, slices_outer, &what, 0, NULL, NULL, 0, NULL,
+                          NULL, &o);
+    if (rc != SHMAP_EMISMATCH)
+      ck_abort_msg("case %d: rc %d, want %d: %s", what, rc, SHMAP_EMISMATCH,
+                   rc ? shmap_errmsg() : "");
+    expect_err(rc, SHMAP_EMISMATCH, cases[c].n1, cases[c].n2, cases[c].n3);
+    /* The mesh still works, psums over 'a' from the inner bodies too. */
+    int ok = 100;
+    tu_map_ok(shmap_map_ex(m, slices_outer, &ok, 0, NULL, NULL, 0, NULL, NULL,
+                           &o),
+              "after");
+  }
   shmap_mesh_destroy(m);
 }
 END_TEST
@@ -1072,6 +1173,7 @@ static Suite *meshparts_suite(void)
   tcase_add_loop_test(tc, nested_basic, 0, 2);
   tcase_add_loop_test(tc, nested_three_levels, 0, 2);
   tcase_add_loop_test(tc, nested_errors, 0, 2);
+  tcase_add_loop_test(tc, nested_slices_differ, 0, 2);
   tcase_add_loop_test(tc, ctx_queries, 0, 2);
   tcase_add_loop_test(tc, ctx_query_bad_buf, 0, 2);
   suite_add_tcase(s, tc);

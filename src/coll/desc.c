@@ -11,7 +11,7 @@ const char *shmap__kind_name(int kind)
   static const char *names[] = {"?", "psum", "pmax", "pmin", "pmean",
                                 "psum_scatter", "all_gather", "all_to_all",
                                 "ppermute", "pbroadcast", "ragged_all_to_all",
-                                "preduce"};
+                                "preduce", "shmap_map_nested"};
   return kind > 0 && kind <= SHMAP__KIND_LAST ? names[kind] : "?";
 }
 
@@ -27,9 +27,26 @@ void shmap__call_format(const shmap_mesh *mesh, const shmap__call *c,
                         char *buf, size_t n)
 {
   char shape[200], axes[320];
+  if (c->kind == SHMAP__NESTED) {
+    /* The agreement's data says nothing: the nested call does. */
+    char inner[320];
+    shmap__mask_format(mesh, (unsigned)c->source, inner, sizeof inner);
+    int nin = (int)(c->op_hash >> 48), nout = (int)(c->op_hash >> 32 & 0xffff);
+    if (c->p2) {
+      snprintf(buf, n, "shmap_map_nested(return from the body nested over %s)",
+               inner);
+      return;
+    }
+    snprintf(buf, n,
+             "shmap_map_nested(over %s, %d input%s, %d output%s, specs "
+             "#%08llx)",
+             inner, nin, nin == 1 ? "" : "s", nout, nout == 1 ? "" : "s",
+             (unsigned long long)(c->op_hash & 0xffffffffu));
+    return;
+  }
+  shmap__axes_format(mesh, c->axes, c->naxes, axes, sizeof axes);
   shmap__shape_format((shmap_dtype)c->dtype, c->rank, c->shape, shape,
                       sizeof shape);
-  shmap__axes_format(mesh, c->axes, c->naxes, axes, sizeof axes);
   snprintf(buf, n, "%s(", shmap__kind_name(c->kind));
   shmap__cat(buf, n, "%s over %s", shape, axes);
   const char *t = c->tiled ? "tiled" : "untiled";
@@ -62,8 +79,13 @@ void shmap__call_format(const shmap_mesh *mesh, const shmap__call *c,
     shmap__cat(buf, n, ", output rows %d", c->p1);
     break;
   case SHMAP__PREDUCE:
-    shmap__cat(buf, n, ", op #%08llx of width %d",
-               (unsigned long long)(c->op_hash & 0xffffffffu), c->p1);
+    /* A name too long to carry whole is told apart by its hash. */
+    if (memchr(c->op_name, 0, sizeof c->op_name))
+      shmap__cat(buf, n, ", op '%s' of width %d", c->op_name, c->p1);
+    else
+      shmap__cat(buf, n, ", op '%.*s...' #%08llx of width %d",
+                 (int)sizeof c->op_name, c->op_name,
+                 (unsigned long long)(c->op_hash & 0xffffffffu), c->p1);
     break;
   default:
     break;
@@ -98,12 +120,17 @@ void shmap__call_copy(shmap__call *dst, const shmap__call *src)
   const size_t p0 = offsetof(shmap__call, pairs),
                g0 = offsetof(shmap__call, gsize),
                r0 = offsetof(shmap__call, groups),
-               s0 = offsetof(shmap__call, source);
+               s0 = offsetof(shmap__call, source),
+               n0 = offsetof(shmap__call, op_name);
   memcpy(dst, src, p0);
   memcpy(dst->pairs, src->pairs, np * sizeof src->pairs[0]);
   memcpy((char *)dst + g0, (const char *)src + g0, r0 - g0);
   memcpy(dst->groups, src->groups, ng * sizeof src->groups[0]);
-  memcpy((char *)dst + s0, (const char *)src + s0, sizeof *src - s0);
+  memcpy((char *)dst + s0, (const char *)src + s0, n0 - s0);
+  if (src->kind == SHMAP__PREDUCE)
+    memcpy(dst->op_name, src->op_name, sizeof src->op_name);
+  else
+    dst->op_name[0] = '\0';
 }
 
 bool shmap__call_equal(const shmap__call *a, const shmap__call *b)

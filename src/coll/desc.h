@@ -14,9 +14,18 @@
 enum shmap__kind {
   SHMAP__PSUM = 1, SHMAP__PMAX, SHMAP__PMIN, SHMAP__PMEAN,
   SHMAP__PSUM_SCATTER, SHMAP__ALL_GATHER, SHMAP__ALL_TO_ALL, SHMAP__PPERMUTE,
-  SHMAP__PBROADCAST, SHMAP__RAGGED_ALL_TO_ALL, SHMAP__PREDUCE
+  SHMAP__PBROADCAST, SHMAP__RAGGED_ALL_TO_ALL, SHMAP__PREDUCE,
+  /* Not a collective of the API: the agreement of the body instances of a
+   * map on a nested map they start (map.c), an all_gather of one word
+   * whose descriptor describes the nested call (see shmap__call). */
+  SHMAP__NESTED
 };
-#define SHMAP__KIND_LAST SHMAP__PREDUCE
+#define SHMAP__KIND_LAST SHMAP__NESTED
+
+/* The bytes of a shmap_preduce operation's name a descriptor carries for
+ * messages (members compare the whole name's hash; a longer name is shown
+ * as these bytes, "..." and the hash). */
+#define SHMAP__OP_NAME_LISTED 40
 
 /* axis_index_groups a descriptor lists itself (ranks, group by group), so
  * that a mismatch message can show them; larger layouts by hash only. */
@@ -48,7 +57,10 @@ typedef struct shmap__call {
   uint64_t groups_hash;
   int groups[SHMAP__GROUP_RANKS_LISTED];
   /* pbroadcast: the source; preduce: the hash of the operation's name
-   * (p1 holds its width). */
+   * (p1 holds its width); the agreement on a nested map: the nested map's
+   * manual axes (a mask) in source and, in op_hash, its input count (bits
+   * 48-63), output count (bits 32-47) and a hash of its specs; p2 is 1 for
+   * the agreement when the inner body returns. */
   int source;
   uint64_t op_hash;
   /* This device's data for the call: the buffer its peers read (src) and
@@ -60,6 +72,9 @@ typedef struct shmap__call {
    * data buffer may pass to its destination and it can take its source's
    * (0: not).  Not part of the agreement; see shm_handover. */
   int hand;
+  /* preduce: the start of the operation's name, for messages (the
+   * agreement compares op_hash); copied into a history only for preduce. */
+  char op_name[SHMAP__OP_NAME_LISTED];
 } shmap__call;
 
 /* *dst = *src, the listed pairs and group ranks only as far as they are

@@ -14,16 +14,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* acc = term 0, then acc = acc (+) term r for r = 1, 2, ... */
+/* acc = term 0, then acc = acc (+) term r for r = 1, 2, ...  While the
+ * combine runs, the device's plan.combine names the operation: a library
+ * call from it fails (shmap__ctx_check) instead of waiting for peers that
+ * wait for this device's fold. */
 static void fold_user(const shmap__stage_fold *sf, void *dst,
                       const void *const terms[], int nterms, size_t count)
 {
   const shmap_reduce_op *op = sf->arg;
+  shmap_ctx *ctx = sf->p->c.ctx;
+  struct shmap__dev_plan *dp = &ctx->rt->devs[ctx->dev].plan;
   size_t es = sf->out_esize;
   memcpy(dst, terms[0], count * es);
   int64_t records = (int64_t)(count / (size_t)sf->width);
-  for (int r = 1; r < nterms; r++)
+  for (int r = 1; r < nterms && !dp->combine_called; r++) {
+    dp->combine = op->name;
     op->combine(dst, terms[r], records, op->arg);
+    dp->combine = NULL;
+  }
+}
+
+/* The verdict on the combine's calls: SHMAP_ESTATE if it called the
+ * library (the map failed then, message set), else rc. */
+static int combine_verdict(shmap_ctx *ctx, int rc)
+{
+  struct shmap__dev_plan *dp = &ctx->rt->devs[ctx->dev].plan;
+  if (!dp->combine_called)
+    return rc;
+  dp->combine_called = false;
+  return SHMAP_ESTATE;
 }
 
 static int plan_preduce(shmap_ctx *ctx, const shmap_block *x,
@@ -58,6 +77,10 @@ static int plan_preduce(shmap_ctx *ctx, const shmap_block *x,
   }
   c->call.op_hash = h;
   c->call.p1 = width;
+  /* The name for messages, without its end when too long (no NUL then). */
+  size_t len = strlen(op->name);
+  memcpy(c->call.op_name, op->name,
+         len < sizeof c->call.op_name ? len : sizeof c->call.op_name);
   p->orank = x->rank;
   memcpy(p->oshape, x->shape, sizeof p->oshape);
   /* The staged fold reads the group by its ranks: the whole group here. */
@@ -98,7 +121,7 @@ SHMAP_EXTERN int shmap_preduce(shmap_ctx *ctx, shmap_block *x,
   if (rc)
     return rc;
   p.c.call.dst = x->data;
-  return with_ranks(&p, &sf, x, NULL);
+  return combine_verdict(ctx, with_ranks(&p, &sf, x, NULL));
 }
 
 SHMAP_EXTERN int shmap_preduce_new(shmap_ctx *ctx, const shmap_block *x,
@@ -119,7 +142,7 @@ SHMAP_EXTERN int shmap_preduce_new(shmap_ctx *ctx, const shmap_block *x,
   shmap_block *res = shmap__plan_result(&p);
   if (!res)
     return ctx->err;
-  rc = with_ranks(&p, &sf, NULL, res->data);
+  rc = combine_verdict(ctx, with_ranks(&p, &sf, NULL, res->data));
   if (rc) {
     shmap__arena_free(ctx, shmap__arena_find(ctx, res));
     return rc;

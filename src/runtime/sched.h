@@ -175,6 +175,11 @@ typedef struct shmap__dev {
     char axes_text[48];
     int axes_parsed[SHMAP_MAX_AXES];
     int axes_n;
+    /* shmap_preduce (coll/preduce.c): the name of the operation whose
+     * combine function runs on this device, which may not call the
+     * library (shmap__ctx_check), and whether it did. */
+    const char *combine;
+    bool combine_called;
   } plan;
   alignas(SHMAP__CACHELINE) struct shmap__runtime *rt;
   int id;

@@ -330,6 +330,9 @@ static int body_preduce(shmap_ctx *ctx, void *arg)
   double rec[2] = {(double)((dev * 5) % 8), dev};
   shmap_block x = {rec, SHMAP_F64, 1, {2}};
   shmap_reduce_op op = {"argmax", argmax, NULL, 2};
+  /* bad[8] set: the last device passes another operation. */
+  if (bad[8] && dev == 7)
+    op.name = "argmax_by_index";
   int rc = shmap_preduce(ctx, &x, "i", &op);
   if (rc)
     return rc;
@@ -350,12 +353,19 @@ static void fixed_cases(void)
          "ragged sizes that disagree: %d: %s", rc, msg);
   shmap_mesh_destroy(mesh);
   EXPECT(shmap_mesh_create(&mesh, "i=8") == 0, "mesh: %s", shmap_errmsg());
-  int bad[8] = {0};
+  int bad[9] = {0};
   rc = shmap_map(mesh, body_preduce, bad, 0, NULL, NULL, 0, NULL, NULL);
   EXPECT(rc == 0, "preduce: %s", shmap_errmsg());
   for (int d = 0; rc == 0 && d < 8; d++)
     if (shmap_mesh_device_process(mesh, d) == me)
       EXPECT(!bad[d], "preduce: device %d got the wrong argmax", d);
+  /* Operations of other names: the message names both, on every process. */
+  bad[8] = 1;
+  rc = shmap_map(mesh, body_preduce, bad, 0, NULL, NULL, 0, NULL, NULL);
+  msg = shmap_errmsg();
+  EXPECT(rc == SHMAP_EMISMATCH && strstr(msg, "op 'argmax' of width 2") &&
+             strstr(msg, "op 'argmax_by_index' of width 2"),
+         "preduce of other operations: %d: %s", rc, msg);
   shmap_mesh_destroy(mesh);
 }
 

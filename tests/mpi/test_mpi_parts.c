@@ -477,6 +477,66 @@ static void test_nested(const char *axes)
   shmap_mesh_destroy(m);
 }
 
+/* Slices of a map over 'a' that nest differently (what: 0 over 'b' and
+ * 'c', with a psum over 'a' from the inner bodies; 1 slice a=1 does not
+ * nest; 2 slice a=0 nests twice), over processes: SHMAP_EMISMATCH on every
+ * process, naming the nested calls, never a hang. */
+static int differ_inner(shmap_ctx *ctx, void *arg)
+{
+  const int *what = arg;
+  double v = 1;
+  shmap_block b = {&v, SHMAP_F64, 1, {1}};
+  return *what == 0 || *what == 100 ? shmap_psum(shmap_ctx_outer(ctx), &b, "a")
+                                    : 0;
+}
+
+static int differ_outer(shmap_ctx *ctx, void *arg)
+{
+  const int *what = arg;
+  int a = shmap_axis_index(ctx, "a");
+  shmap_map_opts ob = {.manual_axes = "b"}, oc = {.manual_axes = "c"};
+  const shmap_map_opts *o = *what == 0 && a == 1 ? &oc : &ob;
+  if (*what == 1 && a == 1)
+    return 0;
+  int rc = shmap_map_nested(ctx, differ_inner, arg, 0, NULL, NULL, 0, NULL,
+                            NULL, o);
+  if (!rc && *what == 2 && a == 0)
+    rc = shmap_map_nested(ctx, differ_inner, arg, 0, NULL, NULL, 0, NULL, NULL,
+                          o);
+  return rc;
+}
+
+static void test_nested_differ(const char *axes)
+{
+  shmap_mesh *m = NULL;
+  OK(shmap_mesh_create(&m, "a=2, b=2, c=2"), "mesh");
+  if (axes)
+    OK(shmap_mesh_set_process_axes(m, axes), "process axes");
+  shmap_map_opts o = {.manual_axes = "a"};
+  static const char *const need[3][2] = {
+      {"called shmap_map_nested(over 'b', 0 inputs",
+       "called shmap_map_nested(over 'c', 0 inputs"},
+      {"called shmap_map_nested(over 'b', 0 inputs", "returned from its body"},
+      {"called shmap_map_nested(over 'b', 0 inputs", "returned from its body"},
+  };
+  for (int what = 0; what < 3; what++) {
+    int rc = shmap_map_ex(m, differ_outer, &what, 0, NULL, NULL, 0, NULL,
+                          NULL, &o);
+    const char *msg = shmap_errmsg();
+    EXPECT(rc == SHMAP_EMISMATCH, "nested differ %d (%s): rc %d: %s", what,
+           axes ? axes : "default placement", rc, rc ? msg : "");
+    for (int k = 0; k < 2 && rc; k++)
+      EXPECT(strstr(msg, need[what][k]), "nested differ %d (%s): lacks "
+             "\"%s\": %s", what, axes ? axes : "default placement",
+             need[what][k], msg);
+    /* The same nested map everywhere works after it. */
+    int ok = 100;
+    OK(shmap_map_ex(m, differ_outer, &ok, 0, NULL, NULL, 0, NULL, NULL, &o),
+       "nested after a mismatch");
+  }
+  shmap_mesh_destroy(m);
+}
+
 int main(void)
 {
   gethostname(host, sizeof host - 1);
@@ -491,6 +551,8 @@ int main(void)
   test_nested(NULL);
   if (R <= 2)
     test_nested("j");
+  test_nested_differ(NULL);
+  test_nested_differ(R <= 2 ? "b" : "('b', 'c')");
   if (failures)
     fprintf(stderr, "[process %d of %d] %d failure%s\n", me, R, failures,
             failures == 1 ? "" : "s");
