@@ -2,7 +2,7 @@
 # runtime tests, included by the top Makefile.am.
 #
 # test_fail_scale  one failing device on a mesh of 4096 devices, in thread
-#                  and fiber mode: the map returns the failure (and a
+#                  and fiber mode (1024 under a sanitizer): the map returns the failure (and a
 #                  correct map follows) within a generous Check timeout;
 #                  nothing is timed.
 RUNTIME_TESTS = tests/test_fail_scale

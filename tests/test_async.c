@@ -580,16 +580,6 @@ END_TEST
 
 /* ---- a request's blocks -------------------------------------------------- */
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define SANITIZED 1
-#endif
-#endif
-#ifndef SANITIZED
-#define SANITIZED 0
-#endif
 
 #define NB 8192 /* elements of an outer block */
 #define PATTERN 0x5a5a5a5a
@@ -859,7 +849,7 @@ START_TEST(t_tables)
    * whole-mesh table per racing device took gigabytes at 4096.  (The
    * sanitizers' own memory per thread is more than that.) */
   long grew = max_rss_kb() - rss0;
-  ck_assert_msg(SANITIZED || grew < 64 * 1024,
+  ck_assert_msg(TU_SANITIZED || grew < 64 * 1024,
                 "the maps grew the peak RSS by %ld KiB", grew);
   shmap_array_destroy(x);
   shmap_mesh_destroy(m);

@@ -24,17 +24,7 @@
 
 #define TIMEOUT 30
 
-/* Under ThreadSanitizer a map costs about ten times as much. */
-#if defined(__SANITIZE_THREAD__)
-#define UNDER_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define UNDER_TSAN 1
-#endif
-#endif
-#ifndef UNDER_TSAN
-#define UNDER_TSAN 0
-#endif
+/* Under ThreadSanitizer a map costs about ten times as much (TU_TSAN). */
 
 /* ---- helpers ---------------------------------------------------------------- */
 
@@ -1130,7 +1120,7 @@ START_TEST(t_large_blocks)
     for (int k = c % 2; k < 4; k += 2) {
       /* Under ThreadSanitizer one dtype per size, all four over the sizes:
        * half the maps, which keeps the case well inside its time-out. */
-      if (UNDER_TSAN && k != c % 2 + 2 * (c / 2 % 2))
+      if (TU_TSAN && k != c % 2 + 2 * (c / 2 % 2))
         continue;
       shmap_dtype dt = all_dtypes[k];
       const int *g = groups[(c + k) % 3];

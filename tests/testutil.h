@@ -14,6 +14,32 @@
 
 #include <shmap.h>
 
+/* TU_ASAN, TU_TSAN: 1 in a build under AddressSanitizer or
+ * ThreadSanitizer (GCC's and clang's spellings), else 0; TU_SANITIZED:
+ * either.  Tests use them to scale work that a sanitizer slows tenfold,
+ * never to skip what they check. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TU_ASAN 1
+#endif
+#endif
+#ifndef TU_ASAN
+#define TU_ASAN 0
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define TU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define TU_TSAN 1
+#endif
+#endif
+#ifndef TU_TSAN
+#define TU_TSAN 0
+#endif
+#define TU_SANITIZED (TU_ASAN || TU_TSAN)
+
 /* shmap_mesh_create(text); asserts it succeeds. */
 shmap_mesh *tu_mesh_new(const char *text);
 
