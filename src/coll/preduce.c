@@ -20,7 +20,7 @@ static void fold_user(const shmap__stage_fold *sf, void *dst,
 {
   const shmap_reduce_op *op = sf->arg;
   size_t es = sf->out_esize;
-  memcpy(dst, terms[0], count * es);
+  shmap__copy(dst, terms[0], count * es);
   int64_t records = (int64_t)(count / (size_t)sf->width);
   for (int r = 1; r < nterms; r++)
     op->combine(dst, terms[r], records, op->arg);
