@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #ifdef __GNUC__
 #define SHMAP__PRINTF(a, b) __attribute__((format(printf, a, b)))
@@ -203,6 +204,19 @@ static inline size_t shmap__valid_numel(const shmap_block *b)
 static inline size_t shmap__valid_nbytes(const shmap_block *b)
 {
   return shmap__valid_numel(b) * shmap_dtype_size(b->dtype);
+}
+/* memcpy and memset for sizes that may be 0: an empty block's data may be
+ * NULL, which the C library's functions may not be given even for 0
+ * bytes. */
+static inline void shmap__copy(void *dst, const void *src, size_t n)
+{
+  if (n)
+    memcpy(dst, src, n);
+}
+static inline void shmap__zero(void *dst, size_t n)
+{
+  if (n)
+    memset(dst, 0, n);
 }
 /* Row-major strides in elements. */
 void shmap__strides(int rank, const int64_t shape[], int64_t strides[]);

@@ -41,7 +41,7 @@ noinst_HEADERS += src/settings.h src/internal.h src/arena.h src/map.h \
 	src/transport/comm.h src/coll/coll.h src/coll/desc.h src/coll/plan.h \
 	src/proc.h src/transport/mpi.h src/dtype.h src/coll/kern.h \
 	src/coll/async.h src/runtime/progress.h
-src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(UV_CFLAGS) $(MPI_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
+src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(STACK_CLASH_CFLAGS) $(UV_CFLAGS) $(MPI_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
 src_libshmap_core_la_LIBADD = $(UV_LIBS) $(MPI_LIBS)
 
 lib_LTLIBRARIES += src/libshmap.la

@@ -5,7 +5,7 @@
 #     its own or is listed in the NAME section of a shared page (the build
 #     installs ".so" links for the other names of a shared page; man/ holds
 #     no link pages, so that "man -l" reads every page from the source
-#     tree);
+#     tree), and every shmap_ name a page mentions is declared there;
 #  2. every page in man/ (sections 1, 3 and 7) is listed in SHMAP_MAN_PAGES in man/local.mk (so
 #     that "make dist" ships it and "make install" installs it), and every
 #     page listed there exists;
@@ -110,6 +110,39 @@ for page in "$mandir"/*.[137]; do
   esac
 done
 nfunc=$(wc -l < "$tmp/functions" | tr -d ' ')
+
+# Every shmap_ name a page mentions (a function, type or constant of the
+# API; not gdb's $shmap_ functions, not the library's internal shmap__
+# names) is one the header declares: a renamed or imagined function in a
+# page is an error.
+awk '
+{
+  s = $0
+  while (match(s, /shmap_[a-z0-9][a-z0-9_]*/)) {
+    before = RSTART > 1 ? substr(s, RSTART - 1, 1) : " "
+    if (before !~ /[$A-Za-z0-9_]/)
+      print substr(s, RSTART, RLENGTH)
+    s = substr(s, RSTART + RLENGTH)
+  }
+}' "$header" | sort -u > "$tmp/declared"
+for page in "$mandir"/*.[137]; do
+  test -f "$page" || continue
+  awk -v page="${page##*/}" '
+  {
+    s = $0
+    while (match(s, /shmap_[a-z0-9][a-z0-9_]*/)) {
+      before = RSTART > 1 ? substr(s, RSTART - 1, 1) : " "
+      if (before !~ /[$A-Za-z0-9_]/)
+        print substr(s, RSTART, RLENGTH) " " page ":" FNR
+      s = substr(s, RSTART + RLENGTH)
+    }
+  }' "$page"
+done | sort -k1,1 > "$tmp/mentioned"
+join -v 1 "$tmp/mentioned" "$tmp/declared" > "$tmp/undeclared"
+if test -s "$tmp/undeclared"; then
+  fail "pages name what include/shmap.h does not declare:"
+  sed 's/^\([^ ]*\) \(.*\)$/  \2: \1/' "$tmp/undeclared" >&2
+fi
 
 # ---- 2. pages listed in man/local.mk ------------------------------------
 

@@ -22,7 +22,9 @@
 # test_reliability_settings  SHMAP_* parsers; a bad value is reported once
 #                  on stderr with the accepted values, and the default used.
 # test_reliability_stack  a 700 KiB stack buffer survives collectives; a
-#                  stack overflow names the device before SIGSEGV.
+#                  stack overflow names the device before SIGSEGV, also by
+#                  one frame far larger than a stack (tests/stackframe.c,
+#                  built with stack probes when the compiler has them).
 # test_reliability_mismatch  random collective sequences in which one device
 #                  deviates (kind, axes, order, axis_index_groups, early
 #                  return), and random
@@ -85,8 +87,19 @@ tests_test_reliability_settings_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_
 
 tests_test_reliability_stack_SOURCES = tests/test_reliability_stack.c \
 	tests/testutil.c tests/testutil.h
+tests_test_reliability_stack_LDADD = tests/libstackframe.la \
+	src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+# The test's own frames have no stack probes (some compilers add them by
+# default), so that its 512 KiB frame shows what the gap catches alone.
+check_LTLIBRARIES = tests/libstackframe.la
+tests_libstackframe_la_SOURCES = tests/stackframe.c tests/stackframe.h
+tests_libstackframe_la_CFLAGS = $(AM_CFLAGS) $(STACK_CLASH_CFLAGS)
+if STACK_CLASH
+tests_test_reliability_stack_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) \
+	-fno-stack-clash-protection -DSTACK_PROBED=1
+else
 tests_test_reliability_stack_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_reliability_stack_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+endif
 
 # test_trace_format.sh reads the trace files with Python's json module and
 # checks the Trace Event Format's rules (tests/check-trace.py); skipped

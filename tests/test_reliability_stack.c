@@ -7,7 +7,12 @@
  *   - a body that recurses past its stack (SHMAP_STACK_SIZE=64k) dies of
  *     SIGSEGV in a child process, after the library named the device on
  *     stderr (with AddressSanitizer, which reports stack overflows itself,
- *     only the death is checked).
+ *     only the death is checked);
+ *   - a single frame of 512 KiB on a 64 KiB stack, whose first write is its
+ *     lowest byte (it lands some 450 KiB below the stack, in the gap below
+ *     it; with a 64 KiB guard it landed in another device's stack and went
+ *     unnoticed), and a 16 MiB frame built with stack probes: SIGSEGV after
+ *     the message, and no other device's stack buffer changed.
  */
 #include <check.h>
 #include <signal.h>
@@ -15,9 +20,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "stackframe.h"
 #include "testutil.h"
 
 #define TIMEOUT 120
@@ -149,6 +156,128 @@ START_TEST(test_overflow_names_device)
 }
 END_TEST
 
+/* ---- one large frame ------------------------------------------------------ */
+
+#define KEEP (16 << 10)       /* a buffer each device keeps on its stack */
+#define FRAME ((size_t)512 << 10) /* the overflowing frame, without probes */
+
+/* A frame of FRAME bytes whose first writes are its lowest 16 KiB, from
+ * the bottom up: nothing touches the pages between it and the stack. */
+__attribute__((noinline)) static int big_frame(int seed)
+{
+  volatile unsigned char big[FRAME];
+  for (size_t i = 0; i < ((size_t)16 << 10); i++)
+    big[i] = (unsigned char)(seed + (int)i);
+  return big[(size_t)seed % FRAME];
+}
+
+static int (*frame_fn)(int);
+
+static unsigned char pattern(int i, int dev)
+{
+  return (unsigned char)(i * 13 + dev * 101 + 7);
+}
+
+/* Every device keeps KEEP bytes on its stack across two psums; device 2
+ * calls frame_fn between them.  A device whose buffer changed says so. */
+static int body_frame(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  volatile unsigned char buf[KEEP];
+  int dev = shmap_ctx_device(ctx);
+  for (int i = 0; i < KEEP; i++)
+    buf[i] = pattern(i, dev);
+  float v = 1;
+  shmap_block b = {&v, SHMAP_F32, 0, {0}};
+  int rc = shmap_psum(ctx, &b, "i");
+  if (rc)
+    return rc;
+  if (dev == 2)
+    v += (float)frame_fn(dev);
+  rc = shmap_psum(ctx, &b, "i");
+  if (rc)
+    return rc;
+  int changed = 0;
+  for (int i = 0; i < KEEP; i++)
+    changed += buf[i] != pattern(i, dev);
+  if (changed)
+    return shmap_fail(ctx, "device %d: %d bytes of its stack buffer changed",
+                      dev, changed);
+  return 0;
+}
+
+/* Runs body_frame on i=8 with 64 KiB stacks in a child process, in mode
+ * m, with fn as device 2's frame; checks the child died of SIGSEGV after
+ * the library named device 2 and that no device's buffer changed. */
+static void expect_caught(int m, int (*fn)(int), const char *what)
+{
+  char path[] = "/tmp/shmap_frame_errXXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  fflush(stderr);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    struct rlimit nocore = {0, 0};
+    setrlimit(RLIMIT_CORE, &nocore);
+    alarm(60);
+    dup2(fd, 2);
+    setenv("SHMAP_SCHED", modes[m], 1);
+    setenv("SHMAP_STACK_SIZE", "64k", 1);
+    setenv("SHMAP_WORKERS", "1", 1);
+    frame_fn = fn;
+    shmap_mesh *mesh = NULL;
+    if (shmap_mesh_create(&mesh, "i=8") != 0)
+      _exit(3);
+    int rc = shmap_map(mesh, body_frame, NULL, 0, NULL, NULL, 0, NULL, NULL);
+    fprintf(stderr, "the map returned %d: %s\n", rc, shmap_errmsg());
+    _exit(4); /* not reached: the overflow kills the process */
+  }
+  close(fd);
+  int status = 0;
+  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+  char *err = tu_slurp(path, NULL);
+  unlink(path);
+  ck_assert_ptr_nonnull(err);
+  ck_assert_msg(!strstr(err, "changed") && !strstr(err, "the map returned"),
+                "%s, %s: the overflow went unnoticed:\n%s", modes[m], what,
+                err);
+#if defined(ASAN) || defined(TSAN)
+  ck_assert_msg(!WIFEXITED(status) || WEXITSTATUS(status) != 0,
+                "%s, %s: the overflowing child exited with 0", modes[m], what);
+#else
+  ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
+                "%s, %s: child status 0x%x, stderr:\n%s", modes[m], what,
+                status, err);
+#endif
+  /* The sanitizers report the overflow after the library's message. */
+  char want[200];
+  snprintf(want, sizeof want, "shmap: device 2 (i=2) overflowed its %s",
+           m ? "fiber stack of 65536 bytes" : "thread stack");
+  ck_assert_msg(strstr(err, want) != NULL, "%s, %s: stderr lacks \"%s\":\n%s",
+                modes[m], what, want, err);
+  free(err);
+}
+
+START_TEST(test_large_frame_caught)
+{
+  for (int m = 0; m < 2; m++)
+    expect_caught(m, big_frame, "512 KiB frame");
+}
+END_TEST
+
+START_TEST(test_probed_frame_caught)
+{
+#ifdef STACK_PROBED
+  for (int m = 0; m < 2; m++)
+    expect_caught(m, tu_probed_frame, "16 MiB frame with stack probes");
+#else
+  fprintf(stderr, "test_reliability_stack: the compiler has no "
+                  "-fstack-clash-protection; the probed frame is not run\n");
+#endif
+}
+END_TEST
+
 int main(void)
 {
   Suite *s = suite_create("reliability_stack");
@@ -156,6 +285,8 @@ int main(void)
   tcase_set_timeout(tc, TIMEOUT);
   tcase_add_test(tc, test_big_stack_buffer);
   tcase_add_test(tc, test_overflow_names_device);
+  tcase_add_test(tc, test_large_frame_caught);
+  tcase_add_test(tc, test_probed_frame_caught);
   suite_add_tcase(s, tc);
   return tu_run_suite(s);
 }

@@ -138,7 +138,7 @@ static void concat_fold(void *dst, const void *const src[], int nsrc, size_t n,
 {
   size_t bytes = n * (size_t)es;
   for (int r = 0; r < nsrc; r++)
-    memcpy((char *)dst + (size_t)r * bytes, src[r], bytes);
+    shmap__copy((char *)dst + (size_t)r * bytes, src[r], bytes);
 }
 
 /* The block of the member at position k of the group (the whole axes
@@ -290,7 +290,7 @@ static int ppermute_swap(shmap__plan *p, shmap_block *x, shmap__chunk *ch,
   if (p->from >= 0)
     shmap__comm_get(c, p->from, &whole, into, whole_str);
   else
-    memset(into, 0, bytes);
+    shmap__zero(into, bytes);
   bool deferred;
   rc = shmap__comm_depart_deferred(c, bytes, &deferred);
   if (rc)

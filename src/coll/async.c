@@ -234,7 +234,8 @@ static void launch(struct shmap_request *r, shmap__plan *p, const char *api,
   if (r->check) {
     r->in_sum = checksum(in->data, shmap_block_nbytes(in));
     if (!r->inplace)
-      memset(res->data, 0xa5, shmap_block_nbytes(res));
+      if (shmap_block_nbytes(res))
+        memset(res->data, 0xa5, shmap_block_nbytes(res));
   }
   /* The call takes its number now, in program order; the helper's copy of
    * the context numbers it the same (comm.c adds one). */
@@ -432,8 +433,8 @@ static int complete(shmap_ctx *ctx, struct shmap_request *r)
                          "wait returns", r->api, r->k);
   }
   if (!rc && r->inplace)
-    memcpy(r->inplace->data, r->scratch->block.data,
-           shmap_block_nbytes(r->inplace));
+    shmap__copy(r->inplace->data, r->scratch->block.data,
+                shmap_block_nbytes(r->inplace));
   release(ctx, r);
   return rc;
 }

@@ -78,13 +78,42 @@ FLOAT_MINMAX(float, uint32_t, KN(vf32), KN(vi32), min_f32, <, |)
 FLOAT_MINMAX(double, uint64_t, KN(vf64), KN(vi64), max_f64, >, &)
 FLOAT_MINMAX(double, uint64_t, KN(vf64), KN(vi64), min_f64, <, |)
 
+/*
+ * The folds above pass the first NaN on with its bits, a signalling one
+ * too (the comparisons never produce a value), and a member alone passes
+ * its input on: max and min of f32 and f64 set the quiet bit of a NaN
+ * result once, after the fold -- a compare, an and and an or per vector,
+ * as bf16 and f16 get it from their rounding.  Sign and payload stay.
+ */
+#define FLOAT_QUIET(T, U, VF, VI, S, QBIT)                                     \
+  KATTR static inline T KN(squiet_##S)(T a)                                    \
+  {                                                                            \
+    if (a == a)                                                                \
+      return a;                                                                \
+    U u;                                                                       \
+    memcpy(&u, &a, sizeof u);                                                  \
+    u |= QBIT;                                                                 \
+    memcpy(&a, &u, sizeof u);                                                  \
+    return a;                                                                  \
+  }                                                                            \
+  KATTR static inline VF KN(vquiet_##S)(VF a)                                  \
+  {                                                                            \
+    VI nan = (VI)(a != a);                                                     \
+    return (VF)((VI)a | (nan & (QBIT)));                                       \
+  }
+
+FLOAT_QUIET(float, uint32_t, KN(vf32), KN(vi32), f32, (int32_t)0x00400000)
+FLOAT_QUIET(double, uint64_t, KN(vf64), KN(vi64), f64,
+            (int64_t)0x0008000000000000)
+#define FIN_KEEP(x) (x)
+
 #define SOP_ADD(a, x) ((a) + (x))
 #define VOP_ADD(a, x) ((a) + (x))
 
 /* ---- f32, f64 and the integers: fold vectors of the element type ------------ */
 
 /* Two vectors per step, so consecutive additions of a chain overlap. */
-#define FOLD_KERNEL(NAME, T, VT, VOP, SOP, MEAN)                               \
+#define FOLD_KERNEL(NAME, T, VT, VOP, SOP, MEAN, VFIN, SFIN)                   \
   KATTR static void KN(NAME)(void *dst, const void *const src[], int ns,       \
                              size_t n, int count)                             \
   {                                                                            \
@@ -107,6 +136,8 @@ FLOAT_MINMAX(double, uint64_t, KN(vf64), KN(vi64), min_f64, <, |)
         a0 = a0 / (T)count;                                                    \
         a1 = a1 / (T)count;                                                    \
       }                                                                        \
+      a0 = VFIN(a0);                                                           \
+      a1 = VFIN(a1);                                                           \
       memcpy(d + i, &a0, sizeof a0);                                           \
       memcpy(d + i + w, &a1, sizeof a1);                                       \
     }                                                                          \
@@ -116,19 +147,25 @@ FLOAT_MINMAX(double, uint64_t, KN(vf64), KN(vi64), min_f64, <, |)
         a = SOP(a, ((const T *)src[r])[i]);                                    \
       if (MEAN && count)                                                       \
         a = a / (T)count;                                                      \
-      d[i] = a;                                                                \
+      d[i] = SFIN(a);                                                          \
     }                                                                          \
   }
 
-FOLD_KERNEL(sum_f32, float, KN(vf32), VOP_ADD, SOP_ADD, 1)
-FOLD_KERNEL(sum_f64, double, KN(vf64), VOP_ADD, SOP_ADD, 1)
-FOLD_KERNEL(max_f32, float, KN(vf32), KN(vmax_f32), KN(smax_f32), 0)
-FOLD_KERNEL(min_f32, float, KN(vf32), KN(vmin_f32), KN(smin_f32), 0)
-FOLD_KERNEL(max_f64, double, KN(vf64), KN(vmax_f64), KN(smax_f64), 0)
-FOLD_KERNEL(min_f64, double, KN(vf64), KN(vmin_f64), KN(smin_f64), 0)
+FOLD_KERNEL(sum_f32, float, KN(vf32), VOP_ADD, SOP_ADD, 1, FIN_KEEP,
+            FIN_KEEP)
+FOLD_KERNEL(sum_f64, double, KN(vf64), VOP_ADD, SOP_ADD, 1, FIN_KEEP,
+            FIN_KEEP)
+FOLD_KERNEL(max_f32, float, KN(vf32), KN(vmax_f32), KN(smax_f32), 0,
+            KN(vquiet_f32), KN(squiet_f32))
+FOLD_KERNEL(min_f32, float, KN(vf32), KN(vmin_f32), KN(smin_f32), 0,
+            KN(vquiet_f32), KN(squiet_f32))
+FOLD_KERNEL(max_f64, double, KN(vf64), KN(vmax_f64), KN(smax_f64), 0,
+            KN(vquiet_f64), KN(squiet_f64))
+FOLD_KERNEL(min_f64, double, KN(vf64), KN(vmin_f64), KN(smin_f64), 0,
+            KN(vquiet_f64), KN(squiet_f64))
 
 #define INT_KERNELS(S, T, VT, UT, VU)                                          \
-  FOLD_KERNEL(sum_##S, UT, VU, VOP_ADD, SOP_ADD, 0)                            \
+  FOLD_KERNEL(sum_##S, UT, VU, VOP_ADD, SOP_ADD, 0, FIN_KEEP, FIN_KEEP)        \
   KATTR static inline VT KN(vmax_##S)(VT a, VT x)                              \
   {                                                                            \
     return SEL(VT, x > a, x, a);                                               \
@@ -139,8 +176,10 @@ FOLD_KERNEL(min_f64, double, KN(vf64), KN(vmin_f64), KN(smin_f64), 0)
   }                                                                            \
   KATTR static inline T KN(smax_##S)(T a, T x) { return x > a ? x : a; }       \
   KATTR static inline T KN(smin_##S)(T a, T x) { return x < a ? x : a; }       \
-  FOLD_KERNEL(max_##S, T, VT, KN(vmax_##S), KN(smax_##S), 0)                   \
-  FOLD_KERNEL(min_##S, T, VT, KN(vmin_##S), KN(smin_##S), 0)
+  FOLD_KERNEL(max_##S, T, VT, KN(vmax_##S), KN(smax_##S), 0, FIN_KEEP,        \
+              FIN_KEEP)                                                        \
+  FOLD_KERNEL(min_##S, T, VT, KN(vmin_##S), KN(smin_##S), 0, FIN_KEEP,        \
+              FIN_KEEP)
 
 INT_KERNELS(i8, int8_t, KN(vi8), uint8_t, KN(vu8))
 INT_KERNELS(u8, uint8_t, KN(vu8), uint8_t, KN(vu8))

@@ -25,7 +25,7 @@ static void fold_user(const shmap__stage_fold *sf, void *dst,
   shmap_ctx *ctx = sf->p->c.ctx;
   struct shmap__dev_plan *dp = &ctx->rt->devs[ctx->dev].plan;
   size_t es = sf->out_esize;
-  memcpy(dst, terms[0], count * es);
+  shmap__copy(dst, terms[0], count * es);
   int64_t records = (int64_t)(count / (size_t)sf->width);
   for (int r = 1; r < nterms && !dp->combine_called; r++) {
     dp->combine = op->name;

@@ -123,16 +123,18 @@ int shmap__fiber_create(shmap__fiber *f, size_t stack_size,
 {
   long page = sysconf(_SC_PAGESIZE);
   size_t size = (stack_size + (size_t)page - 1) & ~((size_t)page - 1);
-  /* A guard region below the stack turns an overflow into a fault that
-   * guard.c reports; 64 KiB rather than a page, because a frame larger
-   * than the guard would jump over it into the next fiber's stack. */
-  size_t guard = ((size_t)64 << 10) > (size_t)page ? (size_t)64 << 10
+  /* The stack sits on top of an inaccessible gap of its own, so that an
+   * overflow faults there (guard.c names the device) instead of writing
+   * into whatever was mapped below -- another device's stack, as a rule,
+   * since the stacks are mapped one after the other.  The gap costs
+   * address space only: it is reserved with PROT_NONE and never backed. */
+  size_t guard = SHMAP__STACK_GUARD > (size_t)page ? SHMAP__STACK_GUARD
                                                    : (size_t)page;
-  char *base = mmap(NULL, size + guard, PROT_READ | PROT_WRITE,
+  char *base = mmap(NULL, size + guard, PROT_NONE,
                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (base == MAP_FAILED)
     return -1;
-  if (mprotect(base, guard, PROT_NONE) != 0) {
+  if (mprotect(base + guard, size, PROT_READ | PROT_WRITE) != 0) {
     munmap(base, size + guard);
     return -1;
   }
@@ -147,6 +149,39 @@ int shmap__fiber_create(shmap__fiber *f, size_t stack_size,
   return 0;
 }
 
+#ifdef SHMAP_ASAN
+/* Clear AddressSanitizer's shadow of a stack about to be unmapped: frames
+ * still on it (and any the fiber left without returning) poisoned parts of
+ * it, which would make later reports on whatever reuses the addresses.
+ * __asan_unpoison_memory_region writes every shadow byte, an eighth of the
+ * stack (512 KiB per 4 MiB fiber, gigabytes for a large mesh), most of it
+ * never touched; the shadow pages wholly inside the stack's shadow are
+ * instead given back to the kernel, which then reads them as zeros
+ * (unpoisoned), at a cost proportional to what the stack used -- as the
+ * sanitizer itself does for large regions.  The two partial pages at the
+ * ends are written. */
+static void unpoison_stack(char *lo, size_t size)
+{
+  size_t scale = 0, offset = 0;
+  __asan_get_shadow_mapping(&scale, &offset);
+  uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+  uintptr_t s_lo = ((uintptr_t)lo >> scale) + offset;
+  uintptr_t s_hi = (((uintptr_t)lo + size) >> scale) + offset;
+  uintptr_t p_lo = (s_lo + page - 1) & ~(page - 1);
+  uintptr_t p_hi = s_hi & ~(page - 1);
+  if (p_lo >= p_hi ||
+      madvise((void *)p_lo, p_hi - p_lo, MADV_DONTNEED) != 0) {
+    __asan_unpoison_memory_region(lo, size);
+    return;
+  }
+  /* The stack's bytes whose shadow lies in the partial pages. */
+  char *mid_lo = (char *)((p_lo - offset) << scale);
+  char *mid_hi = (char *)((p_hi - offset) << scale);
+  __asan_unpoison_memory_region(lo, (size_t)(mid_lo - lo));
+  __asan_unpoison_memory_region(mid_hi, (size_t)(lo + size - mid_hi));
+}
+#endif
+
 void shmap__fiber_destroy(shmap__fiber *f)
 {
   if (!f->map)
@@ -155,7 +190,7 @@ void shmap__fiber_destroy(shmap__fiber *f)
   __tsan_destroy_fiber(f->tsan);
 #endif
 #ifdef SHMAP_ASAN
-  __asan_unpoison_memory_region(f->stack, f->stack_size);
+  unpoison_stack(f->stack, f->stack_size);
 #endif
   munmap(f->map, f->map_size);
   memset(f, 0, sizeof *f);

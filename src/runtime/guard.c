@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * guard.c - a device that overflows its stack dies with a message naming
- * it.  Fiber stacks have a guard region below them (fiber.c) and device
- * threads have the system's guard page; a fault there runs this SIGSEGV
+ * it.  Fiber stacks (fiber.c) and device threads (runtime.c) have an
+ * unmapped gap of SHMAP__STACK_GUARD below them, the map's caller the
+ * system's guard below its own stack; a fault there runs this SIGSEGV
  * handler on an alternate signal stack (the overflowed one is unusable),
  * which writes which device overflowed which stack, then puts the previous
  * handler back and returns: the fault repeats and ends the process as it
@@ -17,8 +18,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-/* How far below a thread's stack a fault still counts as its overflow. */
-#define THREAD_GUARD ((uintptr_t)64 << 10)
+/* How far below a thread's stack a fault still counts as its overflow:
+ * the gap below a device thread's stack, as much as the kernel leaves
+ * below the main thread's. */
+#define THREAD_GUARD ((uintptr_t)SHMAP__STACK_GUARD)
 #define ALT_SIZE ((size_t)64 << 10)
 
 static struct sigaction previous;

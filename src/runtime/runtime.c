@@ -923,6 +923,30 @@ static void thread_name(const shmap_mesh *mesh, int d, char out[16])
   out[15] = '\0';
 }
 
+static void *device_thread(void *arg)
+{
+  device_main(arg);
+  return NULL;
+}
+
+/* A device thread, whose stack (ss bytes, or the system's default size for
+ * 0) has the same unmapped gap below it as a fiber stack, rather than
+ * glibc's one guard page: an overflow by a large frame faults there instead
+ * of writing into the stack of the thread mapped below (shmap_map(3)). */
+static int start_device_thread(uv_thread_t *t, size_t ss, shmap__dev *dev)
+{
+  pthread_attr_t attr;
+  int rc = pthread_attr_init(&attr);
+  if (rc == 0 && ss)
+    rc = pthread_attr_setstacksize(&attr, ss);
+  if (rc == 0)
+    rc = pthread_attr_setguardsize(&attr, SHMAP__STACK_GUARD);
+  if (rc == 0)
+    rc = pthread_create(t, &attr, device_thread, dev);
+  pthread_attr_destroy(&attr);
+  return -rc; /* libuv's error codes, as uv_thread_create_ex's: -errno */
+}
+
 static int start(shmap__runtime *rt)
 {
   shmap_mesh *mesh = rt->mesh;
@@ -1011,7 +1035,7 @@ static int start(shmap__runtime *rt)
     uv_thread_t t;
     int rc = rt->mode == SHMAP__FIBERS
                  ? uv_thread_create_ex(&t, &opts, worker_main, &rt->workers[i])
-                 : uv_thread_create_ex(&t, &opts, device_main, &rt->devs[i]);
+                 : start_device_thread(&t, ss, &rt->devs[i]);
     if (rc != 0) {
       join_threads(rt, i);
       free_devices(rt);

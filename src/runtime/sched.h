@@ -66,13 +66,20 @@ typedef struct shmap__fiber {
   void *sp;          /* saved context */
   void *stack;       /* lowest address of the usable stack */
   size_t stack_size;
-  void *map;         /* mmap'ed region (stack + guard page) */
+  void *map;         /* mmap'ed region (guard gap + stack) */
   size_t map_size;
   void *tsan;        /* ThreadSanitizer's fiber handle */
   /* The context that last switched to this one: a fiber may be resumed by
    * another worker than the one it left to (runtime.c). */
   struct shmap__fiber *resumer;
 } shmap__fiber;
+
+/* The unmapped gap below every device stack, fiber or device thread (the
+ * kernel leaves as much below a process's main stack): a frame whose first
+ * access lands at most this far below its stack faults in the gap, however
+ * its code was compiled; a larger one needs stack probes
+ * (-fstack-clash-protection) to fault there -- see shmap_map(3). */
+#define SHMAP__STACK_GUARD ((size_t)1 << 20)
 
 int shmap__fiber_create(shmap__fiber *f, size_t stack_size,
                         void (*fn)(void *), void *arg);

@@ -1291,7 +1291,7 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
     /* By rank: the members before this one, this one, the others. */
     memmove(&theirs[c->rank + 1], &theirs[c->rank],
             sizeof *theirs * (size_t)(n - 1 - c->rank));
-    memcpy(theirs[c->rank].data, wire->data, bytes);
+    shmap__copy(theirs[c->rank].data, wire->data, bytes);
     *got = theirs;
     theirs = NULL;
   }
@@ -1507,7 +1507,7 @@ static void mpi_allreduce(shmap__coll *c, size_t off, size_t count,
   mcall *mc = MC(c);
   wait_must(c, mc->reqs, mc->nreq);
   mc->nreq = 0;
-  memcpy((char *)c->call.dst + off * des, acc, bytes);
+  shmap__copy((char *)c->call.dst + off * des, acc, bytes);
   MPI_Datatype t;
   MPI_Type_contiguous((int)des, MPI_BYTE, &t);
   MPI_Type_commit(&t);
@@ -1516,7 +1516,7 @@ static void mpi_allreduce(shmap__coll *c, size_t off, size_t count,
       continue;
     int d, p = peer_proc(c, r, &d);
     if (p == m->self) {
-      memcpy((char *)peer_bufs(c, d)->dst + off * des, acc, bytes);
+      shmap__copy((char *)peer_bufs(c, d)->dst + off * des, acc, bytes);
       continue;
     }
     MPI_Request q;

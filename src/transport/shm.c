@@ -876,7 +876,7 @@ static uint32_t box_publish(shmap__coll *c, size_t count, bool readers)
   shm_dev *sd = &st->devs[ctx->dev];
   sbox *box = &sd->box[c->k & 1];
   box_reuse(c, &sd->boxg[c->k & 1], readers);
-  memcpy(box->data, c->call.src, count * c->esize);
+  shmap__copy(box->data, c->call.src, count * c->esize);
   hist_take(c, sd, false);
   shmap__call_copy(&sd->calls[c->k % HIST], &c->call);
   uint32_t hash = call_hash(&c->call);
@@ -1160,8 +1160,8 @@ static int allreduce_lead(shmap__coll *c, size_t count, const shmap__fold *fold,
   if (!rc) {
     res = res_take(c, false);
     boxes_fold(c, NULL, 0, c->n, 0, count, fold, res->data);
-    memcpy(c->call.dst, res->data + off * fold->out_esize,
-           n * fold->out_esize);
+    shmap__copy(c->call.dst, res->data + off * fold->out_esize,
+                n * fold->out_esize);
     group_done(c);
   }
   res_publish(c, res, hash, rc ? RES_FAILED : 0);
@@ -1192,9 +1192,9 @@ static int allreduce_member(shmap__coll *c, size_t count,
   uint64_t w;
   int rc = wait_lead(c, lead, hash, false, &w);
   if (!rc && !(w & RES_FAILED)) {
-    memcpy(c->call.dst, st->devs[lead].res[c->k & 1].data +
-                            off * fold->out_esize,
-           n * fold->out_esize);
+    shmap__copy(c->call.dst, st->devs[lead].res[c->k & 1].data +
+                                 off * fold->out_esize,
+                n * fold->out_esize);
     group_done(c);
   } else if (!rc && chained) {
     rc = failed_verdict(c, hash);
@@ -1313,14 +1313,14 @@ static int allreduce_sub(shmap__coll *c, const wchain *ch, size_t count,
       if (w & RES_FAILED)
         told = true;
       else
-        memcpy(res->data, st->devs[ch->last].res[c->k & 1].data,
-               count * fold->out_esize);
+        shmap__copy(res->data, st->devs[ch->last].res[c->k & 1].data,
+                    count * fold->out_esize);
     }
     res_publish(c, res, hash, rc || told ? RES_FAILED : 0);
   }
   if (!rc && !told) {
-    memcpy(c->call.dst, res->data + off * fold->out_esize,
-           n * fold->out_esize);
+    shmap__copy(c->call.dst, res->data + off * fold->out_esize,
+                n * fold->out_esize);
     group_done(c);
   } else if (!rc) {
     rc = failed_verdict(c, hash);
@@ -1408,7 +1408,7 @@ static void shm_allreduce(shmap__coll *c, size_t off, size_t count,
       srcs[r] = (const char *)peer(c, r)->src + o * es;
     fold->fn(tmp, srcs, c->n, len, fold->count);
     for (int r = 0; r < c->n; r++)
-      memcpy((char *)peer(c, r)->dst + o * des, tmp, len * des);
+      shmap__copy((char *)peer(c, r)->dst + o * des, tmp, len * des);
   }
 }
 
