@@ -64,6 +64,8 @@ static inline bool shmap__dev_local(const shmap_mesh *mesh, int dev)
   return !mesh->place || mesh->place->owner[dev] == mesh->place->self;
 }
 
+/* The host name of process `rank` (this process's when unknown). */
+const char *shmap__proc_host(int rank);
 /* " on process 1 (host node2)" when the job has several processes, else "". */
 void shmap__proc_suffix(const shmap_mesh *mesh, int dev, char *buf, size_t n);
 

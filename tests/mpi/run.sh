@@ -15,7 +15,9 @@
 # processes, traced and the traces merged), tests/mpi/test_mpi_groups
 # (grouped collectives, pbroadcast, ragged_all_to_all, preduce),
 # tests/mpi/test_mpi_mismatch (the randomized mismatch test over
-# processes), tests/mpi/test_mpi_async (started collectives, their failures
+# processes), tests/mpi/test_mpi_meshes (several meshes driven at once
+# by threads of their own: maps, to_host, resharding, transfers, and
+# reading another process's block), tests/mpi/test_mpi_async (started collectives, their failures
 # and mismatches over processes), tests/mpi/test_mpi_level
 # (a program that initialised MPI itself, with enough and too low a thread
 # level), tests/mpi/test_mpi_watchdog (the watchdog's report of other
@@ -69,6 +71,8 @@ for sched in threads fibers; do
       python3 "$s/tests/mpi/check-merged-trace.py" "$trace.merged" "$np" 3; } ||
       { echo "FAIL: merged trace (np=$np, $sched)"; fail=1; }
   fi
+  echo "== np=$np SHMAP_SCHED=$sched: test_mpi_meshes"
+  launch "$b/tests/mpi/test_mpi_meshes" || { echo "FAIL: test_mpi_meshes (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_coll"
   launch "$b/tests/mpi/test_mpi_coll" || { echo "FAIL: test_mpi_coll (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_map_prop"
