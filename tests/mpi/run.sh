@@ -114,6 +114,24 @@ for sched in threads fibers; do
     fi
     exit_run early 1 "process $((np - 1)) (host [^)]*) ended after 2 library calls .* waits for it in shmap_array_to_host (call 3): aborting the job"
     exit_run body 1 "process $((np - 1)) (host [^)]*) exits while a map runs"
+    # _exit(0) without finalising: the launcher's business (shmap-mpi(7)).
+    if [ "${MPI_FLAVOR:-}" = openmpi ]; then
+      exit_run quit 1 "exiting improperly"
+    else
+      saved=$limit limit=60
+      launch "$b/tests/mpi/test_mpi_exit" quit >"$tmp/x.out" 2>"$tmp/x.err"
+      st=$? limit=$saved
+      if [ $st != 0 ]; then
+        echo "FAIL: test_mpi_exit quit (np=$np, $sched): status $st, expected 0 (as shmap-mpi(7) says of MPICH's mpiexec):"
+        cat "$tmp/x.out" "$tmp/x.err"
+        fail=1
+      fi
+    fi
+    if grep -q "process 0: ok" "$tmp/x.out"; then
+      echo "FAIL: test_mpi_exit quit (np=$np, $sched): process 0 finished:"
+      cat "$tmp/x.out" "$tmp/x.err"
+      fail=1
+    fi
   fi
   run_examples "$np" "$sched" launch
 done
