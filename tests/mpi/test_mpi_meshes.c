@@ -3,9 +3,10 @@
  * test_mpi_meshes.c - several meshes driven at the same time by threads of
  * their own, over the processes of an MPI job.
  *
- * Each of NT application threads owns two meshes (sizes, dtypes and array
- * shapes differ from thread to thread) and repeats, concurrently with the
- * others: a map from host data, shmap_array_to_host, a map that reads the
+ * Each of NT application threads owns two meshes (for one thread the
+ * second is a slice of the first, as a pipeline's next stage; sizes,
+ * dtypes and array shapes differ from thread to thread) and repeats,
+ * concurrently with the others: a map from host data, shmap_array_to_host, a map that reads the
  * array with another spec (pieces from other processes) and psums over
  * every axis with a replicated output (the replication check between
  * processes), shmap_array_reshard, shmap_array_transfer to its second mesh,
@@ -33,7 +34,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#define NT 3
+#define NT 4
 #define ITERS 25
 
 static int R, me;
@@ -54,6 +55,7 @@ static char host[64];
 typedef struct job {
   int t;
   const char *amesh, *aspec, *aspec2, *bmesh, *bspec;
+  const char *slice; /* when not NULL, the second mesh is this slice */
   shmap_dtype dtype;
   int rank;
   int64_t shape[2];
@@ -62,12 +64,16 @@ typedef struct job {
 
 /* Meshes of 4 or 8 devices (divisible by 1, 2 and 4 processes). */
 static job jobs[NT] = {
-    {0, "i=4", "P('i')", "P(None, 'i')", "i=2, j=2", "P('j', 'i')",
+    {0, "i=4", "P('i')", "P(None, 'i')", "i=2, j=2", "P('j', 'i')", NULL,
      SHMAP_F32, 2, {8, 12}, NULL, NULL},
-    {1, "i=4, j=2", "P('i', 'j')", "P('j')", "k=8", "P(None, 'k')",
+    {1, "i=4, j=2", "P('i', 'j')", "P('j')", "k=8", "P(None, 'k')", NULL,
      SHMAP_F64, 2, {16, 8}, NULL, NULL},
-    {2, "x=8", "P('x')", "P()", "y=2, z=2", "P(('y', 'z'))",
+    {2, "x=8", "P('x')", "P()", "y=2, z=2", "P(('y', 'z'))", NULL,
      SHMAP_I32, 1, {24, 1}, NULL, NULL},
+    /* A pipeline's next stage: a slice whose devices run in half of the
+     * processes (at 2 or 4), while thread 0-2's meshes run in all. */
+    {3, "s=2, t=4", "P('s', 't')", "P('t')", NULL, "P(None, 't')", "s=1",
+     SHMAP_F32, 2, {4, 8}, NULL, NULL},
 };
 
 static double get(shmap_dtype dt, const void *p, int64_t k)
@@ -238,7 +244,8 @@ int main(void)
   for (int t = 0; t < NT; t++) {
     int rc = shmap_mesh_create(&jobs[t].a, jobs[t].amesh);
     if (rc == 0)
-      rc = shmap_mesh_create(&jobs[t].b, jobs[t].bmesh);
+      rc = jobs[t].slice ? shmap_mesh_slice(&jobs[t].b, jobs[t].a, jobs[t].slice)
+                         : shmap_mesh_create(&jobs[t].b, jobs[t].bmesh);
     if (rc) {
       fprintf(stderr, "[process %d] mesh: %s\n", me, shmap_errmsg());
       return 1;
