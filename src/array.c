@@ -338,7 +338,10 @@ static int not_here(const shmap_mesh *mesh, int dev)
                     "shmap-mpi(7))",
                     dev, coords, r, shmap__proc_host(r),
                     me->rank, me->host,
-                    pl->nlocal ? "devices " : "no device of this mesh", mine);
+                    pl->nlocal > 1    ? "devices "
+                    : pl->nlocal == 1 ? "device "
+                                      : "no device of this mesh",
+                    mine);
 }
 
 SHMAP_EXTERN int shmap_array_block(const shmap_array *array, int device,

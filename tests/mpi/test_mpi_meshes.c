@@ -138,7 +138,8 @@ static void check_host(const job *j, const shmap_array *arr, const double *want,
   free(got);
 }
 
-/* A device in another process: SHMAP_EINVAL naming it and its process. */
+/* A device in another process: SHMAP_EINVAL naming it and its process,
+ * and the devices of this one (none, for a slice placed elsewhere). */
 static void check_remote_block(const job *j, const shmap_array *arr)
 {
   shmap_mesh *m = shmap_array_mesh(arr);
@@ -160,15 +161,21 @@ static void check_remote_block(const job *j, const shmap_array *arr)
                                          strlen(want)) == 0,
            "thread %d: device %d of process %d: rc %d: %s", j->t, d, p, rc,
            shmap_errmsg());
-    char mine[32];
-    int lo = me * (n / R), hi = (me + 1) * (n / R) - 1;
-    if (lo == hi)
-      snprintf(mine, sizeof mine, "%d", lo);
-    else
-      snprintf(mine, sizeof mine, "%d-%d", lo, hi);
+    /* This process's devices (a run of numbers in these meshes). */
+    char mine[32] = "no device of this mesh";
+    int lo = -1, hi = -1;
+    for (int e = 0; e < n; e++)
+      if (shmap_mesh_device_process(m, e) == me) {
+        lo = lo < 0 ? e : lo;
+        hi = e;
+      }
+    if (lo >= 0 && lo == hi)
+      snprintf(mine, sizeof mine, "device %d", lo);
+    else if (lo >= 0)
+      snprintf(mine, sizeof mine, "devices %d-%d", lo, hi);
     snprintf(want, sizeof want, ") runs in process %d (host %s), which alone "
              "keeps its block; this process (process %d, host %s) holds "
-             "devices %s: read the blocks of its own devices, or the whole "
+             "%s: read the blocks of its own devices, or the whole "
              "array with shmap_array_to_host (see shmap-mpi(7))",
              p, host, me, host, mine);
     EXPECT(strstr(shmap_errmsg(), want) != NULL, "thread %d: message: %s\n"
@@ -221,8 +228,11 @@ static void *run(void *arg)
     rc = y ? shmap_array_transfer(&tr, y, j->b, j->bspec) : -1;
     EXPECT(rc == 0, "thread %d iteration %d: transfer: %s", j->t, it,
            shmap_errmsg());
-    if (rc == 0)
+    if (rc == 0) {
       check_host(j, tr, w, 1, it, "transfer");
+      if (it == 0)
+        check_remote_block(j, tr);
+    }
     shmap_array_destroy(tr);
     shmap_array_destroy(r);
     shmap_array_destroy(z);
