@@ -331,11 +331,10 @@ static int not_here(const shmap_mesh *mesh, int dev)
   const shmap__proc *me = shmap__proc_self();
   return shmap__err(SHMAP_EINVAL,
                     "shmap_array_block: device %d (%s) runs in process %d "
-                    "(host %s), "
-                    "which alone keeps its block; this process (process %d, "
-                    "host %s) holds %s%s: read the blocks of its own devices, "
-                    "or the whole array with shmap_array_to_host (see "
-                    "shmap-mpi(7))",
+                    "(host %s), which alone keeps its block; this process "
+                    "(process %d, host %s) holds %s%s: read the blocks of its "
+                    "own devices, or the whole array with shmap_array_to_host "
+                    "(see shmap-mpi(7))",
                     dev, coords, r, shmap__proc_host(r),
                     me->rank, me->host,
                     pl->nlocal > 1    ? "devices "

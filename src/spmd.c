@@ -7,7 +7,9 @@
  * shmap_array_to_host() then also collects the others, each distinct block
  * being sent by the process of the lowest-numbered device holding it (the
  * block's representative, whose coordinates are 0 on the axes the spec
- * leaves out).
+ * leaves out).  Every exchange here goes over the mesh's own communicator
+ * (shmap__mpi_mesh_comm), never the job-wide one: calls on other meshes,
+ * from other threads, may be exchanging at the same time.
  */
 #include "proc.h"
 #include "runtime/runtime.h"
