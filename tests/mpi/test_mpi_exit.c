@@ -19,8 +19,9 @@
  *   quit    it calls _exit(0) after its first map, without finalising MPI
  *           (no goodbye): the launcher ends the job.  Open MPI's mpirun
  *           says so and exits with a non-zero status; MPICH's mpiexec
- *           kills the others at once and exits with status 0, without a
- *           message (shmap-mpi(7)).  Either way no other process finishes.
+ *           kills the others at once and exits with status 0 without a
+ *           message, or with a killed process's signal 9 (shmap-mpi(7)).
+ *           Either way no other process finishes.
  *
  * tests/mpi/run.sh checks the exit status and the messages, and that the
  * job ends well within its time limit (the failing modes used to hang).
