@@ -308,6 +308,48 @@ SHMAP_EXTERN int shmap_array_spec(const shmap_array *array, char *buf,
   return (int)strlen(tmp);
 }
 
+/* Device `dev` of `mesh` runs in another process, which alone keeps its
+ * blocks: say which, and which devices this process holds. */
+static int not_here(const shmap_mesh *mesh, int dev)
+{
+  const shmap__place *pl = mesh->place;
+  char mine[160] = "";
+  for (int i = 0; i < pl->nlocal;) {
+    int j = i;
+    while (j + 1 < pl->nlocal && pl->local[j + 1] == pl->local[j] + 1)
+      j++;
+    if (strlen(mine) > sizeof mine - 24) {
+      shmap__cat(mine, sizeof mine, ", ...");
+      break;
+    }
+    if (j == i)
+      shmap__cat(mine, sizeof mine, "%s%d", i ? ", " : "", pl->local[i]);
+    else
+      shmap__cat(mine, sizeof mine, "%s%d-%d", i ? ", " : "", pl->local[i],
+                 pl->local[j]);
+    i = j + 1;
+  }
+  int c[SHMAP_MAX_AXES], r = pl->owner[dev];
+  shmap__mesh_coords(mesh, dev, c);
+  char coords[128] = "";
+  for (int a = 0; a < mesh->naxes; a++)
+    shmap__cat(coords, sizeof coords, "%s%s=%d", a ? ", " : "",
+               mesh->names[a], c[a]);
+  const shmap__proc *me = shmap__proc_self();
+  return shmap__err(SHMAP_EINVAL,
+                    "shmap_array_block: device %d (%s) runs in process %d "
+                    "(host %s), which alone keeps its block; this process "
+                    "(process %d, host %s) holds %s%s: read the blocks of its "
+                    "own devices, or the whole array with shmap_array_to_host "
+                    "(see shmap-mpi(7))",
+                    dev, coords, r, shmap__proc_host(r),
+                    me->rank, me->host,
+                    pl->nlocal > 1    ? "devices "
+                    : pl->nlocal == 1 ? "device "
+                                      : "no device of this mesh",
+                    mine);
+}
+
 SHMAP_EXTERN int shmap_array_block(const shmap_array *array, int device,
                                    shmap_block *block, int64_t offset[])
 {
@@ -320,6 +362,8 @@ SHMAP_EXTERN int shmap_array_block(const shmap_array *array, int device,
     return shmap__err(SHMAP_EINVAL,
                       "shmap_array_block: device %d is out of range [0, %d)",
                       device, array->mesh->ndev);
+  if (!shmap__dev_local(array->mesh, device))
+    return not_here(array->mesh, device);
   *block = array->blocks[device];
   if (offset) {
     int c[SHMAP_MAX_AXES];

@@ -196,6 +196,8 @@ static const char *host_of(int rank)
   return hosts && rank >= 0 && rank < self.size ? hosts[rank] : self.host;
 }
 
+const char *shmap__proc_host(int rank) { return host_of(rank); }
+
 void shmap__proc_suffix(const shmap_mesh *mesh, int dev, char *buf, size_t n)
 {
   buf[0] = '\0';

@@ -55,7 +55,10 @@ int shmap__place_default(shmap_mesh *mesh);
  * in the process of its parent device (a process may run none). */
 int shmap__place_sub(shmap_mesh *mesh, const shmap_mesh *parent,
                      const int pdev[]);
-/* The library's communicator (an MPI_Comm *) under MPI. */
+/* The library's job-wide communicator (an MPI_Comm *) under MPI: only
+ * creating a mesh uses it; every exchange of a call on a mesh goes over
+ * that mesh's own (shmap__mpi_mesh_comm), so calls on different meshes
+ * from different threads never pair. */
 void *shmap__proc_comm(void);
 
 /* True when device `dev` of the mesh runs in this process. */
@@ -64,6 +67,8 @@ static inline bool shmap__dev_local(const shmap_mesh *mesh, int dev)
   return !mesh->place || mesh->place->owner[dev] == mesh->place->self;
 }
 
+/* The host name of process `rank` (this process's when unknown). */
+const char *shmap__proc_host(int rank);
 /* " on process 1 (host node2)" when the job has several processes, else "". */
 void shmap__proc_suffix(const shmap_mesh *mesh, int dev, char *buf, size_t n);
 

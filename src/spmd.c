@@ -7,7 +7,9 @@
  * shmap_array_to_host() then also collects the others, each distinct block
  * being sent by the process of the lowest-numbered device holding it (the
  * block's representative, whose coordinates are 0 on the axes the spec
- * leaves out).
+ * leaves out).  Every exchange here goes over the mesh's own communicator
+ * (shmap__mpi_mesh_comm), never the job-wide one: calls on other meshes,
+ * from other threads, may be exchanging at the same time.
  */
 #include "proc.h"
 #include "runtime/runtime.h"
@@ -67,8 +69,11 @@ int shmap__array_exchange(const shmap_array *a, void *dst)
 #ifdef SHMAP_HAVE_MPI
   const shmap_mesh *mesh = a->mesh;
   const shmap__place *pl = mesh->place;
-  if (!pl || pl->nproc == 1)
+  int tag;
+  MPI_Comm *comm = shmap__mpi_mesh_comm(mesh, &tag);
+  if (!pl || pl->nproc == 1 || !comm)
     return 0;
+  (void)tag;
   const char *op = "shmap_array_to_host";
   unsigned mask = shmap__spec_axes_mask(&a->spec);
   size_t es = shmap_dtype_size(a->dtype);
@@ -113,7 +118,7 @@ int shmap__array_exchange(const shmap_array *a, void *dst)
   MPI_Request req;
   int rc = 0;
   int err = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts,
-                            displs, elem, *(MPI_Comm *)shmap__proc_comm(), &req);
+                            displs, elem, *comm, &req);
   if (err != MPI_SUCCESS)
     rc = shmap__err(SHMAP_ESYS, "%s: MPI_Iallgatherv failed (%d)", op, err);
   else

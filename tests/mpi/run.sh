@@ -18,7 +18,9 @@
 # processes), tests/mpi/test_mpi_badinput (one process's bad argument to
 # a map, reshard, transfer, copy to the host or collective: the same
 # error on every process, and the next call works; randomized),
-# tests/mpi/test_mpi_async (started collectives, their failures
+# tests/mpi/test_mpi_meshes (several meshes driven at once by threads of
+# their own: maps, to_host, resharding, transfers, and reading another
+# process's block), tests/mpi/test_mpi_async (started collectives, their failures
 # and mismatches over processes), tests/mpi/test_mpi_level
 # (a program that initialised MPI itself, with enough and too low a thread
 # level), tests/mpi/test_mpi_watchdog (the watchdog's report of other
@@ -72,6 +74,8 @@ for sched in threads fibers; do
       python3 "$s/tests/mpi/check-merged-trace.py" "$trace.merged" "$np" 3; } ||
       { echo "FAIL: merged trace (np=$np, $sched)"; fail=1; }
   fi
+  echo "== np=$np SHMAP_SCHED=$sched: test_mpi_meshes"
+  launch "$b/tests/mpi/test_mpi_meshes" || { echo "FAIL: test_mpi_meshes (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_coll"
   launch "$b/tests/mpi/test_mpi_coll" || { echo "FAIL: test_mpi_coll (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_map_prop"
@@ -115,6 +119,26 @@ for sched in threads fibers; do
     fi
     exit_run early 1 "process $((np - 1)) (host [^)]*) ended after 2 library calls .* waits for it in shmap_array_to_host (call 3): aborting the job"
     exit_run body 1 "process $((np - 1)) (host [^)]*) exits while a map runs"
+    # _exit(0) without finalising: the launcher's business (shmap-mpi(7)).
+    if [ "${MPI_FLAVOR:-}" = openmpi ]; then
+      exit_run quit 1 "exiting improperly"
+    else
+      saved=$limit limit=60
+      launch "$b/tests/mpi/test_mpi_exit" quit >"$tmp/x.out" 2>"$tmp/x.err"
+      st=$? limit=$saved
+      # MPICH's mpiexec reports whichever end it collects first: the
+      # exited process's 0 (no message), or a killed one's signal 9.
+      if [ $st != 0 ] && { [ $st != 9 ] || ! grep -q "Killed (signal 9)" "$tmp/x.out" "$tmp/x.err"; }; then
+        echo "FAIL: test_mpi_exit quit (np=$np, $sched): status $st, expected 0, or 9 with \"Killed (signal 9)\" (as shmap-mpi(7) says of MPICH's mpiexec):"
+        cat "$tmp/x.out" "$tmp/x.err"
+        fail=1
+      fi
+    fi
+    if grep -q "process 0: ok" "$tmp/x.out"; then
+      echo "FAIL: test_mpi_exit quit (np=$np, $sched): process 0 finished:"
+      cat "$tmp/x.out" "$tmp/x.err"
+      fail=1
+    fi
   fi
   run_examples "$np" "$sched" launch
 done

@@ -16,6 +16,12 @@
  *           shmap_array_to_host, abort the job with a message naming it.
  *   body    device 3 (the last process's) calls exit() in the body: that
  *           process aborts the job at once, saying why.
+ *   quit    it calls _exit(0) after its first map, without finalising MPI
+ *           (no goodbye): the launcher ends the job.  Open MPI's mpirun
+ *           says so and exits with a non-zero status; MPICH's mpiexec
+ *           kills the others at once and exits with status 0 without a
+ *           message, or with a killed process's signal 9 (shmap-mpi(7)).
+ *           Either way no other process finishes.
  *
  * tests/mpi/run.sh checks the exit status and the messages, and that the
  * job ends well within its time limit (the failing modes used to hang).
@@ -25,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static const char *mode;
 
@@ -55,7 +62,7 @@ static void die(const char *what)
 int main(int argc, char **argv)
 {
   if (argc != 2) {
-    fprintf(stderr, "usage: test_mpi_exit ok|skip|early|body\n");
+    fprintf(stderr, "usage: test_mpi_exit ok|skip|early|body|quit\n");
     return 2;
   }
   mode = argv[1];
@@ -73,6 +80,8 @@ int main(int argc, char **argv)
       die("shmap_map");
     if (strcmp(mode, "early") == 0 && me == last && last > 0)
       exit(1);
+    if (strcmp(mode, "quit") == 0 && me == last && last > 0)
+      _exit(0);
     int rc;
     if (strcmp(mode, "skip") == 0 && it == 1 && me == last && last > 0) {
       shmap_array *c = NULL;

@@ -159,13 +159,24 @@ static void test_map_host_data(const char *axes)
         EXPECT(local[r * 6 + c] == w, "to_host_local [%d,%d] = %g, want %g",
                r, c, local[r * 6 + c], w);
       }
-    /* Only the local blocks are kept: another process's have no data. */
+    /* Only the local blocks are kept: another process's cannot be read
+     * here, and the error names the process that holds it. */
     for (int d = 0; d < 8; d++) {
       shmap_block b;
       int64_t off[2];
-      OK(shmap_array_block(out, d, &b, off), "array_block");
-      bool mine = shmap_mesh_device_process(m, d) == me;
-      EXPECT((b.data != NULL) == mine, "block of device %d: data %p", d, b.data);
+      int rc = shmap_array_block(out, d, &b, off);
+      int p = shmap_mesh_device_process(m, d);
+      if (p == me) {
+        OK(rc, "array_block");
+        EXPECT(b.data != NULL, "block of device %d: NULL data", d);
+        continue;
+      }
+      char msg[160];
+      snprintf(msg, sizeof msg, "shmap_array_block: device %d (i=%d, j=%d) "
+               "runs in process %d (host %s), which alone keeps its block",
+               d, d / 2, d % 2, p, host);
+      EXPECT(rc == SHMAP_EINVAL && strstr(shmap_errmsg(), msg) != NULL,
+             "block of device %d: rc %d: %s", d, rc, shmap_errmsg());
     }
     shmap_stats st;
     OK(shmap_mesh_stats(m, &st), "stats");
