@@ -110,6 +110,11 @@ int shmap__mesh_build_over(shmap_mesh **out, int naxes,
                            const char *const names[], const size_t lens[],
                            const int sizes[], const char *src,
                            const shmap_mesh *parent, const int pdev[]);
+/* A root mesh's creation that this process rejects with `rc` (message
+ * set): under MPI with several processes it still joins the creation's
+ * agreement, so that every process returns the same error (mesh.c).
+ * Returns the call's result. */
+int shmap__mesh_rejected(int rc);
 /* Parse mesh text ("i=4, j=2") into names (pointers into text), lengths and
  * sizes; returns the number of axes or a negative error. */
 int shmap__mesh_parse(const char *text, const char *names[], size_t lens[],

@@ -27,18 +27,11 @@ bool shmap__valid_axis_name(const char *name, size_t len)
   return !(len == 4 && memcmp(name, "None", 4) == 0);
 }
 
-/* Validates and builds; names need not be NUL-terminated (lens given). */
-int shmap__mesh_build(shmap_mesh **out, int naxes, const char *const names[],
-                      const size_t lens[], const int sizes[], const char *src)
-{
-  return shmap__mesh_build_over(out, naxes, names, lens, sizes, src, NULL,
-                                NULL);
-}
-
-int shmap__mesh_build_over(shmap_mesh **out, int naxes,
-                           const char *const names[], const size_t lens[],
-                           const int sizes[], const char *src,
-                           const shmap_mesh *parent, const int pdev[])
+/* The checks of a new mesh's axes: 0, or an error with the message set;
+ * *ndev_out gets the device count. */
+static int mesh_check(int naxes, const char *const names[],
+                      const size_t lens[], const int sizes[], const char *src,
+                      long long *ndev_out)
 {
   char where[160] = "";
   if (src)
@@ -72,6 +65,53 @@ int shmap__mesh_build_over(shmap_mesh **out, int naxes,
                         "mesh has more than %d devices (at axis '%.*s')%s",
                         SHMAP_MAX_DEVICES, (int)lens[a], names[a], where);
   }
+  *ndev_out = ndev;
+  return 0;
+}
+
+/* Serial numbers of meshes, the same in every process (meshes are created
+ * in the same order everywhere). */
+static _Atomic int serials;
+
+int shmap__mesh_rejected(int rc)
+{
+  /* Under MPI the processes agree on each new mesh before it gets its
+   * communicator (transport/mpi.c): a process that rejects its arguments
+   * joins that agreement with its verdict, so that every process fails
+   * with its reason instead of waiting for it, and takes the serial number
+   * the mesh would have had, so that later calls' descriptions still
+   * match.  (The message is kept across shmap__proc_init, which may set
+   * its own.) */
+  char msg[SHMAP__MSG_MAX];
+  snprintf(msg, sizeof msg, "%s", shmap__errbuf());
+  if (shmap__proc_init() != 0)
+    return shmap__err(rc, "%s", msg);
+  const shmap__proc *me = shmap__proc_self();
+  shmap__err(rc, "%s", msg);
+  if (!me->mpi || me->size < 2)
+    return rc;
+  atomic_fetch_add(&serials, 1);
+  return shmap__host_agree_call("shmap_mesh_create", NULL, "creating a mesh",
+                                NULL, rc);
+}
+
+/* Validates and builds; names need not be NUL-terminated (lens given). */
+int shmap__mesh_build(shmap_mesh **out, int naxes, const char *const names[],
+                      const size_t lens[], const int sizes[], const char *src)
+{
+  return shmap__mesh_build_over(out, naxes, names, lens, sizes, src, NULL,
+                                NULL);
+}
+
+int shmap__mesh_build_over(shmap_mesh **out, int naxes,
+                           const char *const names[], const size_t lens[],
+                           const int sizes[], const char *src,
+                           const shmap_mesh *parent, const int pdev[])
+{
+  long long ndev = 0;
+  int rc = mesh_check(naxes, names, lens, sizes, src, &ndev);
+  if (rc)
+    return parent ? rc : shmap__mesh_rejected(rc);
   shmap_mesh *m = shmap__calloc(1, sizeof *m);
   if (!m)
     return shmap__err(SHMAP_ENOMEM, "out of memory creating a mesh");
@@ -88,10 +128,9 @@ int shmap__mesh_build_over(shmap_mesh **out, int naxes,
     stride *= m->sizes[a];
   }
   atomic_init(&m->refs, 1);
-  static _Atomic int serials;
   m->serial = atomic_fetch_add(&serials, 1) + 1;
   /* A sub-mesh's devices run where its parent's devices run. */
-  int rc = parent ? shmap__place_sub(m, parent, pdev) : shmap__place_default(m);
+  rc = parent ? shmap__place_sub(m, parent, pdev) : shmap__place_default(m);
   if (rc == 0 && (rc = shmap__mpi_mesh_init(m)))
     shmap__place_free(m->place);
   if (rc) {
@@ -113,13 +152,15 @@ SHMAP_EXTERN int shmap_mesh_create_axes(shmap_mesh **mesh, int naxes,
                                         const int sizes[])
 {
   if (!mesh || (naxes > 0 && (!names || !sizes)))
-    return shmap__err(SHMAP_EINVAL, "shmap_mesh_create_axes: NULL argument");
+    return shmap__mesh_rejected(
+        shmap__err(SHMAP_EINVAL, "shmap_mesh_create_axes: NULL argument"));
   if (naxes > SHMAP_MAX_AXES || naxes < 1)
     return shmap__mesh_build(mesh, naxes, NULL, NULL, NULL, NULL);
   size_t lens[SHMAP_MAX_AXES];
   for (int a = 0; a < naxes; a++) {
     if (!names[a])
-      return shmap__err(SHMAP_EINVAL, "shmap_mesh_create_axes: names[%d] is NULL", a);
+      return shmap__mesh_rejected(shmap__err(
+          SHMAP_EINVAL, "shmap_mesh_create_axes: names[%d] is NULL", a));
     lens[a] = strlen(names[a]);
   }
   return shmap__mesh_build(mesh, naxes, names, lens, sizes, NULL);
@@ -188,13 +229,14 @@ int shmap__mesh_parse(const char *text, const char *names[], size_t lens[],
 SHMAP_EXTERN int shmap_mesh_create(shmap_mesh **mesh, const char *text)
 {
   if (!mesh || !text)
-    return shmap__err(SHMAP_EINVAL, "shmap_mesh_create: NULL argument");
+    return shmap__mesh_rejected(
+        shmap__err(SHMAP_EINVAL, "shmap_mesh_create: NULL argument"));
   const char *names[SHMAP_MAX_AXES + 1];
   size_t lens[SHMAP_MAX_AXES + 1];
   int sizes[SHMAP_MAX_AXES + 1];
   int n = shmap__mesh_parse(text, names, lens, sizes);
   if (n < 0)
-    return n;
+    return shmap__mesh_rejected(n);
   return shmap__mesh_build(mesh, n, names, lens, sizes, text);
 }
 

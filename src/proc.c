@@ -549,6 +549,25 @@ static void copy_cut(char *dst, size_t n, const char *s)
   memcpy(dst + n - 4, "...", 4);
 }
 
+/* Whether two processes are in the same call.  A process that rejected
+ * the creation of a mesh has no mesh to describe ("creating a mesh" where
+ * the others say "creating a mesh (mesh 3: i=4)"): the names of the calls
+ * are compared then. */
+static bool same_call(const hrec *a, const hrec *b)
+{
+  if (strcmp(a->what, b->what) == 0)
+    return true;
+  const hrec *bare = a->rc && !strstr(a->what, " (mesh ")   ? a
+                     : b->rc && !strstr(b->what, " (mesh ") ? b
+                                                            : NULL;
+  if (!bare)
+    return false;
+  const char *full = (bare == a ? b : a)->what;
+  size_t n = strlen(bare->what);
+  return strncmp(full, bare->what, n) == 0 &&
+         strncmp(full + n, " (mesh ", 7) == 0;
+}
+
 int shmap__host_agree_call(const char *op, const shmap_mesh *mesh,
                            const char *what, const char *args, int rc)
 {
@@ -598,7 +617,7 @@ int shmap__host_agree_call(const char *op, const shmap_mesh *mesh,
     all[p].msg[sizeof all[p].msg - 1] = '\0';
   }
   for (int p = 1; arc == 0 && p < self.size; p++)
-    if (strcmp(all[p].what, all[0].what) != 0)
+    if (!same_call(&all[p], &all[0]))
       arc = shmap__err(SHMAP_EMISMATCH,
                        "%s: the processes made different library calls: "
                        "process 0 (host %s) is in %s, its call %llu, and "

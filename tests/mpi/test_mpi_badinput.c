@@ -308,6 +308,50 @@ static void run_case(int call, int v, int bad, int next)
   same_code(rc, 0);
 }
 
+/* A mesh that process `bad` rejects (a duplicate axis) while the others
+ * pass a good one: every process fails with its reason; then a new mesh
+ * (whose serial number must agree everywhere), an array on it and a map on
+ * an older mesh work. */
+static void created_rejected(int bad, const char *mode)
+{
+  snprintf(current, sizeof current,
+           "shmap_mesh_create: process %d passes a duplicate axis (%s)", bad,
+           mode);
+  shmap_mesh *m = NULL;
+  alarm(60);
+  int rc = shmap_mesh_create(&m, me == bad ? "i=4, i=2" : "i=4, j=2");
+  alarm(0);
+  same_code(rc, SHMAP_EAXIS);
+  const char *msg = shmap_errmsg();
+  CHECK(m == NULL, "a mesh was returned");
+  CHECK(strstr(msg, "duplicate axis name 'i' in mesh \"i=4, i=2\""),
+        "message does not give the reason: %s", msg);
+  if (R > 1) {
+    char who[64];
+    snprintf(who, sizeof who, "shmap_mesh_create: process %d (host ", bad);
+    CHECK(strstr(msg, who) && strstr(msg, "rejected the call"),
+          "message does not name the rejecting %s...): %s", who, msg);
+  }
+  CHECK(same_everywhere_of(R, msg), "not every process has the message %s",
+        msg);
+  snprintf(current, sizeof current,
+           "after a mesh process %d rejected: a new mesh, an array on it, a "
+           "map (%s)", bad, mode);
+  alarm(60);
+  CHECK(shmap_mesh_create(&m, "p=2, q=4") == 0, "%s", shmap_errmsg());
+  shmap_array *a = NULL;
+  CHECK(shmap_array_from_host_sharded(&a, m, "P('q', 'p')", SHMAP_F32, 2,
+                                      (int64_t[]){8, 4}, h) == 0,
+        "%s", shmap_errmsg());
+  alarm(0);
+  expect_host(a, "an array on the mesh after the rejected one");
+  shmap_array_destroy(a);
+  same_code(run_call(MAP, -1, -1, 1), 0);
+  alarm(60);
+  CHECK(shmap_mesh_destroy(m) == 0, "%s", shmap_errmsg());
+  alarm(0);
+}
+
 static uint64_t rng;
 static int rnd(int n)
 {
@@ -336,6 +380,7 @@ static void run_mode(const char *mode)
   };
   for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
     run_case(fixed[i][0], fixed[i][1], last, fixed[i][2]);
+  created_rejected(last, mode);
   /* Random cases from a seed every process has. */
   const char *env = getenv("SHMAP_BADINPUT_CASES");
   int ncases = env && *env ? atoi(env) : 40;
