@@ -30,6 +30,12 @@ run_examples() {
       { echo "FAIL: $name alone"; fail=1; }
     "$launcher" "$ex" >"$tmp/many" 2>&1 ||
       { echo "FAIL: $name (np=$np, $sched)"; cat "$tmp/many"; fail=1; continue; }
+    # Open MPI's rsh launcher (the two-namespace run) may warn that
+    # setpgid(2) on a child failed when the child had already started its
+    # program, a race of its own that changes nothing: such lines are the
+    # launcher's, not the example's.
+    grep -v -E '^\[[^]]*\] plm:rsh: Warning: setpgid\(' "$tmp/many" >"$tmp/many.f"
+    mv "$tmp/many.f" "$tmp/many"
     case $name in
     09_processes|12_moe) cmp -s "$tmp/one" "$tmp/many" ;;
     *) sed 's/ on process [0-9]* (host [^)]*)//g' "$tmp/many" | sort >"$tmp/many.s"
