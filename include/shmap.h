@@ -42,24 +42,49 @@ extern "C" {
 
 /* ---- errors ------------------------------------------------------------ */
 
-enum {
-  SHMAP_OK = 0,
-  SHMAP_EINVAL = -1,       /* invalid argument (NULL, out of range, ...) */
-  SHMAP_ENOMEM = -2,       /* out of memory */
-  SHMAP_ESYNTAX = -3,      /* mesh or spec text does not parse */
-  SHMAP_EAXIS = -4,        /* unknown, duplicate or misplaced axis name */
-  SHMAP_ESHAPE = -5,       /* rank, divisibility or shape rule broken */
-  SHMAP_EDTYPE = -6,       /* dtype not allowed here */
-  SHMAP_EBODY = -7,        /* a body returned an error */
-  SHMAP_EMISMATCH = -8,    /* devices disagree (outputs or collective calls) */
-  SHMAP_EREPLICATION = -9, /* untiled output differs along an unnamed axis */
-  SHMAP_ECANCELED = -10,   /* released because another device failed */
-  SHMAP_ESTATE = -11,      /* call not allowed here (outside a body, ...) */
-  SHMAP_ESYS = -12         /* operating system refused (threads, ...) */
-};
+/*
+ * The error codes, each once: X(name, value, text), where SHMAP_<name> is
+ * the code, value its number and text what shmap_strerror() returns for it.
+ * The enum below, shmap_strerror() and shmap_err_name() are made from this
+ * table; a program can expand it with a macro of its own.
+ */
+#define SHMAP_ERRNO_MAP(X)                                                   \
+  /* success */                                                              \
+  X(OK, 0, "success")                                                        \
+  /* invalid argument (NULL, out of range, ...) */                           \
+  X(EINVAL, -1, "invalid argument")                                          \
+  /* out of memory */                                                        \
+  X(ENOMEM, -2, "out of memory")                                             \
+  /* mesh or spec text does not parse */                                     \
+  X(ESYNTAX, -3, "syntax error")                                             \
+  /* unknown, duplicate or misplaced axis name */                            \
+  X(EAXIS, -4, "bad axis name")                                              \
+  /* rank, divisibility or shape rule broken */                              \
+  X(ESHAPE, -5, "bad shape")                                                 \
+  /* dtype not allowed here */                                               \
+  X(EDTYPE, -6, "bad dtype")                                                 \
+  /* a body returned an error */                                             \
+  X(EBODY, -7, "body failed")                                                \
+  /* devices disagree (outputs or collective calls) */                       \
+  X(EMISMATCH, -8, "devices disagree")                                       \
+  /* untiled output differs along an unnamed axis */                         \
+  X(EREPLICATION, -9, "output not replicated")                               \
+  /* released because another device failed */                               \
+  X(ECANCELED, -10, "canceled because another device failed")                \
+  /* call not allowed here (outside a body, ...) */                          \
+  X(ESTATE, -11, "not allowed in this state")                                \
+  /* operating system refused (threads, ...) */                              \
+  X(ESYS, -12, "system error")
 
-/* Short constant description of an error code ("invalid argument"). */
+#define SHMAP__ERRNO_ENUM(name, value, text) SHMAP_##name = (value),
+enum { SHMAP_ERRNO_MAP(SHMAP__ERRNO_ENUM) };
+#undef SHMAP__ERRNO_ENUM
+
+/* Short constant description of an error code ("invalid argument"), or
+ * "unknown error code". */
 SHMAP_EXTERN const char *shmap_strerror(int code);
+/* Name of an error code ("SHMAP_EINVAL"), or "SHMAP_UNKNOWN". */
+SHMAP_EXTERN const char *shmap_err_name(int code);
 /* Detailed message for the last error of the calling thread, or "". */
 SHMAP_EXTERN const char *shmap_errmsg(void);
 

@@ -19,20 +19,22 @@ char *shmap__errbuf(void) { return errbuf_override ? errbuf_override : own_errbu
 SHMAP_EXTERN const char *shmap_strerror(int code)
 {
   switch (code) {
-  case SHMAP_OK: return "success";
-  case SHMAP_EINVAL: return "invalid argument";
-  case SHMAP_ENOMEM: return "out of memory";
-  case SHMAP_ESYNTAX: return "syntax error";
-  case SHMAP_EAXIS: return "bad axis name";
-  case SHMAP_ESHAPE: return "bad shape";
-  case SHMAP_EDTYPE: return "bad dtype";
-  case SHMAP_EBODY: return "body failed";
-  case SHMAP_EMISMATCH: return "devices disagree";
-  case SHMAP_EREPLICATION: return "output not replicated";
-  case SHMAP_ECANCELED: return "canceled because another device failed";
-  case SHMAP_ESTATE: return "not allowed in this state";
-  case SHMAP_ESYS: return "system error";
+#define TEXT(name, value, text) \
+  case SHMAP_##name: return text;
+    SHMAP_ERRNO_MAP(TEXT)
+#undef TEXT
   default: return "unknown error code";
+  }
+}
+
+SHMAP_EXTERN const char *shmap_err_name(int code)
+{
+  switch (code) {
+#define NAME(name, value, text) \
+  case SHMAP_##name: return "SHMAP_" #name;
+    SHMAP_ERRNO_MAP(NAME)
+#undef NAME
+  default: return "SHMAP_UNKNOWN";
   }
 }
 

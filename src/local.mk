@@ -40,7 +40,7 @@ noinst_HEADERS += src/settings.h src/internal.h src/arena.h src/map.h \
 	src/runtime/runtime.h src/runtime/sched.h src/runtime/debug.h \
 	src/transport/comm.h src/coll/coll.h src/coll/desc.h src/coll/plan.h \
 	src/proc.h src/transport/mpi.h src/dtype.h src/coll/kern.h \
-	src/coll/async.h src/runtime/progress.h
+	src/coll/async.h src/runtime/progress.h src/hash.h
 src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(STACK_CLASH_CFLAGS) $(UV_CFLAGS) $(MPI_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
 src_libshmap_core_la_LIBADD = $(UV_LIBS) $(MPI_LIBS)
 

@@ -2,6 +2,7 @@
 /* map.c - one map call: validate the specs, hand each device its input
  * blocks, run the bodies, then check and assemble the outputs. */
 #include "map.h"
+#include "hash.h"
 
 #include "coll/async.h"
 #include "coll/plan.h"
@@ -1275,12 +1276,11 @@ static void mask_axes_text(const shmap_mesh *mesh, unsigned mask, char *buf,
   shmap__axes_format(mesh, axes, k, buf, n);
 }
 
-/* FNV-1a over a string, chained. */
+/* A string mixed into `h`, then an end mark, so that "ab", "" differs from
+ * "a", "b". */
 static uint64_t hash_str(uint64_t h, const char *s)
 {
-  for (; s && *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211u;
-  return (h ^ 0xff) * 1099511628211u;
+  return shmap__hash_u64(shmap__hash_str(h, s), 0xff);
 }
 
 /*
@@ -1632,13 +1632,13 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
                                    in[j]->shape)))
       rc = shmap__dev_fail(octx, op, rc, "%s", shmap__errbuf());
   }
-  uint64_t h = 14695981039346656037u;
+  uint64_t h = shmap__hash_init();
   for (int k = 0; k < nin && !rc; k++)
     h = hash_str(h, in_specs[k]);
   for (int k = 0; k < nout && !rc; k++)
     h = hash_str(h, out_specs[k]);
-  h = (h ^ (uint64_t)nin) * 1099511628211u;
-  h = (h ^ (uint64_t)nout) * 1099511628211u;
+  h = shmap__hash_u64(h, (uint64_t)nin);
+  h = shmap__hash_u64(h, (uint64_t)nout);
   if (!rc)
     rc = instances_agree(octx, used, manual, nin, nout, h, false);
   if (rc) {
@@ -1729,7 +1729,7 @@ static int nested_run(shmap_ctx *octx, const shmap__offer *of,
   bool replicas = root_ctx(octx)->job->replicas;
   char all_axes[320];
   mask_axes_text(mesh, manual, all_axes, sizeof all_axes);
-  uint64_t h = 14695981039346656037u;
+  uint64_t h = shmap__hash_init();
   for (int k = 0; k < nin; k++)
     h = hash_str(h, of->in_specs[k]);
   for (int k = 0; k < nout; k++)

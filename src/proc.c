@@ -15,6 +15,7 @@
  * that costs 100-200 us when cores are shared) to every message.
  */
 #include "proc.h"
+#include "hash.h"
 #include "runtime/runtime.h"
 #include "transport/mpi.h"
 
@@ -519,13 +520,9 @@ static void check_byes(void)
   }
 }
 
-/* FNV-1a. */
 static uint64_t text_hash(const char *s)
 {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
+  return shmap__hash_str(shmap__hash_init(), s);
 }
 
 /* `msg` without a leading "op: " (the agreed message names op once). */

@@ -430,6 +430,47 @@ START_TEST(strerror_codes) {
 }
 END_TEST
 
+/* Every code's name and text, written out here rather than taken from
+ * SHMAP_ERRNO_MAP, so that a change to the table shows. */
+START_TEST(err_names) {
+  static const struct {
+    int code;
+    const char *name, *text;
+  } want[] = {
+      {SHMAP_OK, "SHMAP_OK", "success"},
+      {SHMAP_EINVAL, "SHMAP_EINVAL", "invalid argument"},
+      {SHMAP_ENOMEM, "SHMAP_ENOMEM", "out of memory"},
+      {SHMAP_ESYNTAX, "SHMAP_ESYNTAX", "syntax error"},
+      {SHMAP_EAXIS, "SHMAP_EAXIS", "bad axis name"},
+      {SHMAP_ESHAPE, "SHMAP_ESHAPE", "bad shape"},
+      {SHMAP_EDTYPE, "SHMAP_EDTYPE", "bad dtype"},
+      {SHMAP_EBODY, "SHMAP_EBODY", "body failed"},
+      {SHMAP_EMISMATCH, "SHMAP_EMISMATCH", "devices disagree"},
+      {SHMAP_EREPLICATION, "SHMAP_EREPLICATION", "output not replicated"},
+      {SHMAP_ECANCELED, "SHMAP_ECANCELED",
+       "canceled because another device failed"},
+      {SHMAP_ESTATE, "SHMAP_ESTATE", "not allowed in this state"},
+      {SHMAP_ESYS, "SHMAP_ESYS", "system error"},
+  };
+  int n = (int)(sizeof want / sizeof want[0]);
+  for (int i = 0; i < n; i++) {
+    ck_assert_int_eq(want[i].code, -i);
+    ck_assert_str_eq(shmap_err_name(want[i].code), want[i].name);
+    ck_assert_str_eq(shmap_strerror(want[i].code), want[i].text);
+  }
+  /* The table has these codes and no others. */
+  int count = 0;
+#define COUNT(name, value, text) count++;
+  SHMAP_ERRNO_MAP(COUNT)
+#undef COUNT
+  ck_assert_int_eq(count, n);
+  ck_assert_str_eq(shmap_err_name(-13), "SHMAP_UNKNOWN");
+  ck_assert_str_eq(shmap_err_name(-1000), "SHMAP_UNKNOWN");
+  ck_assert_str_eq(shmap_err_name(1), "SHMAP_UNKNOWN");
+  ck_assert_str_eq(shmap_strerror(-13), "unknown error code");
+}
+END_TEST
+
 /* ---- private inputs, concurrency ---------------------------------------- */
 
 /* Wait until every device of the map arrived (they run concurrently). */
@@ -1573,6 +1614,7 @@ static Suite *map_suite(void) {
   tcase_add_test(tc, host_arrays);
   tcase_add_test(tc, host_array_errors);
   tcase_add_test(tc, strerror_codes);
+  tcase_add_test(tc, err_names);
   suite_add_tcase(s, tc);
 
   tc = tcase_create("maps");

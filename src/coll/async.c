@@ -31,6 +31,7 @@
  * both again: a difference fails the wait (and the map), naming the call.
  */
 #include "coll/async.h"
+#include "hash.h"
 
 #include "coll/plan.h"
 #include "runtime/debug.h"
@@ -100,20 +101,18 @@ void shmap__async_destroy(shmap__runtime *rt)
   atomic_store(&rt->async, NULL);
 }
 
-/* FNV-1a over the bytes, eight at a time where it can. */
+/* The hash of the bytes, eight at a time where it can. */
 static uint64_t checksum(const void *data, size_t n)
 {
   const unsigned char *p = data;
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = shmap__hash_init();
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
     uint64_t w;
     memcpy(&w, p + i, 8);
-    h = (h ^ w) * 1099511628211ull;
+    h = shmap__hash_u64(h, w);
   }
-  for (; i < n; i++)
-    h = (h ^ p[i]) * 1099511628211ull;
-  return h;
+  return shmap__hash_bytes(h, p + i, n - i);
 }
 
 /* ---- the helper's side ------------------------------------------------- */

@@ -19,6 +19,7 @@
  * price of needing nothing from the transport beyond get.
  */
 #include "coll/groups.h"
+#include "hash.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,7 +64,7 @@ int shmap__groups_plan(shmap__plan *p)
     return shmap__dev_fail(c->ctx, op, SHMAP_ENOMEM, "out of memory");
   for (int r = 0; r < n; r++)
     where[r] = -1;
-  uint64_t h = 1469598103934665603ull;
+  uint64_t h = shmap__hash_init();
   for (int gi = 0; gi < g->ngroups; gi++)
     for (int k = 0; k < g->size; k++) {
       int r = g->ranks[gi * g->size + k];
@@ -93,8 +94,7 @@ int shmap__groups_plan(shmap__plan *p)
         p->gmem = &g->ranks[gi * g->size];
         p->grank = k;
       }
-      h ^= (uint64_t)(uint32_t)r;
-      h *= 1099511628211ull;
+      h = shmap__hash_u64(h, (uint32_t)r);
     }
   free(where);
   p->gn = g->size;

@@ -7,6 +7,7 @@
  * descriptor filled that the group's members compare when they arrive.
  */
 #include "coll/plan.h"
+#include "hash.h"
 
 #include "runtime/sched.h"
 
@@ -435,11 +436,9 @@ int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
     if (s == p->c.rank)
       p->to = t;
   }
-  uint64_t h = 1469598103934665603ull;
-  for (int i = 0; i < n; i++) {
-    h ^= (uint64_t)(uint32_t)from[i];
-    h *= 1099511628211ull;
-  }
+  uint64_t h = shmap__hash_init();
+  for (int i = 0; i < n; i++)
+    h = shmap__hash_u64(h, (uint32_t)from[i]);
   p->c.call.npairs = npairs;
   p->c.call.pairs_hash = h;
   if (npairs <= SHMAP__PAIRS_LISTED)

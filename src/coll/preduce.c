@@ -10,6 +10,7 @@
  * width (function addresses differ between processes).
  */
 #include "coll/groups.h"
+#include "hash.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -70,12 +71,7 @@ static int plan_preduce(shmap_ctx *ctx, const shmap_block *x,
                            "the block's %lld elements are not a whole number "
                            "of records of width %d",
                            (long long)numel, width);
-  uint64_t h = 1469598103934665603ull;
-  for (const char *s = op->name; *s; s++) {
-    h ^= (unsigned char)*s;
-    h *= 1099511628211ull;
-  }
-  c->call.op_hash = h;
+  c->call.op_hash = shmap__hash_str(shmap__hash_init(), op->name);
   c->call.p1 = width;
   /* The name for messages, without its end when too long (no NUL then). */
   size_t len = strlen(op->name);

@@ -23,6 +23,7 @@
  * large group spreads over several workers ("Two levels").
  */
 #include "transport/comm.h"
+#include "hash.h"
 
 #include "map.h"
 #include "runtime/debug.h"
@@ -751,8 +752,8 @@ static int shm_depart(shmap__coll *c)
  * hashes agree differ only by a collision. */
 static uint32_t call_hash(const shmap__call *a)
 {
-  uint64_t h = 1469598103934665603ull;
-#define MIX(v) (h = (h ^ (uint64_t)(v)) * 1099511628211ull)
+  uint64_t h = shmap__hash_init();
+#define MIX(v) (h = shmap__hash_u64(h, (uint64_t)(v)))
   MIX(a->kind);
   MIX(a->naxes);
   for (int i = 0; i < a->naxes; i++)
