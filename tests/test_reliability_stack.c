@@ -30,23 +30,10 @@
 #define TIMEOUT 120
 #define BIG (700 << 10)
 
-#if defined(__SANITIZE_ADDRESS__)
-#define ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ASAN 1
-#endif
-#endif
-/* ThreadSanitizer handles SIGSEGV itself: once the library's handler has
- * named the device, TSan reports the overflow too and exits with its own
- * status instead of the signal. */
-#if defined(__SANITIZE_THREAD__)
-#define TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TSAN 1
-#endif
-#endif
+/* Under a sanitizer (TU_SANITIZED) the overflowing child ends with the
+ * sanitizer's status, not SIGSEGV: ThreadSanitizer reports the overflow
+ * after the library's handler has named the device; AddressSanitizer
+ * catches a deep recursion's overflow before the library sees it. */
 
 static const char *const modes[2] = {"threads", "fibers"};
 
@@ -95,6 +82,64 @@ static int deep(int n)
   return n <= 0 ? buf[0] : deep(n - 1) + buf[512];
 }
 
+/* Runs `body` on mesh `text` in a child process, in mode m, with 64 KiB
+ * stacks and `workers` workers; *status gets the child's status, and the
+ * result is what it wrote to stderr (to free). */
+static char *run_child(int m, const char *text, const char *workers,
+                       shmap_body_fn body, int *status)
+{
+  char path[] = "/tmp/shmap_stack_errXXXXXX";
+  int fd = mkstemp(path);
+  ck_assert_int_ge(fd, 0);
+  fflush(stderr);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    struct rlimit nocore = {0, 0};
+    setrlimit(RLIMIT_CORE, &nocore);
+    alarm(60);
+    dup2(fd, 2);
+    setenv("SHMAP_SCHED", modes[m], 1);
+    setenv("SHMAP_STACK_SIZE", "64k", 1);
+    setenv("SHMAP_WORKERS", workers, 1);
+    shmap_mesh *mesh = NULL;
+    if (shmap_mesh_create(&mesh, text) != 0)
+      _exit(3);
+    int rc = shmap_map(mesh, body, NULL, 0, NULL, NULL, 0, NULL, NULL);
+    fprintf(stderr, "the map returned %d: %s\n", rc, shmap_errmsg());
+    _exit(4); /* not reached: the overflow kills the process */
+  }
+  close(fd);
+  ck_assert_int_eq(waitpid(pid, status, 0), pid);
+  char *err = tu_slurp(path, NULL);
+  unlink(path);
+  ck_assert_ptr_nonnull(err);
+  return err;
+}
+
+/* The child of run_child died of its overflow (SIGSEGV; under a sanitizer,
+ * whatever the sanitizer ends it with), after the library's message naming
+ * device 2 when `named`. */
+static void expect_died(int m, const char *what, int status, const char *err,
+                        bool named)
+{
+  if (TU_SANITIZED)
+    ck_assert_msg(!WIFEXITED(status) || WEXITSTATUS(status) != 0,
+                  "%s, %s: the overflowing child exited with 0", modes[m],
+                  what);
+  else
+    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
+                  "%s, %s: child status 0x%x, stderr:\n%s", modes[m], what,
+                  status, err);
+  if (!named)
+    return;
+  char want[200];
+  snprintf(want, sizeof want, "shmap: device 2 (i=2) overflowed its %s",
+           m ? "fiber stack of 65536 bytes" : "thread stack");
+  ck_assert_msg(strstr(err, want) != NULL, "%s, %s: stderr lacks \"%s\":\n%s",
+                modes[m], what, want, err);
+}
+
 static int body_overflow(shmap_ctx *ctx, void *arg)
 {
   (void)arg;
@@ -111,46 +156,12 @@ static int body_overflow(shmap_ctx *ctx, void *arg)
 START_TEST(test_overflow_names_device)
 {
   for (int m = 0; m < 2; m++) {
-    char path[] = "/tmp/shmap_stack_errXXXXXX";
-    int fd = mkstemp(path);
-    ck_assert_int_ge(fd, 0);
-    fflush(stderr);
-    pid_t pid = fork();
-    ck_assert_int_ge(pid, 0);
-    if (pid == 0) {
-      dup2(fd, 2);
-      setenv("SHMAP_SCHED", modes[m], 1);
-      setenv("SHMAP_STACK_SIZE", "64k", 1);
-      setenv("SHMAP_WORKERS", "2", 1);
-      shmap_mesh *mesh = NULL;
-      if (shmap_mesh_create(&mesh, "i=4") != 0)
-        _exit(3);
-      shmap_map(mesh, body_overflow, NULL, 0, NULL, NULL, 0, NULL, NULL);
-      _exit(4); /* not reached: the overflow kills the process */
-    }
-    close(fd);
     int status = 0;
-    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-    char *err = tu_slurp(path, NULL);
-    unlink(path);
-    ck_assert_ptr_nonnull(err);
-#ifdef ASAN
-    ck_assert_msg(!WIFEXITED(status) || WEXITSTATUS(status) != 0,
-                  "%s: the overflowing child exited with 0", modes[m]);
-#else
-#ifdef TSAN
-    ck_assert_msg(!WIFEXITED(status) || WEXITSTATUS(status) != 0,
-                  "%s: the overflowing child exited with 0", modes[m]);
-#else
-    ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
-                  "%s: child status 0x%x, stderr:\n%s", modes[m], status, err);
-#endif
-    char want[200];
-    snprintf(want, sizeof want, "shmap: device 2 (i=2) overflowed its %s",
-             m ? "fiber stack of 65536 bytes" : "thread stack");
-    ck_assert_msg(strstr(err, want) && strstr(err, "SHMAP_STACK_SIZE"),
-                  "%s: stderr lacks \"%s\":\n%s", modes[m], want, err);
-#endif
+    char *err = run_child(m, "i=4", "2", body_overflow, &status);
+    expect_died(m, "deep recursion", status, err, !TU_ASAN);
+    ck_assert_msg(TU_ASAN || strstr(err, "SHMAP_STACK_SIZE"),
+                  "%s: stderr does not name SHMAP_STACK_SIZE:\n%s", modes[m],
+                  err);
     free(err);
   }
 }
@@ -206,56 +217,18 @@ static int body_frame(shmap_ctx *ctx, void *arg)
   return 0;
 }
 
-/* Runs body_frame on i=8 with 64 KiB stacks in a child process, in mode
- * m, with fn as device 2's frame; checks the child died of SIGSEGV after
- * the library named device 2 and that no device's buffer changed. */
+/* Runs body_frame on i=8 in mode m (one worker), with fn as device 2's
+ * frame; checks the child died after the library named device 2 and that
+ * no device's buffer changed. */
 static void expect_caught(int m, int (*fn)(int), const char *what)
 {
-  char path[] = "/tmp/shmap_frame_errXXXXXX";
-  int fd = mkstemp(path);
-  ck_assert_int_ge(fd, 0);
-  fflush(stderr);
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    struct rlimit nocore = {0, 0};
-    setrlimit(RLIMIT_CORE, &nocore);
-    alarm(60);
-    dup2(fd, 2);
-    setenv("SHMAP_SCHED", modes[m], 1);
-    setenv("SHMAP_STACK_SIZE", "64k", 1);
-    setenv("SHMAP_WORKERS", "1", 1);
-    frame_fn = fn;
-    shmap_mesh *mesh = NULL;
-    if (shmap_mesh_create(&mesh, "i=8") != 0)
-      _exit(3);
-    int rc = shmap_map(mesh, body_frame, NULL, 0, NULL, NULL, 0, NULL, NULL);
-    fprintf(stderr, "the map returned %d: %s\n", rc, shmap_errmsg());
-    _exit(4); /* not reached: the overflow kills the process */
-  }
-  close(fd);
+  frame_fn = fn; /* the child inherits it */
   int status = 0;
-  ck_assert_int_eq(waitpid(pid, &status, 0), pid);
-  char *err = tu_slurp(path, NULL);
-  unlink(path);
-  ck_assert_ptr_nonnull(err);
+  char *err = run_child(m, "i=8", "1", body_frame, &status);
   ck_assert_msg(!strstr(err, "changed") && !strstr(err, "the map returned"),
                 "%s, %s: the overflow went unnoticed:\n%s", modes[m], what,
                 err);
-#if defined(ASAN) || defined(TSAN)
-  ck_assert_msg(!WIFEXITED(status) || WEXITSTATUS(status) != 0,
-                "%s, %s: the overflowing child exited with 0", modes[m], what);
-#else
-  ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV,
-                "%s, %s: child status 0x%x, stderr:\n%s", modes[m], what,
-                status, err);
-#endif
-  /* The sanitizers report the overflow after the library's message. */
-  char want[200];
-  snprintf(want, sizeof want, "shmap: device 2 (i=2) overflowed its %s",
-           m ? "fiber stack of 65536 bytes" : "thread stack");
-  ck_assert_msg(strstr(err, want) != NULL, "%s, %s: stderr lacks \"%s\":\n%s",
-                modes[m], what, want, err);
+  expect_died(m, what, status, err, true);
   free(err);
 }
 
