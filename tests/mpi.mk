@@ -22,7 +22,8 @@ tests_mpi_test_mpi_meshes_LDADD = src/libshmap.la
 tests_mpi_test_mpi_exit_SOURCES = tests/mpi/test_mpi_exit.c
 tests_mpi_test_mpi_exit_LDADD = src/libshmap.la
 # One process's bad argument: rejected on every process (randomized).
-tests_mpi_test_mpi_badinput_SOURCES = tests/mpi/test_mpi_badinput.c tests/mpi/mpiutil.h
+tests_mpi_test_mpi_badinput_SOURCES = tests/mpi/test_mpi_badinput.c tests/mpi/mpiutil.h \
+	tests/alarm.h
 tests_mpi_test_mpi_badinput_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 tests_mpi_test_mpi_badinput_LDADD = src/libshmap.la $(MPI_LIBS)
 tests_mpi_test_mpi_watchdog_SOURCES = tests/mpi/test_mpi_watchdog.c

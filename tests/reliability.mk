@@ -70,7 +70,7 @@ tests_test_trace_SOURCES = tests/test_trace.c tests/minijson.c tests/minijson.h 
 tests_test_trace_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_trace_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
-tests_test_reliability_mismatch_SOURCES = tests/test_reliability_mismatch.c \
+tests_test_reliability_mismatch_SOURCES = tests/test_reliability_mismatch.c tests/alarm.h \
 	tests/testutil.c tests/testutil.h
 tests_test_reliability_mismatch_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_reliability_mismatch_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)

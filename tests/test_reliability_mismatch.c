@@ -41,6 +41,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "alarm.h"
+
 #ifdef MISMATCH_OVER_PROCESSES
 #include "shmap.h"
 static int self, nproc = 1;
@@ -555,12 +557,7 @@ static char current[16384];
 static void on_alarm(int sig)
 {
   (void)sig;
-  static const char msg[] = "\nmismatch case did not return within 60 s: ";
-  ssize_t r = write(2, msg, sizeof msg - 1);
-  r = write(2, current, strlen(current));
-  r = write(2, "\n", 1);
-  (void)r;
-  abort();
+  tu_alarm_abort("\nmismatch case did not return within 60 s: ", current);
 }
 
 static bool contains(const char *s, const char *sub) { return strstr(s, sub); }

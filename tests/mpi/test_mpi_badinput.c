@@ -18,6 +18,7 @@
  * (SHMAP_BADINPUT_SEED, SHMAP_BADINPUT_CASES).  Run by tests/mpi/run.sh at
  * 1, 2 and 4 processes in the mode of SHMAP_SCHED (both when unset).
  */
+#include "../alarm.h"
 #include "mpiutil.h"
 
 #include <shmap.h>
@@ -44,12 +45,7 @@ static char current[512];
 static void on_alarm(int sig)
 {
   (void)sig;
-  static const char msg[] = "test_mpi_badinput: no return within 60 s: ";
-  ssize_t r = write(2, msg, sizeof msg - 1);
-  r = write(2, current, strlen(current));
-  r = write(2, "\n", 1);
-  (void)r;
-  abort();
+  tu_alarm_abort("test_mpi_badinput: no return within 60 s: ", current);
 }
 
 /* ---- the calls ------------------------------------------------------------ */
