@@ -694,10 +694,8 @@ int main(void)
   self = shmap_process_rank();
   /* The mode tests/mpi/run.sh chose, or both. */
   static const char *const modes[2] = {"threads", "fibers"};
-  const char *sched = getenv("SHMAP_SCHED");
   for (int k = 0; k < 2; k++) {
-    if (sched && (!strcmp(sched, "threads") || !strcmp(sched, "fibers")) &&
-        strcmp(sched, modes[k]))
+    if (!tu_mode_wanted(modes[k]))
       continue;
     run_cases(modes[k]);
     run_mixed(modes[k]);

@@ -414,10 +414,8 @@ int main(void)
     for (int c = 0; c < 4; c++)
       h[r][c] = (float)(r * 4 + c);
   static const char *const modes[2] = {"threads", "fibers"};
-  const char *sched = getenv("SHMAP_SCHED");
   for (int k = 0; k < 2; k++) {
-    if (sched && (!strcmp(sched, "threads") || !strcmp(sched, "fibers")) &&
-        strcmp(sched, modes[k]))
+    if (!tu_mode_wanted(modes[k]))
       continue;
     run_mode(modes[k]);
   }
