@@ -30,7 +30,7 @@
 # struct shmap_array, struct shmap_mesh and struct shmap_ctx.  print/r
 # shows the raw structures.
 #
-# The extension reads the library's internal structures (src/runtime/
+# The extension reads the library's internal structures (src/sched/
 # runtime.h, src/internal.h) through its debug information: libshmap must
 # be built with -g (the default CFLAGS are -g -O2).  It finds the live
 # meshes through the global list head shmap__registry.  See
@@ -227,7 +227,7 @@ def _map_running(rt):
 def _placement(rt):
     """(this process's rank, owner of each device) of a mesh whose devices
     run in several processes (under mpirun: the mesh's `place`, see
-    src/proc.h), or None when this process runs them all."""
+    src/proc/proc.h), or None when this process runs them all."""
     try:
         p = rt["mesh"]["place"]
         if _int(p) == 0:
@@ -243,7 +243,7 @@ def _placement(rt):
 
 def _proc_host(rank):
     """The host name of process `rank` of the job (the library's table in
-    src/proc.c), or None."""
+    src/proc/proc.c), or None."""
     try:
         objfile, _ = _library_location()
         cands = []
@@ -303,7 +303,7 @@ def _library_location():
         sym = gdb.lookup_global_symbol("shmap__registry")
         if sym is None or sym.symtab is None:
             return None, None
-        # .../src/runtime/debug.c: the library's sources are under .../src.
+        # .../src/sched/debug.c: the library's sources are under .../src.
         root = sym.symtab.fullname().rsplit("/", 2)[0]
         if not root.endswith("/src"):
             root = None
@@ -476,7 +476,7 @@ def _mesh_summary(rt):
 # In fiber mode a device runs on whichever worker thread (or, for worker 0,
 # the map's caller) switched to it, and a device that waits is parked: its
 # registers are saved on its own stack, at struct shmap__fiber's `sp`.  The
-# x86-64 switch (src/runtime/fiber.c) pushes rbp, rbx, r12, r13, r14, r15
+# x86-64 switch (src/sched/fiber.c) pushes rbp, rbx, r12, r13, r14, r15
 # below the return address and then 8 bytes of MXCSR and x87 control word:
 #
 #     sp+0 csr  sp+8 r15  sp+16 r14  sp+24 r13  sp+32 r12  sp+40 rbx

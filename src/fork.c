@@ -16,7 +16,7 @@
  * child's copy.
  */
 #include "internal.h"
-#include "runtime/runtime.h"
+#include "sched/runtime.h"
 
 #include <pthread.h>
 

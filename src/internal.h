@@ -38,6 +38,18 @@
 #define SHMAP__NAME_MAX 32
 /* Longest detailed error message. */
 #define SHMAP__MSG_MAX 1024
+/* Named sizes for the buffers messages are built in; each holds its text
+ * whole (a name is never cut).  A host name, as MPI gives it. */
+#define SHMAP__HOST_MAX 256
+/* " on process P (host H)": where a device or a call runs. */
+#define SHMAP__WHERE_MAX (40 + SHMAP__HOST_MAX)
+/* "device D (a=1, b=2) on process P (host H)": every axis at its longest. */
+#define SHMAP__DEVNAME_MAX \
+  (24 + SHMAP_MAX_AXES * (SHMAP__NAME_MAX + 16) + SHMAP__WHERE_MAX)
+/* An axis list or spec as text ("'i', 'j'", "P('i', None)"). */
+#define SHMAP__AXES_MAX (SHMAP_MAX_AXES * (SHMAP__NAME_MAX + 8) + 16)
+/* A shape as text ("f32[8,16]"). */
+#define SHMAP__SHAPE_MAX (16 + SHMAP_MAX_RANK * 22)
 
 /* ---- error.c ----------------------------------------------------------- */
 

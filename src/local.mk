@@ -10,25 +10,25 @@ src_libshmap_core_la_SOURCES = \
 	src/alloc.c \
 	src/mesh.c \
 	src/submesh.c \
-	src/transfer.c \
+	src/jobs/transfer.c \
 	src/spec.c \
 	src/layout.c \
-	src/array.c \
-	src/shard.c \
-	src/visualize.c \
-	src/arena.c \
-	src/map.c \
-	src/proc.c \
-	src/spmd.c \
-	src/stage.c \
-	src/runtime/runtime.c \
-	src/runtime/debug.c \
-	src/runtime/fiber.c \
-	src/runtime/guard.c \
-	src/runtime/progress.c \
+	src/array/array.c \
+	src/jobs/shard.c \
+	src/array/visualize.c \
+	src/device/arena.c \
+	src/map/map.c \
+	src/proc/proc.c \
+	src/proc/spmd.c \
+	src/proc/stage.c \
+	src/sched/runtime.c \
+	src/sched/debug.c \
+	src/sched/fiber.c \
+	src/sched/guard.c \
+	src/sched/progress.c \
 	src/transport/comm.c \
 	src/transport/shm.c \
-	src/coll/desc.c \
+	src/transport/desc.c \
 	src/coll/plan.c \
 	src/coll/algo.c \
 	src/coll/coll.c \
@@ -36,11 +36,11 @@ src_libshmap_core_la_SOURCES = \
 	src/coll/ops.c \
 	src/transport/mpi.c \
 	src/dtype.c
-noinst_HEADERS += src/settings.h src/internal.h src/arena.h src/map.h \
-	src/runtime/runtime.h src/runtime/sched.h src/runtime/debug.h \
-	src/transport/comm.h src/coll/coll.h src/coll/desc.h src/coll/plan.h \
-	src/proc.h src/transport/mpi.h src/dtype.h src/coll/kern.h \
-	src/coll/async.h src/runtime/progress.h src/hash.h
+noinst_HEADERS += src/settings.h src/internal.h src/device/arena.h src/map/map.h \
+	src/sched/runtime.h src/sched/sched.h src/sched/debug.h \
+	src/transport/comm.h src/coll/coll.h src/transport/desc.h src/coll/plan.h \
+	src/proc/proc.h src/transport/mpi.h src/dtype.h src/coll/kern.h \
+	src/coll/async.h src/sched/progress.h src/hash.h
 src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(STACK_CLASH_CFLAGS) $(UV_CFLAGS) $(MPI_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
 src_libshmap_core_la_LIBADD = $(UV_LIBS) $(MPI_LIBS)
 

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* mesh.c - named device meshes: creation from text or arrays, queries. */
 #include "internal.h"
-#include "map.h"
-#include "proc.h"
-#include "runtime/runtime.h"
+#include "map/map.h"
+#include "proc/proc.h"
+#include "sched/runtime.h"
 #include "transport/mpi.h"
 
 #include <ctype.h>

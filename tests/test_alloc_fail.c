@@ -38,7 +38,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/runtime.h"
+#include "sched/runtime.h"
 #include "testutil.h"
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -32,7 +32,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/runtime.h"
+#include "sched/runtime.h"
 #include "testutil.h"
 
 #define TIMEOUT 120

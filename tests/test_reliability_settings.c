@@ -19,7 +19,7 @@
 #include <sys/syscall.h>
 #endif
 
-#include "runtime/runtime.h"
+#include "sched/runtime.h"
 #include "settings.h"
 #include "testutil.h"
 

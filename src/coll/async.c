@@ -34,8 +34,8 @@
 #include "hash.h"
 
 #include "coll/plan.h"
-#include "runtime/debug.h"
-#include "runtime/progress.h"
+#include "sched/debug.h"
+#include "sched/progress.h"
 #include "settings.h"
 
 #include <sched.h>

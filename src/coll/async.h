@@ -6,7 +6,7 @@
 #ifndef SHMAP_ASYNC_H
 #define SHMAP_ASYNC_H
 
-#include "runtime/sched.h"
+#include "sched/sched.h"
 
 #include <stdio.h>
 

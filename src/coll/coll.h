@@ -3,7 +3,7 @@
 #ifndef SHMAP_COLL_H
 #define SHMAP_COLL_H
 
-#include "coll/desc.h"
+#include "transport/desc.h"
 #include "dtype.h"
 
 /* The table's reduction (SHMAP__OP_*) for a collective kind (SHMAP__PSUM,

@@ -9,7 +9,7 @@
 #include "coll/plan.h"
 #include "hash.h"
 
-#include "runtime/sched.h"
+#include "sched/sched.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -5,10 +5,10 @@
 #include "transport/comm.h"
 
 #include "coll/async.h"
-#include "map.h"
-#include "proc.h"
+#include "map/map.h"
+#include "proc/proc.h"
 #include "transport/mpi.h"
-#include "runtime/debug.h"
+#include "sched/debug.h"
 
 const shmap__transport *shmap__transport_for(shmap__runtime *rt)
 {

@@ -105,8 +105,8 @@
 #define SHMAP_COMM_H
 
 #include "coll/coll.h"
-#include "coll/desc.h"
-#include "runtime/sched.h"
+#include "transport/desc.h"
+#include "sched/sched.h"
 
 #include <stdalign.h>
 

@@ -53,8 +53,8 @@
 #include "transport/mpi.h"
 
 #include "coll/coll.h"
-#include "map.h"
-#include "proc.h"
+#include "map/map.h"
+#include "proc/proc.h"
 #include "transport/comm.h"
 
 #include <limits.h>

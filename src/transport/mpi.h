@@ -8,7 +8,7 @@
 #ifndef SHMAP_TRANSPORT_MPI_H
 #define SHMAP_TRANSPORT_MPI_H
 
-#include "runtime/runtime.h"
+#include "sched/runtime.h"
 
 struct shmap__mpimesh;
 

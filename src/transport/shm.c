@@ -25,8 +25,8 @@
 #include "transport/comm.h"
 #include "hash.h"
 
-#include "map.h"
-#include "runtime/debug.h"
+#include "map/map.h"
+#include "sched/debug.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,7 +7,7 @@
 #ifndef SHMAP_DEBUG_H
 #define SHMAP_DEBUG_H
 
-#include "runtime/sched.h"
+#include "sched/sched.h"
 
 /* Every live runtime, for the gdb extension and the trace writer. */
 void shmap__registry_add(shmap__runtime *rt);

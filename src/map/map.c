@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* map.c - one map call: validate the specs, hand each device its input
  * blocks, run the bodies, then check and assemble the outputs. */
-#include "map.h"
+#include "map/map.h"
 #include "hash.h"
 
 #include "coll/async.h"
 #include "coll/plan.h"
 #include "dtype.h"
-#include "proc.h"
-#include "runtime/debug.h"
+#include "proc/proc.h"
+#include "sched/debug.h"
 #include "transport/mpi.h"
 
 #include <stdio.h>

@@ -9,8 +9,8 @@
  * there is one, else the copy at coordinate 0 of the axes the source spec
  * leaves out.  Source arrays never change, so the source mesh may run other
  * maps meanwhile. */
-#include "proc.h"
-#include "runtime/runtime.h"
+#include "proc/proc.h"
+#include "sched/runtime.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,8 +2,8 @@
 /* shard.c - sharded arrays made on the devices: import into a sharding,
  * zeros, fill, per-device initialisers, and resharding.  Each runs as a
  * map, so every device builds its own block on its own thread. */
-#include "map.h"
-#include "proc.h"
+#include "map/map.h"
+#include "proc/proc.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* array.c - global arrays in host memory: import, export, queries. */
 #include "internal.h"
-#include "proc.h"
+#include "proc/proc.h"
 
 #include <stdio.h>
 #include <stdlib.h>

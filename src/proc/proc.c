@@ -14,9 +14,9 @@
  * transfer through one thread and add a cross-thread hand-off (a wake-up
  * that costs 100-200 us when cores are shared) to every message.
  */
-#include "proc.h"
+#include "proc/proc.h"
 #include "hash.h"
-#include "runtime/runtime.h"
+#include "sched/runtime.h"
 #include "transport/mpi.h"
 
 #include <stdio.h>

@@ -4,12 +4,12 @@
  * meshes (walked by the gdb extension), the watchdog's report, and the
  * Chrome trace recorder (one track per device, opens in Perfetto).
  */
-#include "runtime/debug.h"
+#include "sched/debug.h"
 
 #include "coll/async.h"
-#include "coll/desc.h"
-#include "map.h"
-#include "proc.h"
+#include "transport/desc.h"
+#include "map/map.h"
+#include "proc/proc.h"
 #include "settings.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* desc.c - collective call descriptors: comparing, naming, describing. */
-#include "coll/desc.h"
+#include "transport/desc.h"
 
 #include <stddef.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
  * handler back and returns: the fault repeats and ends the process as it
  * would have without the library (a core dump, or the previous handler).
  */
-#include "runtime/runtime.h"
+#include "sched/runtime.h"
 
 #include <pthread.h>
 #include <signal.h>

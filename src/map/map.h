@@ -6,8 +6,8 @@
 #ifndef SHMAP_MAP_H
 #define SHMAP_MAP_H
 
-#include "arena.h"
-#include "runtime/sched.h"
+#include "device/arena.h"
+#include "sched/sched.h"
 #include "transport/comm.h"
 
 /* What one input of a map needs: its resolved spec and block shape. */

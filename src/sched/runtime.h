@@ -9,11 +9,11 @@
 #ifndef SHMAP_RUNTIME_H
 #define SHMAP_RUNTIME_H
 
-#include "arena.h"
-#include "coll/desc.h"
-#include "map.h"
-#include "runtime/debug.h"
-#include "runtime/sched.h"
+#include "device/arena.h"
+#include "transport/desc.h"
+#include "map/map.h"
+#include "sched/debug.h"
+#include "sched/sched.h"
 #include "transport/comm.h"
 
 #endif /* SHMAP_RUNTIME_H */

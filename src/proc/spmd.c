@@ -11,8 +11,8 @@
  * (shmap__mpi_mesh_comm), never the job-wide one: calls on other meshes,
  * from other threads, may be exchanging at the same time.
  */
-#include "proc.h"
-#include "runtime/runtime.h"
+#include "proc/proc.h"
+#include "sched/runtime.h"
 #include "transport/mpi.h"
 
 #include <limits.h>

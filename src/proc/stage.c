@@ -26,8 +26,8 @@
  * that each could allocate its buffers, so a process that cannot is never
  * left out of an exchange the others wait in.
  */
-#include "proc.h"
-#include "runtime/runtime.h"
+#include "proc/proc.h"
+#include "sched/runtime.h"
 #include "transport/mpi.h"
 
 #include <stdlib.h>

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* arena.c - the blocks a device allocates during a map, and the few large
  * freed blocks each device keeps for its next allocations (arena.h). */
-#include "arena.h"
+#include "device/arena.h"
 
-#include "map.h"
-#include "runtime/sched.h"
+#include "map/map.h"
+#include "sched/sched.h"
 #include "transport/comm.h"
 
 #include <stdlib.h>

@@ -21,9 +21,9 @@
  * producer, one consumer), with SHMAP_MAX_REQUESTS places: a device cannot
  * have more requests open.
  */
-#include "runtime/progress.h"
+#include "sched/progress.h"
 
-#include "runtime/debug.h"
+#include "sched/debug.h"
 #include "settings.h"
 
 #include <sched.h>

@@ -10,7 +10,7 @@
  * ThreadSanitizer, which otherwise would mistake the stacks for corruption
  * and the hand-overs for races.
  */
-#include "runtime/sched.h"
+#include "sched/sched.h"
 
 #include <stdlib.h>
 #include <string.h>

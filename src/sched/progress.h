@@ -8,7 +8,7 @@
 #ifndef SHMAP_PROGRESS_H
 #define SHMAP_PROGRESS_H
 
-#include "runtime/sched.h"
+#include "sched/sched.h"
 
 /* The table in *slot (zeroed, `size` bytes), allocated by the first
  * caller while the others wait for it; NULL when out of memory. */

@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 /* runtime.c - persistent device threads, parking, waiting and waking. */
-#include "runtime/sched.h"
+#include "sched/sched.h"
 
-#include "arena.h"
-#include "runtime/debug.h"
+#include "device/arena.h"
+#include "sched/debug.h"
 #include "settings.h"
 #include "transport/comm.h"
 #include "transport/mpi.h"
 #include "coll/async.h"
-#include "runtime/progress.h"
+#include "sched/progress.h"
 
 #include <limits.h>
 #include <pthread.h>
