@@ -113,31 +113,33 @@ int shmap__setting_sched(void)
   return SHMAP__SCHED_AUTO;
 }
 
+/* An integer setting from lo to hi; `unset` when it is absent or invalid. */
+static long long_setting(int v, const char *name, long lo, long hi,
+                         long unset, const char *accepted,
+                         const char *fallback)
+{
+  const char *s = env(name);
+  long val;
+  if (!s)
+    return unset;
+  if (shmap__parse_long(s, lo, hi, &val))
+    return val;
+  bad_value(v, name, s, accepted, fallback);
+  return unset;
+}
+
 int shmap__setting_workers(void)
 {
-  const char *s = env("SHMAP_WORKERS");
-  long v;
-  if (!s)
-    return 0;
-  if (shmap__parse_long(s, 1, SHMAP_MAX_DEVICES, &v))
-    return (int)v;
-  bad_value(V_WORKERS, "SHMAP_WORKERS", s,
-            "a number of worker threads from 1 to 4096",
-            "one worker per processor");
-  return 0;
+  return (int)long_setting(V_WORKERS, "SHMAP_WORKERS", 1, SHMAP_MAX_DEVICES,
+                           0, "a number of worker threads from 1 to 4096",
+                           "one worker per processor");
 }
 
 long shmap__setting_spin(void)
 {
-  const char *s = env("SHMAP_SPIN");
-  long v;
-  if (!s)
-    return -1;
-  if (shmap__parse_long(s, 0, 1000000000L, &v))
-    return v;
-  bad_value(V_SPIN, "SHMAP_SPIN", s,
-            "a spin time in microseconds from 0 to 1000000000", "the default");
-  return -1;
+  return long_setting(V_SPIN, "SHMAP_SPIN", 0, 1000000000L, -1,
+                      "a spin time in microseconds from 0 to 1000000000",
+                      "the default");
 }
 
 size_t shmap__setting_stack_size(void)
