@@ -1,4 +1,5 @@
 # acinclude.m4 - configure macros of libshmap's own.
+# SPDX-License-Identifier: MIT
 
 # SHMAP_CHECK_MPI: --with-mpi[=auto|yes|no] (default auto).
 #

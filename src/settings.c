@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,9 +37,80 @@ static void bad_value(int v, const char *name, const char *value,
                     "using %s\n", name, value, accepted, fallback);
 }
 
-/* The variable's value, or NULL when unset or empty. */
+/* Every variable the library reads (shmap(7), ENVIRONMENT). */
+static const char *const known[] = {
+    "SHMAP_ASYNC_CHECK", "SHMAP_HUGEPAGES", "SHMAP_MEMBARRIER",
+    "SHMAP_SCHED",       "SHMAP_SIMD",      "SHMAP_SPIN",
+    "SHMAP_STACK_SIZE",  "SHMAP_TRACE",     "SHMAP_WATCHDOG",
+    "SHMAP_WORKERS",
+};
+#define NKNOWN (sizeof known / sizeof known[0])
+
+/* Edits (insert, delete, replace, swap of two neighbours) from a[0..n) to
+ * b: the optimal string alignment distance, on names of at most 63
+ * characters (longer ones count as far from everything). */
+static size_t distance(const char *a, size_t n, const char *b)
+{
+  size_t m = strlen(b);
+  if (n > 63 || m > 63)
+    return SIZE_MAX;
+  size_t d[64][64];
+  for (size_t i = 0; i <= n; i++)
+    d[i][0] = i;
+  for (size_t j = 0; j <= m; j++)
+    d[0][j] = j;
+  for (size_t i = 1; i <= n; i++)
+    for (size_t j = 1; j <= m; j++) {
+      size_t c = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+      if (d[i - 1][j] + 1 < c)
+        c = d[i - 1][j] + 1;
+      if (d[i][j - 1] + 1 < c)
+        c = d[i][j - 1] + 1;
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] &&
+          d[i - 2][j - 2] + 1 < c)
+        c = d[i - 2][j - 2] + 1;
+      d[i][j] = c;
+    }
+  return d[n][m];
+}
+
+/* A SHMAP_ variable the library does not read is most likely a misspelt
+ * one (SHMAP_SCHEDULE for SHMAP_SCHED) that would otherwise be ignored
+ * without a word: say so once per process, with the nearest name when it
+ * is near enough to be meant (at most a third of its letters differ). */
+static void unknown_names(void)
+{
+  extern char **environ;
+  for (char **e = environ; e && *e; e++) {
+    if (strncmp(*e, "SHMAP_", 6) != 0)
+      continue;
+    size_t n = strcspn(*e, "=");
+    size_t best = SIZE_MAX, at = 0;
+    for (size_t k = 0; k < NKNOWN && best; k++) {
+      size_t dk = distance(*e, n, known[k]);
+      if (dk < best)
+        best = dk, at = k;
+    }
+    if (best == 0)
+      continue;
+    if (best <= n / 3)
+      fprintf(stderr, "shmap: %.*s is not a setting of libshmap and is "
+                      "ignored; did you mean %s?\n", (int)n, *e, known[at]);
+    else
+      fprintf(stderr, "shmap: %.*s is not a setting of libshmap and is "
+                      "ignored (settings: shmap(7), ENVIRONMENT)\n",
+              (int)n, *e);
+  }
+}
+
+static pthread_once_t names_once = PTHREAD_ONCE_INIT;
+
+/* The variable's value, or NULL when unset or empty.  The first read of any
+ * setting also checks the environment for names the library does not
+ * know. */
 static const char *env(const char *name)
 {
+  pthread_once(&names_once, unknown_names);
   const char *s = getenv(name);
   return s && *s ? s : NULL;
 }

@@ -7,7 +7,7 @@
 set -eu
 here=$(cd "${srcdir:-.}/tests" && pwd)
 check=$here/check-layers.sh
-cc=${SHMAP_CC:-${CC:-cc}}
+cc=${SHMAPTEST_CC:-${CC:-cc}}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 fail=0
@@ -25,7 +25,7 @@ build() { # compile each .c as the library's build names its objects
 }
 expect() { # expect RC PATTERN: run the check, compare status and output
 	set +e
-	SHMAP_LAYERS_FILE=$tmp/t/LAYERS sh "$check" "$tmp/t" "$tmp/t" > "$tmp/out" 2>&1
+	SHMAPTEST_LAYERS_FILE=$tmp/t/LAYERS sh "$check" "$tmp/t" "$tmp/t" > "$tmp/out" 2>&1
 	rc=$?
 	set -e
 	if [ $rc -ne "$1" ] || ! grep -q -- "$2" "$tmp/out"; then

@@ -12,13 +12,13 @@
 #   check-layers.sh [SRCDIR [BUILDDIR]]
 #
 # SRCDIR holds src/ and ARCHITECTURE.md (default: $srcdir or .), BUILDDIR the
-# built objects (default: .).  SHMAP_LAYERS_FILE names another table file
+# built objects (default: .).  SHMAPTEST_LAYERS_FILE names another table file
 # (the self-test uses it).
 set -eu
 
 src=${1:-${srcdir:-.}}
 build=${2:-.}
-table=${SHMAP_LAYERS_FILE:-$src/ARCHITECTURE.md}
+table=${SHMAPTEST_LAYERS_FILE:-$src/ARCHITECTURE.md}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

@@ -15,7 +15,7 @@
 # Exit status: 0 pass, 1 fail, 99 hard error (automake's conventions).
 top_srcdir=${top_srcdir:-.}
 top_builddir=${top_builddir:-.}
-cc=${SHMAP_CC:-cc}
+cc=${SHMAPTEST_CC:-cc}
 LC_ALL=C
 export LC_ALL
 
@@ -90,9 +90,9 @@ for p in $pages; do
   mkdir "$tmp/$name.d"
   # shellcheck disable=SC2086
   if ! "$libtool" --silent --mode=link --tag=CC $cc -std=c11 -D_GNU_SOURCE \
-        -Wall -Wextra -Wno-unused-parameter -Werror $SHMAP_CFLAGS $SHMAP_SAN_CFLAGS \
+        -Wall -Wextra -Wno-unused-parameter -Werror $SHMAPTEST_CFLAGS $SHMAPTEST_SAN_CFLAGS \
         -I"$abs_builddir/include" -I"$abs_srcdir/include" \
-        -o "$tmp/$name.d/example" "$tmp/$name.c" "$lib" $SHMAP_SAN_LDFLAGS \
+        -o "$tmp/$name.d/example" "$tmp/$name.c" "$lib" $SHMAPTEST_SAN_LDFLAGS \
         -no-install -lm > "$tmp/$name.cc" 2>&1; then
     fail "$p: the EXAMPLE program does not compile:"
     sed 's/^/  /' "$tmp/$name.cc"

@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 # check-spdx.sh - every source file carries an SPDX-License-Identifier line
 # (naming the licence of LICENSE) in its first five lines: C sources and
-# headers, shell and Python scripts, automake fragments, configure.ac, and
-# the .in templates.  In a git checkout the files are those git tracks (so a
+# headers, shell and Python scripts, automake fragments, configure.ac,
+# acinclude.m4, the manual pages and the .in templates.  In a git checkout the files are those git tracks (so a
 # new file fails until it has the line); in an unpacked tarball, the same
 # kinds of files found under the source tree, less what the autotools
 # generate.
@@ -17,7 +17,7 @@ tmp=${TMPDIR:-/tmp}/check-spdx.$$
 trap 'rm -f "$tmp"' 0
 trap 'exit 99' 1 2 15
 
-is_source='\.(c|h|sh|py|mk|am|ac)$|\.in$|(^|/)\.ci/run$'
+is_source='\.(c|h|sh|py|mk|am|ac|m4)$|^man/[^/]*\.[137]$|\.in$|(^|/)\.ci/run$'
 if git -C "$top_srcdir" rev-parse --is-inside-work-tree >/dev/null 2>&1 &&
    test "$(git -C "$top_srcdir" rev-parse --show-toplevel)" = "$(cd "$top_srcdir" && pwd -P)"; then
   git -C "$top_srcdir" ls-files | grep -E "$is_source" > "$tmp"
@@ -41,6 +41,7 @@ while read -r f; do
     case $f in
       *.c|*.h|*.h.in) line="/* $want */" ;;
       *.ac) line="dnl $want" ;;
+      *.[137]) line=".\\\" $want" ;;
       *) line="# $want" ;;
     esac
     echo "check-spdx: FAIL: $f has no \"$want\" in its first 5 lines; add the line: $line" >&2

@@ -4,8 +4,8 @@
 # map against a serial reference model (tests/refmodel.c).  Each links the
 # convenience library to reach internal (shmap__) functions.
 #
-# test_map_prop runs SHMAP_PROP_CASES random maps (default 3000) from seed
-# SHMAP_PROP_SEED (printed at the start); both may be set in the environment.
+# test_map_prop runs SHMAPTEST_PROP_CASES random maps (default 3000) from seed
+# SHMAPTEST_PROP_SEED (printed at the start); both may be set in the environment.
 
 CORE_TESTS = \
 	tests/test_mesh \

@@ -2,8 +2,8 @@
 # Parts of a mesh, included by the top Makefile.am: maps over some axes,
 # maps nested in a body, sub-meshes and transfers between meshes
 # (test_meshparts), and property tests of them against the serial
-# reference model (test_meshparts_prop; SHMAP_PROP_CASES cases, default
-# 200, from seed SHMAP_PROP_SEED).
+# reference model (test_meshparts_prop; SHMAPTEST_PROP_CASES cases, default
+# 200, from seed SHMAPTEST_PROP_SEED).
 MESHPARTS_TESTS = tests/test_meshparts
 check_PROGRAMS += $(MESHPARTS_TESTS)
 TESTS += $(MESHPARTS_TESTS)

@@ -1145,7 +1145,7 @@ void ref_fill_random(ref_rng *r, shmap_block *b)
 
 uint64_t ref_seed(uint64_t dflt)
 {
-  const char *s = getenv("SHMAP_PROP_SEED");
+  const char *s = getenv("SHMAPTEST_PROP_SEED");
   if (s && *s)
     return strtoull(s, NULL, 0);
   return dflt;

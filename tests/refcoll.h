@@ -254,7 +254,7 @@ int ref_rng_int(ref_rng *r, int lo, int hi);
 /* Values whose sums depend on the order: nonzero, random sign, magnitudes
  * 2^-20 .. 2^20 for floats; small integers (sums never overflow) for ints. */
 void ref_fill_random(ref_rng *r, shmap_block *b);
-/* Seed from SHMAP_PROP_SEED when set, else `dflt`. */
+/* Seed from SHMAPTEST_PROP_SEED when set, else `dflt`. */
 uint64_t ref_seed(uint64_t dflt);
 
 /* True when `hay` contains `needle`. */

@@ -18,7 +18,7 @@
 # test_reliability two application threads mapping on one mesh, a body
 #                  destroying its mesh, statistics and traces inside bodies,
 #                  meshes made in bodies while traces start and stop, size
-#                  overflow (SHMAP_REL_MAPS: maps per thread, default 300).
+#                  overflow (SHMAPTEST_REL_MAPS: maps per thread, default 300).
 # test_reliability_settings  SHMAP_* parsers; a bad value is reported once
 #                  on stderr with the accepted values, and the default used.
 # test_reliability_stack  a 700 KiB stack buffer survives collectives; a
@@ -30,8 +30,8 @@
 #                  return), and random
 #                  pairs of sequences against a serial model of the rule:
 #                  SHMAP_EMISMATCH naming both calls, never a hang.
-#                  SHMAP_MISMATCH_CASES (default 2000 per mode and kind of
-#                  case) and SHMAP_MISMATCH_SEED set the run.
+#                  SHMAPTEST_MISMATCH_CASES (default 2000 per mode and kind of
+#                  case) and SHMAPTEST_MISMATCH_SEED set the run.
 #
 # tests/valgrind-examples.sh runs every example under valgrind; it is slow
 # and not part of TESTS: run `tests/valgrind-examples.sh BUILDDIR` (from the

@@ -4,8 +4,8 @@
 # of shmap.h (creation, block access, chaining without copies, resharding
 # with exact byte counts, errors, the text picture); test_shard_prop
 # reshards random arrays between random specs on random meshes and compares
-# with tests/refmodel.c.  test_shard_prop runs SHMAP_PROP_CASES cases
-# (default 1000) from seed SHMAP_PROP_SEED (printed at the start).
+# with tests/refmodel.c.  test_shard_prop runs SHMAPTEST_PROP_CASES cases
+# (default 1000) from seed SHMAPTEST_PROP_SEED (printed at the start).
 SHARD_TESTS = tests/test_shard tests/test_shard_prop
 check_PROGRAMS += $(SHARD_TESTS)
 TESTS += $(SHARD_TESTS)

@@ -13,7 +13,7 @@
  * sizes, and members that disagree, each with its code and message.
  *
  * Every test runs in both scheduling modes (the loop index picks one).
- * The seed is printed; SHMAP_PROP_SEED overrides it and SHMAP_PROP_CASES
+ * The seed is printed; SHMAPTEST_PROP_SEED overrides it and SHMAPTEST_PROP_CASES
  * sets the number of cases (default 120).
  */
 #include <check.h>
@@ -1041,11 +1041,11 @@ int main(void)
 {
   g_seed = ref_seed(DEFAULT_SEED);
   g_cases = DEFAULT_CASES;
-  const char *c = getenv("SHMAP_PROP_CASES");
+  const char *c = getenv("SHMAPTEST_PROP_CASES");
   if (c && atoi(c) > 0)
     g_cases = atoi(c);
-  printf("test_coll_groups: seed %" PRIu64 " (SHMAP_PROP_SEED overrides), %d "
-         "cases per property (SHMAP_PROP_CASES)\n",
+  printf("test_coll_groups: seed %" PRIu64 " (SHMAPTEST_PROP_SEED overrides), %d "
+         "cases per property (SHMAPTEST_PROP_CASES)\n",
          g_seed, g_cases);
   fflush(stdout);
   Suite *s = suite_create("coll_groups");

@@ -12,8 +12,8 @@
  * ppermute followed by its inverse is the identity.  Random sequences of
  * collectives check calls over different groups in a row.
  *
- * The seed is printed at the start; SHMAP_PROP_SEED overrides it, and
- * SHMAP_PROP_CASES the number of cases per property (default 300).
+ * The seed is printed at the start; SHMAPTEST_PROP_SEED overrides it, and
+ * SHMAPTEST_PROP_CASES the number of cases per property (default 300).
  */
 #include <check.h>
 #include <inttypes.h>
@@ -659,11 +659,11 @@ int main(void)
 {
   g_seed = ref_seed(DEFAULT_SEED);
   g_cases = DEFAULT_CASES;
-  const char *c = getenv("SHMAP_PROP_CASES");
+  const char *c = getenv("SHMAPTEST_PROP_CASES");
   if (c && atoi(c) > 0)
     g_cases = atoi(c);
-  printf("test_coll_prop: seed %" PRIu64 " (SHMAP_PROP_SEED overrides), %d "
-         "cases per property (SHMAP_PROP_CASES)\n",
+  printf("test_coll_prop: seed %" PRIu64 " (SHMAPTEST_PROP_SEED overrides), %d "
+         "cases per property (SHMAPTEST_PROP_CASES)\n",
          g_seed, g_cases);
   fflush(stdout);
 

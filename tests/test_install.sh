@@ -3,13 +3,13 @@
 # test_install.sh - what "make install" puts where, and linking against it
 # as a user would: with pkg-config, dynamically and statically, with gcc
 # and with clang.  See tests/package.mk.  Run by make check (which exports
-# SHMAP_MAKE, SHMAP_CC, SHMAP_VERSION, SHMAP_SO_VERSION and the sanitizer
+# SHMAPTEST_MAKE, SHMAPTEST_CC, SHMAPTEST_VERSION, SHMAPTEST_SO_VERSION and the sanitizer
 # flags of the build).
 top_srcdir=${top_srcdir:-.}
 top_builddir=${top_builddir:-.}
-make=${SHMAP_MAKE:-make}
-version=${SHMAP_VERSION:?run me from make check}
-so_version=${SHMAP_SO_VERSION:?run me from make check}
+make=${SHMAPTEST_MAKE:-make}
+version=${SHMAPTEST_VERSION:?run me from make check}
+so_version=${SHMAPTEST_SO_VERSION:?run me from make check}
 LC_ALL=C
 export LC_ALL
 
@@ -150,7 +150,7 @@ ccs=
 others="gcc clang"
 # A sanitizer's run-time library belongs to its compiler: a sanitized
 # libshmap links only with the compiler that built it.
-test -n "$SHMAP_SAN_CFLAGS" && others=
+test -n "$SHMAPTEST_SAN_CFLAGS" && others=
 mpi_no_static=
 if pkg-config --static --libs shmap | grep -q -- '-lmpi'; then
   mpi_no_static=yes
@@ -158,7 +158,7 @@ if pkg-config --static --libs shmap | grep -q -- '-lmpi'; then
     test -e "$d/libmpi.a" && mpi_no_static=
   done
 fi
-for cc in ${SHMAP_CC:-cc} $others; do
+for cc in ${SHMAPTEST_CC:-cc} $others; do
   command -v "${cc%% *}" >/dev/null 2>&1 || continue
   case " $ccs " in *" $cc "*) continue ;; esac
   ccs="$ccs $cc"
@@ -173,14 +173,14 @@ run () { # run NAME PROGRAM: in both scheduling modes
 for cc in $ccs; do
   name=$(echo "$cc" | tr -c 'A-Za-z0-9\n' _)
   # shellcheck disable=SC2046
-  if $cc -std=c11 $SHMAP_SAN_CFLAGS "$prog" -o "$tmp/dyn_$name" \
-       $(pkg-config --cflags --libs shmap) -Wl,-rpath,"$libdir" $SHMAP_SAN_LDFLAGS > "$tmp/cc.log" 2>&1; then
+  if $cc -std=c11 $SHMAPTEST_SAN_CFLAGS "$prog" -o "$tmp/dyn_$name" \
+       $(pkg-config --cflags --libs shmap) -Wl,-rpath,"$libdir" $SHMAPTEST_SAN_LDFLAGS > "$tmp/cc.log" 2>&1; then
     run "a program linked by $cc with pkg-config --libs" "$tmp/dyn_$name"
   else
     fail "$cc cannot link a program with \`pkg-config --cflags --libs shmap\`:"
     sed 's/^/  /' "$tmp/cc.log"
   fi
-  if test -n "$SHMAP_SAN_CFLAGS"; then
+  if test -n "$SHMAPTEST_SAN_CFLAGS"; then
     echo "test_install: a sanitizer build: static linking not tried with $cc"
     continue
   fi
@@ -203,7 +203,7 @@ for cc in $ccs; do
   fi
 done
 kinds="dynamic and static"
-test -n "$SHMAP_SAN_CFLAGS" && kinds="dynamic only: a sanitizer build"
+test -n "$SHMAPTEST_SAN_CFLAGS" && kinds="dynamic only: a sanitizer build"
 test -n "$mpi_no_static" && kinds="dynamic only: MPI has no static archive here"
 test $status -eq 0 && echo "test_install: installed files in place; linked and ran with:$ccs ($kinds)"
 exit $status

@@ -9,8 +9,8 @@
  * replication error when some output's blocks differ along an axis its out
  * spec does not name (then, with SHMAP_NO_CHECK_REP, the coordinate-0 copy).
  *
- * Environment: SHMAP_PROP_CASES (default 3000), SHMAP_PROP_SEED (default
- * fixed, printed at start), SHMAP_PROP_ONLY=N runs case N alone (verbose).
+ * Environment: SHMAPTEST_PROP_CASES (default 3000), SHMAPTEST_PROP_SEED (default
+ * fixed, printed at start), SHMAPTEST_PROP_ONLY=N runs case N alone (verbose).
  */
 #include <check.h>
 #include <inttypes.h>
@@ -281,7 +281,7 @@ static void free_case(pcase *pc) {
 static void describe(const pcase *pc, char *buf, size_t n) {
   size_t len;
   snprintf(buf, n,
-           "case %ld (rerun: SHMAP_PROP_SEED=%" PRIu64 " SHMAP_PROP_ONLY=%ld): "
+           "case %ld (rerun: SHMAPTEST_PROP_SEED=%" PRIu64 " SHMAPTEST_PROP_ONLY=%ld): "
            "mesh \"%s\"%s",
            pc->index, g_seed, pc->index, pc->mesh_text,
            pc->flags & SHMAP_NO_CHECK_REP ? ", SHMAP_NO_CHECK_REP" : "");
@@ -645,7 +645,7 @@ START_TEST(prop_mix) {
     free_exp(&pc, ex);
     free_case(&pc);
   }
-  if (getenv("SHMAP_PROP_VERBOSE"))
+  if (getenv("SHMAPTEST_PROP_VERBOSE"))
     printf("mix of %ld cases: %ld legal, %ld expect EREPLICATION, %ld "
            "unchecked with differing copies, %ld with two inputs or outputs\n",
            n, legal, rep, unchecked_rep, two);
@@ -748,19 +748,19 @@ static Suite *prop_suite(void) {
 
 int main(void) {
   const char *e;
-  if ((e = getenv("SHMAP_PROP_SEED")) != NULL && *e)
+  if ((e = getenv("SHMAPTEST_PROP_SEED")) != NULL && *e)
     g_seed = strtoull(e, NULL, 0);
-  if ((e = getenv("SHMAP_PROP_CASES")) != NULL && *e)
+  if ((e = getenv("SHMAPTEST_PROP_CASES")) != NULL && *e)
     g_cases = atoi(e);
-  if ((e = getenv("SHMAP_PROP_ONLY")) != NULL && *e) {
+  if ((e = getenv("SHMAPTEST_PROP_ONLY")) != NULL && *e) {
     g_only = atol(e);
     if (g_cases <= g_only)
       g_cases = (int)g_only + 1;
   }
   if (g_cases < 0)
     g_cases = 0;
-  printf("test_map_prop: seed %" PRIu64 " (SHMAP_PROP_SEED), %d cases "
-         "(SHMAP_PROP_CASES)\n",
+  printf("test_map_prop: seed %" PRIu64 " (SHMAPTEST_PROP_SEED), %d cases "
+         "(SHMAPTEST_PROP_CASES)\n",
          g_seed, g_cases);
   fflush(stdout);
   return tu_run_suite(prop_suite());

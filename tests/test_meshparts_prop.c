@@ -13,8 +13,8 @@
  * it got, so the map's outputs must equal the input and the reference's
  * sums.  A second test moves random arrays between random meshes (slices,
  * meshes over random subsets of devices, unrelated meshes) with random
- * specs.  Cases alternate between thread and fiber mode.  SHMAP_PROP_CASES
- * (default 200, half as many transfers) and SHMAP_PROP_SEED choose them.
+ * specs.  Cases alternate between thread and fiber mode.  SHMAPTEST_PROP_CASES
+ * (default 200, half as many transfers) and SHMAPTEST_PROP_SEED choose them.
  */
 #include <check.h>
 #include <stdio.h>
@@ -344,9 +344,9 @@ static void run_case(uint64_t seed, int index)
 
 START_TEST(random_partial_and_nested)
 {
-  const char *env = getenv("SHMAP_PROP_CASES");
+  const char *env = getenv("SHMAPTEST_PROP_CASES");
   int cases = env && *env ? atoi(env) : 200;
-  env = getenv("SHMAP_PROP_SEED");
+  env = getenv("SHMAPTEST_PROP_SEED");
   uint64_t seed = env && *env ? strtoull(env, NULL, 0) : 12;
   printf("test_meshparts_prop: %d cases from seed %llu\n", cases,
          (unsigned long long)seed);
@@ -381,9 +381,9 @@ static void random_mesh(uint64_t *rng, ref_mesh *m, char *text, size_t n,
  * every byte its devices built. */
 START_TEST(random_transfers)
 {
-  const char *env = getenv("SHMAP_PROP_CASES");
+  const char *env = getenv("SHMAPTEST_PROP_CASES");
   int cases = env && *env ? atoi(env) / 2 : 100;
-  env = getenv("SHMAP_PROP_SEED");
+  env = getenv("SHMAPTEST_PROP_SEED");
   uint64_t rng = env && *env ? strtoull(env, NULL, 0) : 12;
   rng ^= 0x5eed;
   for (int i = 0; i < cases; i++) {

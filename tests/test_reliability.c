@@ -14,7 +14,7 @@
  *   - the watchdog's words for a body that runs long without calling the
  *     library while other devices wait (fiber mode);
  *   - fork(): a child process uses the library after its parent did.
- * SHMAP_REL_MAPS sets the number of maps per thread of the two-thread test
+ * SHMAPTEST_REL_MAPS sets the number of maps per thread of the two-thread test
  * (default 300).
  */
 #include <check.h>
@@ -121,7 +121,7 @@ static void *thread_two(void *arg)
 
 START_TEST(test_two_threads_one_mesh)
 {
-  const char *env = getenv("SHMAP_REL_MAPS");
+  const char *env = getenv("SHMAPTEST_REL_MAPS");
   int maps = env && *env ? atoi(env) : 300;
   for (int m = 0; m < 2; m++) {
     shmap_mesh *mesh = mesh_in(modes[m], "i=4");

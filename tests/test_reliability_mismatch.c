@@ -22,8 +22,8 @@
  * Every tenth case also runs the sequence without deviation, which must
  * succeed: the mesh stays usable after a mismatch.
  *
- * SHMAP_MISMATCH_CASES sets the number of cases per scheduling mode
- * (default 2000), SHMAP_MISMATCH_SEED the seed (printed at the start).
+ * SHMAPTEST_MISMATCH_CASES sets the number of cases per scheduling mode
+ * (default 2000), SHMAPTEST_MISMATCH_SEED the seed (printed at the start).
  * A case that does not return within a minute prints its description and
  * aborts the test.
  *
@@ -600,13 +600,13 @@ static void check_message(const tcase_ *t, const char *msg)
 static void run_cases(const char *mode)
 {
   CHECK(setenv("SHMAP_SCHED", mode, 1) == 0, "setenv");
-  const char *env = getenv("SHMAP_MISMATCH_CASES");
+  const char *env = getenv("SHMAPTEST_MISMATCH_CASES");
   int ncases = env && *env ? atoi(env) : DEFAULT_CASES;
-  env = getenv("SHMAP_MISMATCH_SEED");
+  env = getenv("SHMAPTEST_MISMATCH_SEED");
   uint64_t seed = env && *env ? strtoull(env, NULL, 0) : 20261123;
   if (self == 0)
     fprintf(stderr, "test_reliability_mismatch (%s, %d process%s): %d cases, "
-                    "SHMAP_MISMATCH_SEED=%llu\n",
+                    "SHMAPTEST_MISMATCH_SEED=%llu\n",
             mode, nproc, nproc == 1 ? "" : "es", ncases,
             (unsigned long long)seed);
   rng = seed * 2654435761u + 1;
@@ -647,9 +647,9 @@ static void run_cases(const char *mode)
 static void run_mixed(const char *mode)
 {
   CHECK(setenv("SHMAP_SCHED", mode, 1) == 0, "setenv");
-  const char *env = getenv("SHMAP_MISMATCH_CASES");
+  const char *env = getenv("SHMAPTEST_MISMATCH_CASES");
   int ncases = env && *env ? atoi(env) : DEFAULT_CASES;
-  env = getenv("SHMAP_MISMATCH_SEED");
+  env = getenv("SHMAPTEST_MISMATCH_SEED");
   uint64_t seed = env && *env ? strtoull(env, NULL, 0) : 20261123;
   rng = seed * 0x9e3779b97f4a7c15ull + 7;
   signal(SIGALRM, on_alarm);

@@ -140,6 +140,48 @@ static void expect_once(const char *out, const char *msg)
                 count(out, msg), msg, out);
 }
 
+/* A SHMAP_ name the library does not read is named once, with the nearest
+ * setting when one is near, and the maps still run (both modes). */
+static void unknown_names(const char *mode)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHEDULE", "threads", 1), 0);
+  ck_assert_int_eq(setenv("SHMAP_TRCE", "/dev/null", 1), 0);
+  ck_assert_int_eq(setenv("SHMAP_NOT_A_SETTING_AT_ALL", "1", 1), 0);
+  char *out = two_maps(mode);
+  expect_once(out, "shmap: SHMAP_SCHEDULE is not a setting of libshmap and "
+                   "is ignored; did you mean SHMAP_SCHED?\n");
+  expect_once(out, "shmap: SHMAP_TRCE is not a setting of libshmap and is "
+                   "ignored; did you mean SHMAP_TRACE?\n");
+  expect_once(out, "shmap: SHMAP_NOT_A_SETTING_AT_ALL is not a setting of "
+                   "libshmap and is ignored (settings: shmap(7), "
+                   "ENVIRONMENT)\n");
+  ck_assert_msg(count(out, "shmap: ") == 3, "other lines:\n%s", out);
+  free(out);
+}
+
+START_TEST(test_unknown_names_threads) { unknown_names("threads"); }
+END_TEST
+
+START_TEST(test_unknown_names_fibers) { unknown_names("fibers"); }
+END_TEST
+
+/* Every setting the library documents is known: none of them is named. */
+START_TEST(test_known_names)
+{
+  static const char *const names[] = {
+      "SHMAP_ASYNC_CHECK", "SHMAP_HUGEPAGES", "SHMAP_MEMBARRIER",
+      "SHMAP_SIMD",        "SHMAP_SPIN",      "SHMAP_STACK_SIZE",
+      "SHMAP_TRACE",       "SHMAP_WATCHDOG",  "SHMAP_WORKERS"};
+  static const char *const values[] = {"0", "1", "1", "generic", "0",
+                                       "1M", "",  "0", "2"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    ck_assert_int_eq(setenv(names[i], values[i], 1), 0);
+  char *out = two_maps("fibers");
+  ck_assert_msg(count(out, "not a setting") == 0, "%s", out);
+  free(out);
+}
+END_TEST
+
 START_TEST(test_bad_sched)
 {
   setenv("SHMAP_SCHED", "fiber", 1);
@@ -389,6 +431,9 @@ int main(void)
   TCase *tc = tcase_create("settings");
   tcase_set_timeout(tc, TIMEOUT);
   tcase_add_test(tc, test_parse_size);
+  tcase_add_test(tc, test_unknown_names_threads);
+  tcase_add_test(tc, test_unknown_names_fibers);
+  tcase_add_test(tc, test_known_names);
   tcase_add_test(tc, test_bad_sched);
   tcase_add_test(tc, test_bad_workers);
   tcase_add_test(tc, test_bad_spin);

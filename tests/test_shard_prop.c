@@ -22,8 +22,8 @@
  * of B (pure slicing).  When A and B lay the array out alike, the map
  * shares the blocks and moves nothing.
  *
- * Environment: SHMAP_PROP_CASES (default 1000), SHMAP_PROP_SEED (default
- * below, printed at the start), SHMAP_PROP_ONLY (run one case number).
+ * Environment: SHMAPTEST_PROP_CASES (default 1000), SHMAPTEST_PROP_SEED (default
+ * below, printed at the start), SHMAPTEST_PROP_ONLY (run one case number).
  */
 #include <check.h>
 #include <inttypes.h>
@@ -279,8 +279,8 @@ static void make_case(pcase *c, long id) {
              (long long)c->shape[d]);
   }
   snprintf(c->desc, sizeof c->desc,
-           "case %ld (rerun: SHMAP_PROP_SEED=%" PRIu64
-           " SHMAP_PROP_ONLY=%ld): mesh \"%s\", %s[%s], A \"%s\" = %s, "
+           "case %ld (rerun: SHMAPTEST_PROP_SEED=%" PRIu64
+           " SHMAPTEST_PROP_ONLY=%ld): mesh \"%s\", %s[%s], A \"%s\" = %s, "
            "B \"%s\" = %s (also \"%s\")",
            id, g_seed, id, mesh, shmap_dtype_name(c->dt), shape, c->a_text,
            c->a_canon, c->b_text, c->b_canon, c->b_text2);
@@ -622,14 +622,14 @@ END_TEST
 
 int main(void) {
   const char *e;
-  if ((e = getenv("SHMAP_PROP_SEED")) != NULL && *e)
+  if ((e = getenv("SHMAPTEST_PROP_SEED")) != NULL && *e)
     g_seed = strtoull(e, NULL, 0);
-  if ((e = getenv("SHMAP_PROP_CASES")) != NULL && *e)
+  if ((e = getenv("SHMAPTEST_PROP_CASES")) != NULL && *e)
     g_cases = strtol(e, NULL, 0);
-  if ((e = getenv("SHMAP_PROP_ONLY")) != NULL && *e)
+  if ((e = getenv("SHMAPTEST_PROP_ONLY")) != NULL && *e)
     g_only = strtol(e, NULL, 0);
-  printf("test_shard_prop: seed %" PRIu64 " (SHMAP_PROP_SEED), %ld cases "
-         "(SHMAP_PROP_CASES)\n",
+  printf("test_shard_prop: seed %" PRIu64 " (SHMAPTEST_PROP_SEED), %ld cases "
+         "(SHMAPTEST_PROP_CASES)\n",
          g_seed, g_cases);
   fflush(stdout);
 

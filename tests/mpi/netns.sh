@@ -15,7 +15,7 @@ set -u
 b=${1:-${top_builddir:-.}}
 b=$(cd "$b" && pwd)
 : "${MPIRUN:=mpirun}"
-limit=${SHMAP_MPI_TIMEOUT:-300}
+limit=${SHMAPTEST_MPI_TIMEOUT:-300}
 
 skip() { echo "netns.sh: SKIP: $*"; exit 77; }
 
@@ -74,7 +74,7 @@ run() { # NP PROGRAM [ARGS]: ranks split evenly over the two namespaces
     --mca plm_rsh_agent "$work/agent" \
     --mca btl tcp,self --mca btl_tcp_if_include "$net.0/24" \
     --mca oob_tcp_if_include "$net.0/24" \
-    -x SHMAP_SCHED -x SHMAP_PROP_CASES "$@"
+    -x SHMAP_SCHED -x SHMAPTEST_PROP_CASES "$@"
 }
 
 # The examples, as tests/mpi/run.sh runs them (examples.sh), with the
@@ -86,7 +86,7 @@ run_np() { run "$np" "$@"; }
 
 # Remote ranks get only the variables passed with -x: every process must
 # run the same cases.
-export SHMAP_PROP_CASES=40
+export SHMAPTEST_PROP_CASES=40
 export SHMAP_SCHED=${SHMAP_SCHED:-auto}
 fail=0
 # The ranks really run in both namespaces (so they talk over the veth).

@@ -27,13 +27,13 @@
 # processes' devices and its fiber-mode hint), tests/mpi/test_mpi_exit (processes that stop making the same
 # library calls: a mismatch error everywhere, or the job aborted with a
 # message, never a hang), and every example, unchanged, whose output must
-# be the single-process output (byte for byte for 09_processes, the
+# be the single-process output (byte for byte for 18_processes, the
 # example written to run both ways).
 set -u
 np=${1:?usage: run.sh NP}
 b=${top_builddir:-.}
 : "${MPIRUN:=mpirun}"
-limit=${SHMAP_MPI_TIMEOUT:-300}
+limit=${SHMAPTEST_MPI_TIMEOUT:-300}
 
 launch() {
   if [ "$np" = 1 ]; then

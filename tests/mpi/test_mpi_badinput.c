@@ -15,7 +15,7 @@
  * psum in the body; bad specs to reshard and transfer; a NULL body, unknown
  * flags, nin = -1 and a NULL host pointer; out_specs that differ between
  * processes), then random cases from a seed every process agrees on
- * (SHMAP_BADINPUT_SEED, SHMAP_BADINPUT_CASES).  Run by tests/mpi/run.sh at
+ * (SHMAPTEST_BADINPUT_SEED, SHMAPTEST_BADINPUT_CASES).  Run by tests/mpi/run.sh at
  * 1, 2 and 4 processes in the mode of SHMAP_SCHED (both when unset).
  */
 #include "../alarm.h"
@@ -378,15 +378,15 @@ static void run_mode(const char *mode)
     run_case(fixed[i][0], fixed[i][1], last, fixed[i][2]);
   created_rejected(last, mode);
   /* Random cases from a seed every process has. */
-  const char *env = getenv("SHMAP_BADINPUT_CASES");
+  const char *env = getenv("SHMAPTEST_BADINPUT_CASES");
   int ncases = env && *env ? atoi(env) : 40;
-  env = getenv("SHMAP_BADINPUT_SEED");
+  env = getenv("SHMAPTEST_BADINPUT_SEED");
   unsigned long long seed = env && *env ? strtoull(env, NULL, 0) : 20261127;
   if (R > 1)
     MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
   if (me == 0)
     fprintf(stderr, "test_mpi_badinput (%s, %d process%s): %d random cases, "
-                    "SHMAP_BADINPUT_SEED=%llu\n",
+                    "SHMAPTEST_BADINPUT_SEED=%llu\n",
             mode, R, R == 1 ? "" : "es", ncases, seed);
   rng = seed * 2654435761u + 1;
   for (int i = 0; i < ncases; i++) {

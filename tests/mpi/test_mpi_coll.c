@@ -14,7 +14,7 @@
  * The results of a single process are the model's, so equality with the
  * model is equality with the single-process run.
  *
- * SHMAP_PROP_SEED and SHMAP_PROP_CASES (default 250) override the seed and
+ * SHMAPTEST_PROP_SEED and SHMAPTEST_PROP_CASES (default 250) override the seed and
  * the number of cases.  A plain program: Check would fork after MPI_Init.
  */
 #include <inttypes.h>
@@ -346,9 +346,9 @@ int main(void)
 {
   R = shmap_process_count();
   me = shmap_process_rank();
-  const char *s = getenv("SHMAP_PROP_SEED");
+  const char *s = getenv("SHMAPTEST_PROP_SEED");
   uint64_t seed = s ? strtoull(s, NULL, 0) : 0x5eedc0de;
-  const char *c = getenv("SHMAP_PROP_CASES");
+  const char *c = getenv("SHMAPTEST_PROP_CASES");
   int cases = c ? atoi(c) : 250;
   if (me == 0)
     printf("test_mpi_coll: %d process%s, seed %" PRIu64 ", %d cases\n", R,

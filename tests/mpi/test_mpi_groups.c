@@ -8,7 +8,7 @@
  * meshes of 4, 8 or 16 devices, the default placement or random process
  * axes, random axes, group layouts, dtypes (all of them), shapes, tilings,
  * sources and ragged sizes.  Each process checks its own devices.
- * SHMAP_PROP_SEED and SHMAP_PROP_CASES (default 60) override the seed and
+ * SHMAPTEST_PROP_SEED and SHMAPTEST_PROP_CASES (default 60) override the seed and
  * the number of cases.  A plain program: Check would fork after MPI_Init.
  */
 #include <inttypes.h>
@@ -373,9 +373,9 @@ int main(void)
 {
   R = shmap_process_count();
   me = shmap_process_rank();
-  const char *s = getenv("SHMAP_PROP_SEED");
+  const char *s = getenv("SHMAPTEST_PROP_SEED");
   uint64_t seed = s ? strtoull(s, NULL, 0) : 0x6e0b5;
-  const char *c = getenv("SHMAP_PROP_CASES");
+  const char *c = getenv("SHMAPTEST_PROP_CASES");
   int cases = c ? atoi(c) : 60;
   if (me == 0)
     printf("test_mpi_groups: %d process%s, seed %" PRIu64 ", %d cases\n", R,

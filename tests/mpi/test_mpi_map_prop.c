@@ -32,8 +32,8 @@
  * shmap_array_to_host_local, what its own devices' bodies saw, and that
  * every process got the same return code and message.
  *
- * SHMAP_PROP_SEED (default below), SHMAP_PROP_CASES (default 160) and
- * SHMAP_PROP_ONLY=N (case N alone, described) choose the cases; failures
+ * SHMAPTEST_PROP_SEED (default below), SHMAPTEST_PROP_CASES (default 160) and
+ * SHMAPTEST_PROP_ONLY=N (case N alone, described) choose the cases; failures
  * print the seed and the case number.  A plain program: Check would fork
  * after MPI_Init.
  */
@@ -529,8 +529,8 @@ static void describe_map(long id, const mcase *c)
 {
   size_t len;
   snprintf(g_desc, sizeof g_desc,
-           "seed %" PRIu64 " case %ld (rerun: SHMAP_PROP_SEED=%" PRIu64
-           " SHMAP_PROP_ONLY=%ld): map on mesh \"%s\" (processes over %s)%s",
+           "seed %" PRIu64 " case %ld (rerun: SHMAPTEST_PROP_SEED=%" PRIu64
+           " SHMAPTEST_PROP_ONLY=%ld): map on mesh \"%s\" (processes over %s)%s",
            g_seed, id, g_seed, id, c->pm.text,
            c->pm.pax[0] ? c->pm.pax : "(default)",
            c->flags & SHMAP_NO_CHECK_REP ? ", SHMAP_NO_CHECK_REP" : "");
@@ -1007,8 +1007,8 @@ static void run_nested_case(uint64_t *rng, long id, ncase *c,
              c->shape[d]);
   }
   snprintf(g_desc, sizeof g_desc,
-           "seed %" PRIu64 " case %ld (rerun: SHMAP_PROP_SEED=%" PRIu64
-           " SHMAP_PROP_ONLY=%ld): map_ex on mesh \"%s\" (processes over %s),"
+           "seed %" PRIu64 " case %ld (rerun: SHMAPTEST_PROP_SEED=%" PRIu64
+           " SHMAPTEST_PROP_ONLY=%ld): map_ex on mesh \"%s\" (processes over %s),"
            " manual %s, %s[%s] laid out \"%s\", in spec \"%s\", nested over "
            "%s with \"%s\"",
            g_seed, id, g_seed, id, c->pm.text,
@@ -1197,15 +1197,15 @@ int main(void)
   me = shmap_process_rank();
   const char *e;
   long cases = DEFAULT_CASES, only = -1;
-  if ((e = getenv("SHMAP_PROP_SEED")) != NULL && *e)
+  if ((e = getenv("SHMAPTEST_PROP_SEED")) != NULL && *e)
     g_seed = strtoull(e, NULL, 0);
-  if ((e = getenv("SHMAP_PROP_CASES")) != NULL && *e)
+  if ((e = getenv("SHMAPTEST_PROP_CASES")) != NULL && *e)
     cases = strtol(e, NULL, 0);
-  if ((e = getenv("SHMAP_PROP_ONLY")) != NULL && *e)
+  if ((e = getenv("SHMAPTEST_PROP_ONLY")) != NULL && *e)
     only = strtol(e, NULL, 0);
   if (me == 0) {
     printf("test_mpi_map_prop: %d process%s, seed %" PRIu64
-           " (SHMAP_PROP_SEED), %ld cases (SHMAP_PROP_CASES)\n",
+           " (SHMAPTEST_PROP_SEED), %ld cases (SHMAPTEST_PROP_CASES)\n",
            R, R == 1 ? "" : "es", g_seed, cases);
     fflush(stdout);
   }

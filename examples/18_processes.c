@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * 09_processes.c - libshmap tutorial: the same program on one process or
+ * 18_processes.c - libshmap tutorial: the same program on one process or
  * on many.
  *
  * What this example teaches
- *   - Run it as it is (`./09_processes`) and one process runs all 8
+ *   - Run it as it is (`./18_processes`) and one process runs all 8
  *     devices of the mesh "data=4, model=2".  Run it under MPI
- *     (`mpirun -np 2 ./09_processes`, or -np 4) and each process runs its
+ *     (`mpirun -np 2 ./18_processes`, or -np 4) and each process runs its
  *     share of the devices; the program does not change, and it prints the
  *     same numbers, digit for digit.
  *   - Every process makes the same library calls in the same order (SPMD).
@@ -33,7 +33,7 @@
 static void check(int rc, const char *what)
 {
   if (rc < 0) {
-    fprintf(stderr, "09_processes (process %d): %s failed: %s: %s\n",
+    fprintf(stderr, "18_processes (process %d): %s failed: %s: %s\n",
             shmap_process_rank(), what, shmap_strerror(rc), shmap_errmsg());
     exit(1);
   }
@@ -104,7 +104,7 @@ int main(void)
   shmap_array_destroy(in[1]);
   shmap_mesh_destroy(mesh);
   if (bad) {
-    fprintf(stderr, "09_processes: the result differs from the serial one\n");
+    fprintf(stderr, "18_processes: the result differs from the serial one\n");
     return 1;
   }
   return 0;
