@@ -342,7 +342,7 @@ SHMAP_EXTERN int shmap_psum_start(shmap_ctx *ctx, shmap_block *x,
   if (req)
     *req = NULL;
   shmap__plan p;
-  int rc = shmap__plan_reduce(ctx, x, axes, SHMAP__PSUM, "psum", &p);
+  int rc = shmap__plan_reduce(ctx, x, axes, SHMAP__PSUM, &p);
   if (rc)
     return rc;
   if (!req)

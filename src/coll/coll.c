@@ -24,31 +24,31 @@ SHMAP_EXTERN int shmap_axis_size(shmap_ctx *ctx, const char *axes)
 /* ---- reductions in place -------------------------------------------------- */
 
 static int reduce_inplace(shmap_ctx *ctx, shmap_block *x, const char *axes,
-                          int kind, const char *name)
+                          int kind)
 {
   shmap__plan p;
-  int rc = shmap__plan_reduce(ctx, x, axes, kind, name, &p);
+  int rc = shmap__plan_reduce(ctx, x, axes, kind, &p);
   return rc ? rc : shmap__algo_allreduce(&p, x);
 }
 
 SHMAP_EXTERN int shmap_psum(shmap_ctx *ctx, shmap_block *x, const char *axes)
 {
-  return reduce_inplace(ctx, x, axes, SHMAP__PSUM, "psum");
+  return reduce_inplace(ctx, x, axes, SHMAP__PSUM);
 }
 
 SHMAP_EXTERN int shmap_pmax(shmap_ctx *ctx, shmap_block *x, const char *axes)
 {
-  return reduce_inplace(ctx, x, axes, SHMAP__PMAX, "pmax");
+  return reduce_inplace(ctx, x, axes, SHMAP__PMAX);
 }
 
 SHMAP_EXTERN int shmap_pmin(shmap_ctx *ctx, shmap_block *x, const char *axes)
 {
-  return reduce_inplace(ctx, x, axes, SHMAP__PMIN, "pmin");
+  return reduce_inplace(ctx, x, axes, SHMAP__PMIN);
 }
 
 SHMAP_EXTERN int shmap_pmean(shmap_ctx *ctx, shmap_block *x, const char *axes)
 {
-  return reduce_inplace(ctx, x, axes, SHMAP__PMEAN, "pmean");
+  return reduce_inplace(ctx, x, axes, SHMAP__PMEAN);
 }
 
 /* ---- reductions into a new block -------------------------------------------- */
@@ -56,37 +56,37 @@ SHMAP_EXTERN int shmap_pmean(shmap_ctx *ctx, shmap_block *x, const char *axes)
 /* The members' results land in their new blocks (the call's dst), read
  * from their inputs (src): the same fused algorithm as in place. */
 static int reduce_new(shmap_ctx *ctx, const shmap_block *x, const char *axes,
-                      int kind, const char *name, shmap_block **out)
+                      int kind, shmap_block **out)
 {
   if (out)
     *out = NULL;
   shmap__plan p;
-  int rc = shmap__plan_reduce_new(ctx, x, axes, kind, name, out != NULL, &p);
+  int rc = shmap__plan_reduce_new(ctx, x, axes, kind, out != NULL, &p);
   return rc ? rc : shmap__into_new_block(&p, shmap__algo_allreduce_new, out);
 }
 
 SHMAP_EXTERN int shmap_psum_new(shmap_ctx *ctx, const shmap_block *x,
                                 const char *axes, shmap_block **out)
 {
-  return reduce_new(ctx, x, axes, SHMAP__PSUM, "psum", out);
+  return reduce_new(ctx, x, axes, SHMAP__PSUM, out);
 }
 
 SHMAP_EXTERN int shmap_pmax_new(shmap_ctx *ctx, const shmap_block *x,
                                 const char *axes, shmap_block **out)
 {
-  return reduce_new(ctx, x, axes, SHMAP__PMAX, "pmax", out);
+  return reduce_new(ctx, x, axes, SHMAP__PMAX, out);
 }
 
 SHMAP_EXTERN int shmap_pmin_new(shmap_ctx *ctx, const shmap_block *x,
                                 const char *axes, shmap_block **out)
 {
-  return reduce_new(ctx, x, axes, SHMAP__PMIN, "pmin", out);
+  return reduce_new(ctx, x, axes, SHMAP__PMIN, out);
 }
 
 SHMAP_EXTERN int shmap_pmean_new(shmap_ctx *ctx, const shmap_block *x,
                                  const char *axes, shmap_block **out)
 {
-  return reduce_new(ctx, x, axes, SHMAP__PMEAN, "pmean", out);
+  return reduce_new(ctx, x, axes, SHMAP__PMEAN, out);
 }
 
 SHMAP_EXTERN int shmap_ppermute_new(shmap_ctx *ctx, const shmap_block *x,

@@ -273,11 +273,10 @@ int shmap__algo_reduce_scatter_groups(shmap__plan *p, shmap_block *res)
 /* ---- entry points ---------------------------------------------------------- */
 
 static int reduce_groups(shmap_ctx *ctx, shmap_block *x, const char *axes,
-                         const shmap_groups *groups, int kind,
-                         const char *name)
+                         const shmap_groups *groups, int kind)
 {
   shmap__plan p;
-  int rc = shmap__plan_reduce_groups(ctx, x, axes, groups, kind, name, &p);
+  int rc = shmap__plan_reduce_groups(ctx, x, axes, groups, kind, &p);
   if (rc)
     return rc;
   return p.gmem ? shmap__algo_allreduce_groups(&p, x)
@@ -288,38 +287,38 @@ SHMAP_EXTERN int shmap_psum_groups(shmap_ctx *ctx, shmap_block *x,
                                    const char *axes,
                                    const shmap_groups *groups)
 {
-  return reduce_groups(ctx, x, axes, groups, SHMAP__PSUM, "psum");
+  return reduce_groups(ctx, x, axes, groups, SHMAP__PSUM);
 }
 
 SHMAP_EXTERN int shmap_pmax_groups(shmap_ctx *ctx, shmap_block *x,
                                    const char *axes,
                                    const shmap_groups *groups)
 {
-  return reduce_groups(ctx, x, axes, groups, SHMAP__PMAX, "pmax");
+  return reduce_groups(ctx, x, axes, groups, SHMAP__PMAX);
 }
 
 SHMAP_EXTERN int shmap_pmin_groups(shmap_ctx *ctx, shmap_block *x,
                                    const char *axes,
                                    const shmap_groups *groups)
 {
-  return reduce_groups(ctx, x, axes, groups, SHMAP__PMIN, "pmin");
+  return reduce_groups(ctx, x, axes, groups, SHMAP__PMIN);
 }
 
 SHMAP_EXTERN int shmap_pmean_groups(shmap_ctx *ctx, shmap_block *x,
                                     const char *axes,
                                     const shmap_groups *groups)
 {
-  return reduce_groups(ctx, x, axes, groups, SHMAP__PMEAN, "pmean");
+  return reduce_groups(ctx, x, axes, groups, SHMAP__PMEAN);
 }
 
 static int reduce_groups_new(shmap_ctx *ctx, const shmap_block *x,
                              const char *axes, const shmap_groups *groups,
-                             int kind, const char *name, shmap_block **out)
+                             int kind, shmap_block **out)
 {
   if (out)
     *out = NULL;
   shmap__plan p;
-  int rc = shmap__plan_reduce_new_groups(ctx, x, axes, groups, kind, name,
+  int rc = shmap__plan_reduce_new_groups(ctx, x, axes, groups, kind,
                                          out != NULL, &p);
   if (rc)
     return rc;
@@ -334,7 +333,7 @@ SHMAP_EXTERN int shmap_psum_groups_new(shmap_ctx *ctx, const shmap_block *x,
                                        const shmap_groups *groups,
                                        shmap_block **out)
 {
-  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PSUM, "psum", out);
+  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PSUM, out);
 }
 
 SHMAP_EXTERN int shmap_pmax_groups_new(shmap_ctx *ctx, const shmap_block *x,
@@ -342,7 +341,7 @@ SHMAP_EXTERN int shmap_pmax_groups_new(shmap_ctx *ctx, const shmap_block *x,
                                        const shmap_groups *groups,
                                        shmap_block **out)
 {
-  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PMAX, "pmax", out);
+  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PMAX, out);
 }
 
 SHMAP_EXTERN int shmap_pmin_groups_new(shmap_ctx *ctx, const shmap_block *x,
@@ -350,7 +349,7 @@ SHMAP_EXTERN int shmap_pmin_groups_new(shmap_ctx *ctx, const shmap_block *x,
                                        const shmap_groups *groups,
                                        shmap_block **out)
 {
-  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PMIN, "pmin", out);
+  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PMIN, out);
 }
 
 SHMAP_EXTERN int shmap_pmean_groups_new(shmap_ctx *ctx, const shmap_block *x,
@@ -358,7 +357,7 @@ SHMAP_EXTERN int shmap_pmean_groups_new(shmap_ctx *ctx, const shmap_block *x,
                                         const shmap_groups *groups,
                                         shmap_block **out)
 {
-  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PMEAN, "pmean", out);
+  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PMEAN, out);
 }
 
 SHMAP_EXTERN int shmap_all_gather_groups(shmap_ctx *ctx, const shmap_block *x,

@@ -49,11 +49,12 @@ static int axes_cached(shmap_ctx *ctx, const char *name, const char *text,
 
 /* What every collective checks first: the context, the axes, the input,
  * the groups. */
-int shmap__plan_prepare(shmap_ctx *ctx, const char *name, int kind,
-                        const shmap_block *x, const char *axes,
-                        const shmap_groups *groups, shmap__plan *p)
+int shmap__plan_prepare(shmap_ctx *ctx, int kind, const shmap_block *x,
+                        const char *axes, const shmap_groups *groups,
+                        shmap__plan *p)
 {
   shmap__coll *c = &p->c;
+  const char *name = shmap__kind_name(kind);
   p->groups = groups;
   p->gn = 1;
   p->grank = 0;
@@ -178,16 +179,6 @@ int shmap__plan_group(shmap_ctx *ctx, const char *name, const char *axes,
 
 /* ---- one plan per collective ------------------------------------------ */
 
-int shmap__kind_redop(int kind)
-{
-  switch (kind) {
-  case SHMAP__PMAX: return SHMAP__OP_MAX;
-  case SHMAP__PMIN: return SHMAP__OP_MIN;
-  case SHMAP__PMEAN: return SHMAP__OP_MEAN;
-  default: return SHMAP__OP_SUM;
-  }
-}
-
 /* The kernel of a reduction on the call's dtype (from the dtype table),
  * or an error saying why the dtype does not allow it. */
 static int plan_fold(shmap__plan *p, int kind)
@@ -207,20 +198,18 @@ static int plan_fold(shmap__plan *p, int kind)
 }
 
 int shmap__plan_reduce_new(shmap_ctx *ctx, const shmap_block *x,
-                           const char *axes, int kind, const char *name,
-                           bool has_out, shmap__plan *p)
+                           const char *axes, int kind, bool has_out,
+                           shmap__plan *p)
 {
-  return shmap__plan_reduce_new_groups(ctx, x, axes, NULL, kind, name,
-                                       has_out, p);
+  return shmap__plan_reduce_new_groups(ctx, x, axes, NULL, kind, has_out, p);
 }
 
 int shmap__plan_reduce_new_groups(shmap_ctx *ctx, const shmap_block *x,
                                   const char *axes,
                                   const shmap_groups *groups, int kind,
-                                  const char *name, bool has_out,
-                                  shmap__plan *p)
+                                  bool has_out, shmap__plan *p)
 {
-  int rc = shmap__plan_prepare(ctx, name, kind, x, axes, groups, p);
+  int rc = shmap__plan_prepare(ctx, kind, x, axes, groups, p);
   if (rc || (rc = plan_fold(p, kind)))
     return rc;
   if (!has_out)
@@ -231,16 +220,16 @@ int shmap__plan_reduce_new_groups(shmap_ctx *ctx, const shmap_block *x,
 }
 
 int shmap__plan_reduce(shmap_ctx *ctx, shmap_block *x, const char *axes,
-                       int kind, const char *name, shmap__plan *p)
+                       int kind, shmap__plan *p)
 {
-  return shmap__plan_reduce_groups(ctx, x, axes, NULL, kind, name, p);
+  return shmap__plan_reduce_groups(ctx, x, axes, NULL, kind, p);
 }
 
 int shmap__plan_reduce_groups(shmap_ctx *ctx, shmap_block *x,
                               const char *axes, const shmap_groups *groups,
-                              int kind, const char *name, shmap__plan *p)
+                              int kind, shmap__plan *p)
 {
-  int rc = shmap__plan_prepare(ctx, name, kind, x, axes, groups, p);
+  int rc = shmap__plan_prepare(ctx, kind, x, axes, groups, p);
   if (rc || (rc = plan_fold(p, kind)))
     return rc;
   if (p->odtype != (int)x->dtype)
@@ -248,8 +237,8 @@ int shmap__plan_reduce_groups(shmap_ctx *ctx, shmap_block *x,
                            "%s of %s gives %s (as in JAX), which does not fit "
                            "in place: use shmap_%s_new(), which returns a new "
                            "block",
-                           name, shmap_dtype_name(x->dtype),
-                           shmap_dtype_name((shmap_dtype)p->odtype), name);
+                           p->c.name, shmap_dtype_name(x->dtype),
+                           shmap_dtype_name((shmap_dtype)p->odtype), p->c.name);
   p->c.call.dst = x->data;
   return 0;
 }
@@ -268,8 +257,7 @@ int shmap__plan_psum_scatter_groups(shmap_ctx *ctx, const shmap_block *x,
                                     int scatter_dimension, int tiled,
                                     bool has_out, shmap__plan *p)
 {
-  int rc = shmap__plan_prepare(ctx, "psum_scatter", SHMAP__PSUM_SCATTER, x,
-                               axes, groups, p);
+  int rc = shmap__plan_prepare(ctx, SHMAP__PSUM_SCATTER, x, axes, groups, p);
   if (rc)
     return rc;
   if (!has_out)
@@ -306,8 +294,7 @@ int shmap__plan_all_gather_groups(shmap_ctx *ctx, const shmap_block *x,
                                   int axis, int tiled, bool has_out,
                                   shmap__plan *p)
 {
-  int rc = shmap__plan_prepare(ctx, "all_gather", SHMAP__ALL_GATHER, x, axes,
-                               groups, p);
+  int rc = shmap__plan_prepare(ctx, SHMAP__ALL_GATHER, x, axes, groups, p);
   if (rc)
     return rc;
   if (!has_out)
@@ -354,8 +341,7 @@ int shmap__plan_all_to_all_groups(shmap_ctx *ctx, const shmap_block *x,
                                   int split_axis, int concat_axis, int tiled,
                                   bool has_out, shmap__plan *p)
 {
-  int rc = shmap__plan_prepare(ctx, "all_to_all", SHMAP__ALL_TO_ALL, x, axes,
-                               groups, p);
+  int rc = shmap__plan_prepare(ctx, SHMAP__ALL_TO_ALL, x, axes, groups, p);
   if (rc)
     return rc;
   if (!has_out)
@@ -397,8 +383,7 @@ int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
                          const char *axes, int npairs, const int pairs[][2],
                          shmap__plan *p)
 {
-  int rc = shmap__plan_prepare(ctx, "ppermute", SHMAP__PPERMUTE, x, axes, NULL,
-                               p);
+  int rc = shmap__plan_prepare(ctx, SHMAP__PPERMUTE, x, axes, NULL, p);
   if (rc)
     return rc;
   if (npairs < 0 || (npairs > 0 && !pairs))

@@ -40,9 +40,9 @@ static inline int shmap__plan_member(const shmap__plan *p, int k)
 /* What every plan checks first (the context, the axes, the input, the
  * groups; NULL groups for the whole group) and the descriptor's common
  * fields.  0 or an error code (message set). */
-int shmap__plan_prepare(shmap_ctx *ctx, const char *name, int kind,
-                        const shmap_block *x, const char *axes,
-                        const shmap_groups *groups, shmap__plan *p);
+int shmap__plan_prepare(shmap_ctx *ctx, int kind, const shmap_block *x,
+                        const char *axes, const shmap_groups *groups,
+                        shmap__plan *p);
 /* Check groups against the plan's group (coll/groups.c) and fill gn, grank,
  * gmem and the descriptor's groups. */
 int shmap__groups_plan(shmap__plan *p);
@@ -50,7 +50,7 @@ int shmap__groups_plan(shmap__plan *p);
 /* Each checks its collective's arguments on this device (an error fails
  * the whole map, message set) and fills the plan.  0 or an error code. */
 int shmap__plan_reduce(shmap_ctx *ctx, shmap_block *x, const char *axes,
-                       int kind, const char *name, shmap__plan *p);
+                       int kind, shmap__plan *p);
 int shmap__plan_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
                              const char *axes, int scatter_dimension,
                              int tiled, bool has_out, shmap__plan *p);
@@ -65,17 +65,16 @@ int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
                          shmap__plan *p);
 /* psum, pmax, pmin, pmean into a new block (result dtype: the table's). */
 int shmap__plan_reduce_new(shmap_ctx *ctx, const shmap_block *x,
-                           const char *axes, int kind, const char *name,
-                           bool has_out, shmap__plan *p);
+                           const char *axes, int kind, bool has_out,
+                           shmap__plan *p);
 /* The same plans within axis_index_groups (NULL: the whole group). */
 int shmap__plan_reduce_groups(shmap_ctx *ctx, shmap_block *x,
                               const char *axes, const shmap_groups *groups,
-                              int kind, const char *name, shmap__plan *p);
+                              int kind, shmap__plan *p);
 int shmap__plan_reduce_new_groups(shmap_ctx *ctx, const shmap_block *x,
                                   const char *axes,
                                   const shmap_groups *groups, int kind,
-                                  const char *name, bool has_out,
-                                  shmap__plan *p);
+                                  bool has_out, shmap__plan *p);
 int shmap__plan_psum_scatter_groups(shmap_ctx *ctx, const shmap_block *x,
                                     const char *axes,
                                     const shmap_groups *groups,

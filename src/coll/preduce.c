@@ -50,8 +50,7 @@ static int plan_preduce(shmap_ctx *ctx, const shmap_block *x,
                         const char *axes, const shmap_reduce_op *op,
                         shmap__plan *p, shmap__stage_fold *sf)
 {
-  int rc = shmap__plan_prepare(ctx, "preduce", SHMAP__PREDUCE, x, axes, NULL,
-                               p);
+  int rc = shmap__plan_prepare(ctx, SHMAP__PREDUCE, x, axes, NULL, p);
   if (rc)
     return rc;
   shmap__coll *c = &p->c;

@@ -16,8 +16,7 @@
 static int plan_pbroadcast(shmap_ctx *ctx, const shmap_block *x,
                            const char *axes, int source, shmap__plan *p)
 {
-  int rc = shmap__plan_prepare(ctx, "pbroadcast", SHMAP__PBROADCAST, x, axes,
-                               NULL, p);
+  int rc = shmap__plan_prepare(ctx, SHMAP__PBROADCAST, x, axes, NULL, p);
   if (rc)
     return rc;
   if (source < 0 || source >= p->c.n)
@@ -215,9 +214,8 @@ SHMAP_EXTERN int shmap_ragged_all_to_all(
     const char *axes)
 {
   shmap__plan p;
-  int rc = shmap__plan_prepare(ctx, "ragged_all_to_all",
-                               SHMAP__RAGGED_ALL_TO_ALL, operand, axes, NULL,
-                               &p);
+  int rc = shmap__plan_prepare(ctx, SHMAP__RAGGED_ALL_TO_ALL, operand, axes,
+                               NULL, &p);
   if (rc || (rc = ragged_check(&p, operand, output, input_offsets, send_sizes,
                                output_offsets, recv_sizes)))
     return rc;
