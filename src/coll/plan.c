@@ -7,6 +7,7 @@
  * descriptor filled that the group's members compare when they arrive.
  */
 #include "coll/plan.h"
+#include "group.h"
 #include "hash.h"
 
 #include "sched/sched.h"
