@@ -11,6 +11,7 @@
 #define SHMAP_KINDS_H
 
 #include "dtype.h"
+#include "internal.h"
 
 /* X(enum suffix, name, reduction): the reduction is the dtype table's
  * column (SHMAP__OP_*) a kind folds with, or -1 for a kind that moves data
@@ -43,6 +44,16 @@ enum shmap__kind {
 };
 #undef SHMAP__KIND_ENUM
 #define SHMAP__KIND_LAST (SHMAP__NKINDS - 1)
+
+/* The longest kind name with its NUL: the size of a union of one char
+ * array per name. */
+#define SHMAP__KIND_NAME_SIZE(id, name, redop) char id[sizeof name];
+union shmap__kind_name_sizes { SHMAP__KIND_MAP(SHMAP__KIND_NAME_SIZE) };
+#undef SHMAP__KIND_NAME_SIZE
+#define SHMAP__KIND_NAME_MAX sizeof(union shmap__kind_name_sizes)
+/* A call as messages name it: "ragged_all_to_all over ('i', 'j')". */
+#define SHMAP__CALLNAME_MAX \
+  (SHMAP__KIND_NAME_MAX + sizeof " over " - 1 + SHMAP__AXES_MAX)
 
 /* The names by kind, "?" for kind 0.  An array rather than only a
  * function so that the gdb extension reads the names from the library. */

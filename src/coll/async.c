@@ -55,7 +55,7 @@ struct shmap_request {
   const shmap_block *in; /* the input the body must not write */
   struct shmap_ctx proxy;
   const char *api;       /* "shmap_ppermute_start" */
-  char op[360];          /* "ppermute over 'i'" */
+  char op[SHMAP__CALLNAME_MAX]; /* "ppermute over 'i'" */
   uint32_t k;            /* the call's number on the device */
   int depth;             /* the nesting depth of the body that started it */
   uint64_t packed;       /* kind, axes and dtype (trace, watchdog) */

@@ -25,6 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A group as text in a message ("[0, 2]"): a group of many ranks is cut
+ * (ranks are data, not a name), so that the rest of the message stays. */
+#define GROUP_TEXT_MAX 160
+
 /* "[0, 2]": group gi of the layout. */
 static void group_text(const shmap_groups *g, int gi, char *buf, size_t n)
 {
@@ -68,7 +72,7 @@ int shmap__groups_plan(shmap__plan *p)
   for (int gi = 0; gi < g->ngroups; gi++)
     for (int k = 0; k < g->size; k++) {
       int r = g->ranks[gi * g->size + k];
-      char gt[160], ot[160];
+      char gt[GROUP_TEXT_MAX], ot[GROUP_TEXT_MAX];
       if (r < 0 || r >= n || where[r] >= 0) {
         group_text(g, gi, gt, sizeof gt);
         int other = r < 0 || r >= n ? -1 : where[r];

@@ -19,7 +19,7 @@
 const char *shmap__coll_opname(shmap__coll *c)
 {
   if (!c->op[0]) {
-    char af[320];
+    char af[SHMAP__AXES_MAX];
     if (c->axes_ok)
       shmap__axes_format(c->ctx->rt->mesh, c->call.axes, c->call.naxes, af,
                          sizeof af);
@@ -109,7 +109,7 @@ static int split_check(shmap__plan *p, const char *what, int d, int tiled)
   const shmap__call *call = &p->c.call;
   int n = p->gn;
   int64_t size = call->shape[d];
-  char s[128];
+  char s[SHMAP__SHAPE_MAX];
   shmap__shape_format((shmap_dtype)call->dtype, call->rank, call->shape, s,
                       sizeof s);
   if (tiled && size % n != 0)

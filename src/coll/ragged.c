@@ -105,7 +105,7 @@ static int ragged_fail(shmap__plan *p, const char *fmt, ...)
     SHMAP__PRINTF(2, 3);
 static int ragged_fail(shmap__plan *p, const char *fmt, ...)
 {
-  char msg[512];
+  char msg[SHMAP__MSG_MAX];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -130,7 +130,7 @@ static int ragged_check(shmap__plan *p, const shmap_block *operand,
   const char *op = shmap__coll_opname(c);
   if (!shmap__block_valid(output))
     return shmap__block_check(c->ctx, op, "the output", output);
-  char os[128], xs[128];
+  char os[SHMAP__SHAPE_MAX], xs[SHMAP__SHAPE_MAX];
   shmap__shape_format(operand->dtype, operand->rank, operand->shape, xs,
                       sizeof xs);
   shmap__shape_format(output->dtype, output->rank, output->shape, os,
