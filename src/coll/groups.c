@@ -276,7 +276,7 @@ int shmap__algo_reduce_scatter_groups(shmap__plan *p, shmap_block *res)
 
 /* ---- entry points ---------------------------------------------------------- */
 
-static int reduce_groups(shmap_ctx *ctx, shmap_block *x, const char *axes,
+int shmap__reduce_groups(shmap_ctx *ctx, shmap_block *x, const char *axes,
                          const shmap_groups *groups, int kind)
 {
   shmap__plan p;
@@ -291,31 +291,31 @@ SHMAP_EXTERN int shmap_psum_groups(shmap_ctx *ctx, shmap_block *x,
                                    const char *axes,
                                    const shmap_groups *groups)
 {
-  return reduce_groups(ctx, x, axes, groups, SHMAP__PSUM);
+  return shmap__reduce_groups(ctx, x, axes, groups, SHMAP__PSUM);
 }
 
 SHMAP_EXTERN int shmap_pmax_groups(shmap_ctx *ctx, shmap_block *x,
                                    const char *axes,
                                    const shmap_groups *groups)
 {
-  return reduce_groups(ctx, x, axes, groups, SHMAP__PMAX);
+  return shmap__reduce_groups(ctx, x, axes, groups, SHMAP__PMAX);
 }
 
 SHMAP_EXTERN int shmap_pmin_groups(shmap_ctx *ctx, shmap_block *x,
                                    const char *axes,
                                    const shmap_groups *groups)
 {
-  return reduce_groups(ctx, x, axes, groups, SHMAP__PMIN);
+  return shmap__reduce_groups(ctx, x, axes, groups, SHMAP__PMIN);
 }
 
 SHMAP_EXTERN int shmap_pmean_groups(shmap_ctx *ctx, shmap_block *x,
                                     const char *axes,
                                     const shmap_groups *groups)
 {
-  return reduce_groups(ctx, x, axes, groups, SHMAP__PMEAN);
+  return shmap__reduce_groups(ctx, x, axes, groups, SHMAP__PMEAN);
 }
 
-static int reduce_groups_new(shmap_ctx *ctx, const shmap_block *x,
+int shmap__reduce_groups_new(shmap_ctx *ctx, const shmap_block *x,
                              const char *axes, const shmap_groups *groups,
                              int kind, shmap_block **out)
 {
@@ -337,7 +337,7 @@ SHMAP_EXTERN int shmap_psum_groups_new(shmap_ctx *ctx, const shmap_block *x,
                                        const shmap_groups *groups,
                                        shmap_block **out)
 {
-  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PSUM, out);
+  return shmap__reduce_groups_new(ctx, x, axes, groups, SHMAP__PSUM, out);
 }
 
 SHMAP_EXTERN int shmap_pmax_groups_new(shmap_ctx *ctx, const shmap_block *x,
@@ -345,7 +345,7 @@ SHMAP_EXTERN int shmap_pmax_groups_new(shmap_ctx *ctx, const shmap_block *x,
                                        const shmap_groups *groups,
                                        shmap_block **out)
 {
-  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PMAX, out);
+  return shmap__reduce_groups_new(ctx, x, axes, groups, SHMAP__PMAX, out);
 }
 
 SHMAP_EXTERN int shmap_pmin_groups_new(shmap_ctx *ctx, const shmap_block *x,
@@ -353,7 +353,7 @@ SHMAP_EXTERN int shmap_pmin_groups_new(shmap_ctx *ctx, const shmap_block *x,
                                        const shmap_groups *groups,
                                        shmap_block **out)
 {
-  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PMIN, out);
+  return shmap__reduce_groups_new(ctx, x, axes, groups, SHMAP__PMIN, out);
 }
 
 SHMAP_EXTERN int shmap_pmean_groups_new(shmap_ctx *ctx, const shmap_block *x,
@@ -361,7 +361,7 @@ SHMAP_EXTERN int shmap_pmean_groups_new(shmap_ctx *ctx, const shmap_block *x,
                                         const shmap_groups *groups,
                                         shmap_block **out)
 {
-  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PMEAN, out);
+  return shmap__reduce_groups_new(ctx, x, axes, groups, SHMAP__PMEAN, out);
 }
 
 SHMAP_EXTERN int shmap_all_gather_groups(shmap_ctx *ctx, const shmap_block *x,

@@ -125,7 +125,7 @@ static int split_check(shmap__plan *p, const char *what, int d, int tiled)
   return 0;
 }
 
-static int out_null(shmap__plan *p)
+int shmap__plan_out_null(shmap__plan *p)
 {
   return shmap__dev_fail(p->c.ctx, shmap__coll_opname(&p->c), SHMAP_EINVAL,
                          "out is NULL");
@@ -198,13 +198,6 @@ static int plan_fold(shmap__plan *p, int kind)
   return 0;
 }
 
-int shmap__plan_reduce_new(shmap_ctx *ctx, const shmap_block *x,
-                           const char *axes, int kind, bool has_out,
-                           shmap__plan *p)
-{
-  return shmap__plan_reduce_new_groups(ctx, x, axes, NULL, kind, has_out, p);
-}
-
 int shmap__plan_reduce_new_groups(shmap_ctx *ctx, const shmap_block *x,
                                   const char *axes,
                                   const shmap_groups *groups, int kind,
@@ -214,7 +207,7 @@ int shmap__plan_reduce_new_groups(shmap_ctx *ctx, const shmap_block *x,
   if (rc || (rc = plan_fold(p, kind)))
     return rc;
   if (!has_out)
-    return out_null(p);
+    return shmap__plan_out_null(p);
   p->orank = x->rank;
   memcpy(p->oshape, x->shape, sizeof p->oshape);
   return 0;
@@ -262,7 +255,7 @@ int shmap__plan_psum_scatter_groups(shmap_ctx *ctx, const shmap_block *x,
   if (rc)
     return rc;
   if (!has_out)
-    return out_null(p);
+    return shmap__plan_out_null(p);
   int d = 0;
   if ((rc = norm_dim(p, "scatter_dimension", scatter_dimension, x->rank, &d)) ||
       (rc = split_check(p, "scatter_dimension", d, tiled)))
@@ -299,7 +292,7 @@ int shmap__plan_all_gather_groups(shmap_ctx *ctx, const shmap_block *x,
   if (rc)
     return rc;
   if (!has_out)
-    return out_null(p);
+    return shmap__plan_out_null(p);
   if (!tiled && x->rank == SHMAP_MAX_RANK)
     return shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ESHAPE,
                            "untiled all_gather would make a block of rank %d "
@@ -346,7 +339,7 @@ int shmap__plan_all_to_all_groups(shmap_ctx *ctx, const shmap_block *x,
   if (rc)
     return rc;
   if (!has_out)
-    return out_null(p);
+    return shmap__plan_out_null(p);
   int sa = 0, ca = 0;
   if ((rc = norm_dim(p, "split_axis", split_axis, x->rank, &sa)) ||
       (rc = norm_dim(p, "concat_axis", concat_axis, x->rank, &ca)) ||

@@ -132,8 +132,7 @@ SHMAP_EXTERN int shmap_preduce_new(shmap_ctx *ctx, const shmap_block *x,
   if (rc)
     return rc;
   if (!out)
-    return shmap__dev_fail(ctx, shmap__coll_opname(&p.c), SHMAP_EINVAL,
-                           "out is NULL");
+    return shmap__plan_out_null(&p);
   shmap_block *res = shmap__plan_result(&p);
   if (!res)
     return ctx->err;

@@ -80,8 +80,7 @@ SHMAP_EXTERN int shmap_pbroadcast_new(shmap_ctx *ctx, const shmap_block *x,
   if (rc)
     return rc;
   if (!out)
-    return shmap__dev_fail(ctx, shmap__coll_opname(&p.c), SHMAP_EINVAL,
-                           "out is NULL");
+    return shmap__plan_out_null(&p);
   return shmap__into_new_block(&p, pbroadcast_new_algo, out);
 }
 
