@@ -55,11 +55,6 @@ _DTYPES_FALLBACK = {0: ("f32", 4, _CLASS_FLOAT), 1: ("f64", 8, _CLASS_FLOAT),
                     2: ("i32", 4, _CLASS_SIGNED), 3: ("i64", 8, _CLASS_SIGNED)}
 _MAX_RANK = 8
 _MAX_AXES = 8
-# enum shmap__kind (the collective in a packed op word).
-_KINDS = {1: "psum", 2: "pmax", 3: "pmin", 4: "pmean", 5: "psum_scatter",
-          6: "all_gather", 7: "all_to_all", 8: "ppermute", 9: "pbroadcast",
-          10: "ragged_all_to_all", 11: "preduce",
-          12: "shmap_map_nested"}
 # enum shmap__state.
 _ST_PARKED, _ST_INPUTS, _ST_BODY, _ST_COLL, _ST_DONE, _ST_REPLICA = range(6)
 # enum shmap__mode.
@@ -168,7 +163,26 @@ def _op_text(axes, op):
         over = names[0]
     else:
         over = "(" + ", ".join(names) + ")"
-    return "%s over %s" % (_KINDS.get(kind, "?"), over)
+    return "%s over %s" % (_kind_name(kind), over)
+
+
+def _kind_name(kind):
+    """The name of a collective kind (the kind in a packed op word), read
+    from the library's table shmap__kind_names (src/kinds.c), so that a
+    new collective needs no change here; "?" for a kind the table does not
+    have, as in the library's own messages."""
+    try:
+        table = gdb.parse_and_eval("shmap__kind_names")
+        lo, hi = table.type.range()
+        if lo < kind <= hi:
+            return table[kind].string()
+        return "?"
+    except (gdb.error, gdb.MemoryError, RuntimeError):
+        # No list to fall back on: without the table's symbol and type the
+        # library was built without debug information, and then the
+        # extension cannot read the devices whose calls it would name
+        # (_registry says so); the number still tells the kind apart.
+        return "kind %d" % kind
 
 
 def _now_ns(since_values):

@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "group.h"
+
 #ifdef __GNUC__
 #define SHMAP__PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
@@ -257,23 +259,11 @@ void shmap__block_offset(const shmap_mesh *mesh, const shmap__spec *spec,
                          int64_t off[]);
 /* Bit a set for each mesh axis named anywhere in the spec. */
 unsigned shmap__spec_axes_mask(const shmap__spec *spec);
-/* The device with the same coordinates as `dev` on the axes in `mask` and
- * coordinate 0 on every other axis. */
-int shmap__representative(const shmap_mesh *mesh, unsigned mask, int dev);
 /* Copy an N-d box of `shape` (elements of esize bytes) between two strided
  * views (strides in elements).  rank 0 copies one element. */
 void shmap__copy_box(void *dst, const int64_t dst_strides[], const void *src,
                      const int64_t src_strides[], int rank,
                      const int64_t shape[], size_t esize);
-/* The group of `dev` over `axes` (in order): its members' device numbers in
- * rank order (when members is not NULL), and its rank.  Returns the group
- * size. */
-int shmap__group(const shmap_mesh *mesh, const int axes[], int naxes, int dev,
-                 int members[], int *rank);
-/* The device of rank r in the group over `axes` whose rank-0 member is
- * device `base` (O(naxes)). */
-int shmap__group_member(const shmap_mesh *mesh, const int axes[], int naxes,
-                        int base, int r);
 
 /* ---- array.c ----------------------------------------------------------- */
 

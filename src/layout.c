@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* layout.c - the pure index math of splitting, tiling and assembling:
- * block shapes and offsets, axis groups and ranks, strided box copies.
+ * block shapes and offsets, strided box copies (axis groups and ranks are
+ * group.c's).
  * No threads and no allocation here. */
 #include "internal.h"
 
@@ -116,15 +117,6 @@ unsigned shmap__spec_axes_mask(const shmap__spec *spec)
   return mask;
 }
 
-int shmap__representative(const shmap_mesh *mesh, unsigned mask, int dev)
-{
-  int rep = 0;
-  for (int a = 0; a < mesh->naxes; a++)
-    if (mask & (1u << a))
-      rep += dev / mesh->strides[a] % mesh->sizes[a] * mesh->strides[a];
-  return rep;
-}
-
 void shmap__copy_box(void *dst, const int64_t dst_strides[], const void *src,
                      const int64_t src_strides[], int rank,
                      const int64_t shape[], size_t esize)
@@ -171,36 +163,4 @@ void shmap__copy_box(void *dst, const int64_t dst_strides[], const void *src,
     if (k < 0)
       return;
   }
-}
-
-int shmap__group(const shmap_mesh *mesh, const int axes[], int naxes, int dev,
-                 int members[], int *rank)
-{
-  /* Base: this device with coordinate 0 on every group axis. */
-  int base = dev, r = 0, n = 1;
-  for (int k = 0; k < naxes; k++) {
-    int a = axes[k];
-    int c = dev / mesh->strides[a] % mesh->sizes[a];
-    base -= c * mesh->strides[a];
-    r = r * mesh->sizes[a] + c;
-    n *= mesh->sizes[a];
-  }
-  if (rank)
-    *rank = r;
-  if (members)
-    for (int m = 0; m < n; m++)
-      members[m] = shmap__group_member(mesh, axes, naxes, base, m);
-  return n;
-}
-
-int shmap__group_member(const shmap_mesh *mesh, const int axes[], int naxes,
-                        int base, int r)
-{
-  int id = base;
-  for (int k = naxes - 1; k >= 0; k--) {
-    int a = axes[k];
-    id += r % mesh->sizes[a] * mesh->strides[a];
-    r /= mesh->sizes[a];
-  }
-  return id;
 }

@@ -9,6 +9,8 @@ src_libshmap_core_la_SOURCES = \
 	src/version.c \
 	src/alloc.c \
 	src/mesh.c \
+	src/kinds.c \
+	src/group.c \
 	src/submesh.c \
 	src/jobs/transfer.c \
 	src/spec.c \
@@ -40,7 +42,7 @@ noinst_HEADERS += src/settings.h src/internal.h src/device/arena.h src/map/map.h
 	src/sched/runtime.h src/sched/sched.h src/sched/debug.h \
 	src/transport/comm.h src/coll/coll.h src/transport/desc.h src/coll/plan.h \
 	src/proc/proc.h src/transport/mpi.h src/dtype.h src/coll/kern.h \
-	src/coll/async.h src/sched/progress.h src/hash.h
+	src/coll/async.h src/sched/progress.h src/hash.h src/kinds.h src/group.h
 src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(STACK_CLASH_CFLAGS) $(UV_CFLAGS) $(MPI_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
 src_libshmap_core_la_LIBADD = $(UV_LIBS) $(MPI_LIBS)
 

@@ -55,7 +55,7 @@ struct shmap_request {
   const shmap_block *in; /* the input the body must not write */
   struct shmap_ctx proxy;
   const char *api;       /* "shmap_ppermute_start" */
-  char op[360];          /* "ppermute over 'i'" */
+  char op[SHMAP__CALLNAME_MAX]; /* "ppermute over 'i'" */
   uint32_t k;            /* the call's number on the device */
   int depth;             /* the nesting depth of the body that started it */
   uint64_t packed;       /* kind, axes and dtype (trace, watchdog) */
@@ -250,6 +250,30 @@ static void launch(struct shmap_request *r, shmap__plan *p, const char *api,
   shmap__progress_post(ctx->rt, ctx->dev, carry_out, r);
 }
 
+/* The start of a call whose result is a new block, once its plan holds: a
+ * request, the result block, and the call handed to the progress thread.
+ * out is not NULL here for the calls whose plan checks it. */
+static int start_new(shmap__plan *p, const char *api,
+                     int (*algo)(shmap__plan *, shmap_block *),
+                     const shmap_block *x, shmap_block **out,
+                     shmap_request **req)
+{
+  shmap_ctx *ctx = p->c.ctx;
+  if (!out || !req)
+    return shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_EINVAL,
+                           "%s is NULL", out ? "req" : "out");
+  struct shmap_request *r = take(p, api);
+  shmap_block *res = r ? shmap__plan_result(p) : NULL;
+  if (!res)
+    return ctx->err;
+  r->inplace = NULL;
+  r->scratch = NULL;
+  launch(r, p, api, algo, res, x);
+  *out = res;
+  *req = r;
+  return 0;
+}
+
 SHMAP_EXTERN int shmap_ppermute_start(shmap_ctx *ctx, const shmap_block *x,
                                       const char *axes, int npairs,
                                       const int pairs[][2], shmap_block **out,
@@ -263,19 +287,8 @@ SHMAP_EXTERN int shmap_ppermute_start(shmap_ctx *ctx, const shmap_block *x,
   int rc = shmap__plan_ppermute(ctx, x, axes, npairs, pairs, &p);
   if (rc)
     return rc;
-  if (!out || !req)
-    return shmap__dev_fail(ctx, shmap__coll_opname(&p.c), SHMAP_EINVAL,
-                           "%s is NULL", out ? "req" : "out");
-  struct shmap_request *r = take(&p, "shmap_ppermute_start");
-  shmap_block *res = r ? shmap__plan_result(&p) : NULL;
-  if (!res)
-    return ctx->err;
-  r->inplace = NULL;
-  r->scratch = NULL;
-  launch(r, &p, "shmap_ppermute_start", shmap__algo_ppermute_new, res, x);
-  *out = res;
-  *req = r;
-  return 0;
+  return start_new(&p, "shmap_ppermute_start", shmap__algo_ppermute_new, x,
+                   out, req);
 }
 
 SHMAP_EXTERN int shmap_all_gather_start(shmap_ctx *ctx, const shmap_block *x,
@@ -290,19 +303,8 @@ SHMAP_EXTERN int shmap_all_gather_start(shmap_ctx *ctx, const shmap_block *x,
   int rc = shmap__plan_all_gather(ctx, x, axes, axis, tiled, out != NULL, &p);
   if (rc)
     return rc;
-  if (!req)
-    return shmap__dev_fail(ctx, shmap__coll_opname(&p.c), SHMAP_EINVAL,
-                           "req is NULL");
-  struct shmap_request *r = take(&p, "shmap_all_gather_start");
-  shmap_block *res = r ? shmap__plan_result(&p) : NULL;
-  if (!res)
-    return ctx->err;
-  r->inplace = NULL;
-  r->scratch = NULL;
-  launch(r, &p, "shmap_all_gather_start", shmap__algo_all_gather, res, x);
-  *out = res;
-  *req = r;
-  return 0;
+  return start_new(&p, "shmap_all_gather_start", shmap__algo_all_gather, x,
+                   out, req);
 }
 
 SHMAP_EXTERN int shmap_psum_scatter_start(shmap_ctx *ctx, const shmap_block *x,
@@ -320,20 +322,8 @@ SHMAP_EXTERN int shmap_psum_scatter_start(shmap_ctx *ctx, const shmap_block *x,
                                     out != NULL, &p);
   if (rc)
     return rc;
-  if (!req)
-    return shmap__dev_fail(ctx, shmap__coll_opname(&p.c), SHMAP_EINVAL,
-                           "req is NULL");
-  struct shmap_request *r = take(&p, "shmap_psum_scatter_start");
-  shmap_block *res = r ? shmap__plan_result(&p) : NULL;
-  if (!res)
-    return ctx->err;
-  r->inplace = NULL;
-  r->scratch = NULL;
-  launch(r, &p, "shmap_psum_scatter_start", shmap__algo_reduce_scatter, res,
-         x);
-  *out = res;
-  *req = r;
-  return 0;
+  return start_new(&p, "shmap_psum_scatter_start", shmap__algo_reduce_scatter,
+                   x, out, req);
 }
 
 SHMAP_EXTERN int shmap_psum_start(shmap_ctx *ctx, shmap_block *x,
@@ -342,7 +332,7 @@ SHMAP_EXTERN int shmap_psum_start(shmap_ctx *ctx, shmap_block *x,
   if (req)
     *req = NULL;
   shmap__plan p;
-  int rc = shmap__plan_reduce(ctx, x, axes, SHMAP__PSUM, "psum", &p);
+  int rc = shmap__plan_reduce(ctx, x, axes, SHMAP__PSUM, &p);
   if (rc)
     return rc;
   if (!req)

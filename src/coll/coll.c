@@ -23,70 +23,53 @@ SHMAP_EXTERN int shmap_axis_size(shmap_ctx *ctx, const char *axes)
 
 /* ---- reductions in place -------------------------------------------------- */
 
-static int reduce_inplace(shmap_ctx *ctx, shmap_block *x, const char *axes,
-                          int kind, const char *name)
-{
-  shmap__plan p;
-  int rc = shmap__plan_reduce(ctx, x, axes, kind, name, &p);
-  return rc ? rc : shmap__algo_allreduce(&p, x);
-}
+/* The whole group's reductions, here and into a new block, are the grouped
+ * ones (coll/groups.c) without groups: the same plan, the same algorithm. */
 
 SHMAP_EXTERN int shmap_psum(shmap_ctx *ctx, shmap_block *x, const char *axes)
 {
-  return reduce_inplace(ctx, x, axes, SHMAP__PSUM, "psum");
+  return shmap__reduce_groups(ctx, x, axes, NULL, SHMAP__PSUM);
 }
 
 SHMAP_EXTERN int shmap_pmax(shmap_ctx *ctx, shmap_block *x, const char *axes)
 {
-  return reduce_inplace(ctx, x, axes, SHMAP__PMAX, "pmax");
+  return shmap__reduce_groups(ctx, x, axes, NULL, SHMAP__PMAX);
 }
 
 SHMAP_EXTERN int shmap_pmin(shmap_ctx *ctx, shmap_block *x, const char *axes)
 {
-  return reduce_inplace(ctx, x, axes, SHMAP__PMIN, "pmin");
+  return shmap__reduce_groups(ctx, x, axes, NULL, SHMAP__PMIN);
 }
 
 SHMAP_EXTERN int shmap_pmean(shmap_ctx *ctx, shmap_block *x, const char *axes)
 {
-  return reduce_inplace(ctx, x, axes, SHMAP__PMEAN, "pmean");
+  return shmap__reduce_groups(ctx, x, axes, NULL, SHMAP__PMEAN);
 }
 
 /* ---- reductions into a new block -------------------------------------------- */
 
-/* The members' results land in their new blocks (the call's dst), read
- * from their inputs (src): the same fused algorithm as in place. */
-static int reduce_new(shmap_ctx *ctx, const shmap_block *x, const char *axes,
-                      int kind, const char *name, shmap_block **out)
-{
-  if (out)
-    *out = NULL;
-  shmap__plan p;
-  int rc = shmap__plan_reduce_new(ctx, x, axes, kind, name, out != NULL, &p);
-  return rc ? rc : shmap__into_new_block(&p, shmap__algo_allreduce_new, out);
-}
-
 SHMAP_EXTERN int shmap_psum_new(shmap_ctx *ctx, const shmap_block *x,
                                 const char *axes, shmap_block **out)
 {
-  return reduce_new(ctx, x, axes, SHMAP__PSUM, "psum", out);
+  return shmap__reduce_groups_new(ctx, x, axes, NULL, SHMAP__PSUM, out);
 }
 
 SHMAP_EXTERN int shmap_pmax_new(shmap_ctx *ctx, const shmap_block *x,
                                 const char *axes, shmap_block **out)
 {
-  return reduce_new(ctx, x, axes, SHMAP__PMAX, "pmax", out);
+  return shmap__reduce_groups_new(ctx, x, axes, NULL, SHMAP__PMAX, out);
 }
 
 SHMAP_EXTERN int shmap_pmin_new(shmap_ctx *ctx, const shmap_block *x,
                                 const char *axes, shmap_block **out)
 {
-  return reduce_new(ctx, x, axes, SHMAP__PMIN, "pmin", out);
+  return shmap__reduce_groups_new(ctx, x, axes, NULL, SHMAP__PMIN, out);
 }
 
 SHMAP_EXTERN int shmap_pmean_new(shmap_ctx *ctx, const shmap_block *x,
                                  const char *axes, shmap_block **out)
 {
-  return reduce_new(ctx, x, axes, SHMAP__PMEAN, "pmean", out);
+  return shmap__reduce_groups_new(ctx, x, axes, NULL, SHMAP__PMEAN, out);
 }
 
 SHMAP_EXTERN int shmap_ppermute_new(shmap_ctx *ctx, const shmap_block *x,
@@ -100,8 +83,7 @@ SHMAP_EXTERN int shmap_ppermute_new(shmap_ctx *ctx, const shmap_block *x,
   if (rc)
     return rc;
   if (!out)
-    return shmap__dev_fail(ctx, shmap__coll_opname(&p.c), SHMAP_EINVAL,
-                           "out is NULL");
+    return shmap__plan_out_null(&p);
   return shmap__into_new_block(&p, shmap__algo_ppermute_new, out);
 }
 

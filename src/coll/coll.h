@@ -6,8 +6,8 @@
 #include "transport/desc.h"
 #include "dtype.h"
 
-/* The table's reduction (SHMAP__OP_*) for a collective kind (SHMAP__PSUM,
- * PMAX, PMIN, PMEAN, PSUM_SCATTER). */
-int shmap__kind_redop(int kind);
+/* A kind's reduction (shmap__kind_redop) is a column of the table of
+ * collectives (kinds.h). */
+#include "kinds.h"
 
 #endif /* SHMAP_COLL_H */

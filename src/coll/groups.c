@@ -25,6 +25,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* A group as text in a message ("[0, 2]"): a group of many ranks is cut
+ * (ranks are data, not a name), so that the rest of the message stays. */
+#define GROUP_TEXT_MAX 160
+
 /* "[0, 2]": group gi of the layout. */
 static void group_text(const shmap_groups *g, int gi, char *buf, size_t n)
 {
@@ -68,7 +72,7 @@ int shmap__groups_plan(shmap__plan *p)
   for (int gi = 0; gi < g->ngroups; gi++)
     for (int k = 0; k < g->size; k++) {
       int r = g->ranks[gi * g->size + k];
-      char gt[160], ot[160];
+      char gt[GROUP_TEXT_MAX], ot[GROUP_TEXT_MAX];
       if (r < 0 || r >= n || where[r] >= 0) {
         group_text(g, gi, gt, sizeof gt);
         int other = r < 0 || r >= n ? -1 : where[r];
@@ -272,12 +276,11 @@ int shmap__algo_reduce_scatter_groups(shmap__plan *p, shmap_block *res)
 
 /* ---- entry points ---------------------------------------------------------- */
 
-static int reduce_groups(shmap_ctx *ctx, shmap_block *x, const char *axes,
-                         const shmap_groups *groups, int kind,
-                         const char *name)
+int shmap__reduce_groups(shmap_ctx *ctx, shmap_block *x, const char *axes,
+                         const shmap_groups *groups, int kind)
 {
   shmap__plan p;
-  int rc = shmap__plan_reduce_groups(ctx, x, axes, groups, kind, name, &p);
+  int rc = shmap__plan_reduce_groups(ctx, x, axes, groups, kind, &p);
   if (rc)
     return rc;
   return p.gmem ? shmap__algo_allreduce_groups(&p, x)
@@ -288,38 +291,38 @@ SHMAP_EXTERN int shmap_psum_groups(shmap_ctx *ctx, shmap_block *x,
                                    const char *axes,
                                    const shmap_groups *groups)
 {
-  return reduce_groups(ctx, x, axes, groups, SHMAP__PSUM, "psum");
+  return shmap__reduce_groups(ctx, x, axes, groups, SHMAP__PSUM);
 }
 
 SHMAP_EXTERN int shmap_pmax_groups(shmap_ctx *ctx, shmap_block *x,
                                    const char *axes,
                                    const shmap_groups *groups)
 {
-  return reduce_groups(ctx, x, axes, groups, SHMAP__PMAX, "pmax");
+  return shmap__reduce_groups(ctx, x, axes, groups, SHMAP__PMAX);
 }
 
 SHMAP_EXTERN int shmap_pmin_groups(shmap_ctx *ctx, shmap_block *x,
                                    const char *axes,
                                    const shmap_groups *groups)
 {
-  return reduce_groups(ctx, x, axes, groups, SHMAP__PMIN, "pmin");
+  return shmap__reduce_groups(ctx, x, axes, groups, SHMAP__PMIN);
 }
 
 SHMAP_EXTERN int shmap_pmean_groups(shmap_ctx *ctx, shmap_block *x,
                                     const char *axes,
                                     const shmap_groups *groups)
 {
-  return reduce_groups(ctx, x, axes, groups, SHMAP__PMEAN, "pmean");
+  return shmap__reduce_groups(ctx, x, axes, groups, SHMAP__PMEAN);
 }
 
-static int reduce_groups_new(shmap_ctx *ctx, const shmap_block *x,
+int shmap__reduce_groups_new(shmap_ctx *ctx, const shmap_block *x,
                              const char *axes, const shmap_groups *groups,
-                             int kind, const char *name, shmap_block **out)
+                             int kind, shmap_block **out)
 {
   if (out)
     *out = NULL;
   shmap__plan p;
-  int rc = shmap__plan_reduce_new_groups(ctx, x, axes, groups, kind, name,
+  int rc = shmap__plan_reduce_new_groups(ctx, x, axes, groups, kind,
                                          out != NULL, &p);
   if (rc)
     return rc;
@@ -334,7 +337,7 @@ SHMAP_EXTERN int shmap_psum_groups_new(shmap_ctx *ctx, const shmap_block *x,
                                        const shmap_groups *groups,
                                        shmap_block **out)
 {
-  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PSUM, "psum", out);
+  return shmap__reduce_groups_new(ctx, x, axes, groups, SHMAP__PSUM, out);
 }
 
 SHMAP_EXTERN int shmap_pmax_groups_new(shmap_ctx *ctx, const shmap_block *x,
@@ -342,7 +345,7 @@ SHMAP_EXTERN int shmap_pmax_groups_new(shmap_ctx *ctx, const shmap_block *x,
                                        const shmap_groups *groups,
                                        shmap_block **out)
 {
-  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PMAX, "pmax", out);
+  return shmap__reduce_groups_new(ctx, x, axes, groups, SHMAP__PMAX, out);
 }
 
 SHMAP_EXTERN int shmap_pmin_groups_new(shmap_ctx *ctx, const shmap_block *x,
@@ -350,7 +353,7 @@ SHMAP_EXTERN int shmap_pmin_groups_new(shmap_ctx *ctx, const shmap_block *x,
                                        const shmap_groups *groups,
                                        shmap_block **out)
 {
-  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PMIN, "pmin", out);
+  return shmap__reduce_groups_new(ctx, x, axes, groups, SHMAP__PMIN, out);
 }
 
 SHMAP_EXTERN int shmap_pmean_groups_new(shmap_ctx *ctx, const shmap_block *x,
@@ -358,7 +361,7 @@ SHMAP_EXTERN int shmap_pmean_groups_new(shmap_ctx *ctx, const shmap_block *x,
                                         const shmap_groups *groups,
                                         shmap_block **out)
 {
-  return reduce_groups_new(ctx, x, axes, groups, SHMAP__PMEAN, "pmean", out);
+  return shmap__reduce_groups_new(ctx, x, axes, groups, SHMAP__PMEAN, out);
 }
 
 SHMAP_EXTERN int shmap_all_gather_groups(shmap_ctx *ctx, const shmap_block *x,

@@ -7,6 +7,7 @@
  * descriptor filled that the group's members compare when they arrive.
  */
 #include "coll/plan.h"
+#include "group.h"
 #include "hash.h"
 
 #include "sched/sched.h"
@@ -18,7 +19,7 @@
 const char *shmap__coll_opname(shmap__coll *c)
 {
   if (!c->op[0]) {
-    char af[320];
+    char af[SHMAP__AXES_MAX];
     if (c->axes_ok)
       shmap__axes_format(c->ctx->rt->mesh, c->call.axes, c->call.naxes, af,
                          sizeof af);
@@ -49,11 +50,12 @@ static int axes_cached(shmap_ctx *ctx, const char *name, const char *text,
 
 /* What every collective checks first: the context, the axes, the input,
  * the groups. */
-int shmap__plan_prepare(shmap_ctx *ctx, const char *name, int kind,
-                        const shmap_block *x, const char *axes,
-                        const shmap_groups *groups, shmap__plan *p)
+int shmap__plan_prepare(shmap_ctx *ctx, int kind, const shmap_block *x,
+                        const char *axes, const shmap_groups *groups,
+                        shmap__plan *p)
 {
   shmap__coll *c = &p->c;
+  const char *name = shmap__kind_name(kind);
   p->groups = groups;
   p->gn = 1;
   p->grank = 0;
@@ -107,7 +109,7 @@ static int split_check(shmap__plan *p, const char *what, int d, int tiled)
   const shmap__call *call = &p->c.call;
   int n = p->gn;
   int64_t size = call->shape[d];
-  char s[128];
+  char s[SHMAP__SHAPE_MAX];
   shmap__shape_format((shmap_dtype)call->dtype, call->rank, call->shape, s,
                       sizeof s);
   if (tiled && size % n != 0)
@@ -123,7 +125,7 @@ static int split_check(shmap__plan *p, const char *what, int d, int tiled)
   return 0;
 }
 
-static int out_null(shmap__plan *p)
+int shmap__plan_out_null(shmap__plan *p)
 {
   return shmap__dev_fail(p->c.ctx, shmap__coll_opname(&p->c), SHMAP_EINVAL,
                          "out is NULL");
@@ -178,16 +180,6 @@ int shmap__plan_group(shmap_ctx *ctx, const char *name, const char *axes,
 
 /* ---- one plan per collective ------------------------------------------ */
 
-int shmap__kind_redop(int kind)
-{
-  switch (kind) {
-  case SHMAP__PMAX: return SHMAP__OP_MAX;
-  case SHMAP__PMIN: return SHMAP__OP_MIN;
-  case SHMAP__PMEAN: return SHMAP__OP_MEAN;
-  default: return SHMAP__OP_SUM;
-  }
-}
-
 /* The kernel of a reduction on the call's dtype (from the dtype table),
  * or an error saying why the dtype does not allow it. */
 static int plan_fold(shmap__plan *p, int kind)
@@ -206,41 +198,32 @@ static int plan_fold(shmap__plan *p, int kind)
   return 0;
 }
 
-int shmap__plan_reduce_new(shmap_ctx *ctx, const shmap_block *x,
-                           const char *axes, int kind, const char *name,
-                           bool has_out, shmap__plan *p)
-{
-  return shmap__plan_reduce_new_groups(ctx, x, axes, NULL, kind, name,
-                                       has_out, p);
-}
-
 int shmap__plan_reduce_new_groups(shmap_ctx *ctx, const shmap_block *x,
                                   const char *axes,
                                   const shmap_groups *groups, int kind,
-                                  const char *name, bool has_out,
-                                  shmap__plan *p)
+                                  bool has_out, shmap__plan *p)
 {
-  int rc = shmap__plan_prepare(ctx, name, kind, x, axes, groups, p);
+  int rc = shmap__plan_prepare(ctx, kind, x, axes, groups, p);
   if (rc || (rc = plan_fold(p, kind)))
     return rc;
   if (!has_out)
-    return out_null(p);
+    return shmap__plan_out_null(p);
   p->orank = x->rank;
   memcpy(p->oshape, x->shape, sizeof p->oshape);
   return 0;
 }
 
 int shmap__plan_reduce(shmap_ctx *ctx, shmap_block *x, const char *axes,
-                       int kind, const char *name, shmap__plan *p)
+                       int kind, shmap__plan *p)
 {
-  return shmap__plan_reduce_groups(ctx, x, axes, NULL, kind, name, p);
+  return shmap__plan_reduce_groups(ctx, x, axes, NULL, kind, p);
 }
 
 int shmap__plan_reduce_groups(shmap_ctx *ctx, shmap_block *x,
                               const char *axes, const shmap_groups *groups,
-                              int kind, const char *name, shmap__plan *p)
+                              int kind, shmap__plan *p)
 {
-  int rc = shmap__plan_prepare(ctx, name, kind, x, axes, groups, p);
+  int rc = shmap__plan_prepare(ctx, kind, x, axes, groups, p);
   if (rc || (rc = plan_fold(p, kind)))
     return rc;
   if (p->odtype != (int)x->dtype)
@@ -248,8 +231,8 @@ int shmap__plan_reduce_groups(shmap_ctx *ctx, shmap_block *x,
                            "%s of %s gives %s (as in JAX), which does not fit "
                            "in place: use shmap_%s_new(), which returns a new "
                            "block",
-                           name, shmap_dtype_name(x->dtype),
-                           shmap_dtype_name((shmap_dtype)p->odtype), name);
+                           p->c.name, shmap_dtype_name(x->dtype),
+                           shmap_dtype_name((shmap_dtype)p->odtype), p->c.name);
   p->c.call.dst = x->data;
   return 0;
 }
@@ -268,12 +251,11 @@ int shmap__plan_psum_scatter_groups(shmap_ctx *ctx, const shmap_block *x,
                                     int scatter_dimension, int tiled,
                                     bool has_out, shmap__plan *p)
 {
-  int rc = shmap__plan_prepare(ctx, "psum_scatter", SHMAP__PSUM_SCATTER, x,
-                               axes, groups, p);
+  int rc = shmap__plan_prepare(ctx, SHMAP__PSUM_SCATTER, x, axes, groups, p);
   if (rc)
     return rc;
   if (!has_out)
-    return out_null(p);
+    return shmap__plan_out_null(p);
   int d = 0;
   if ((rc = norm_dim(p, "scatter_dimension", scatter_dimension, x->rank, &d)) ||
       (rc = split_check(p, "scatter_dimension", d, tiled)))
@@ -306,12 +288,11 @@ int shmap__plan_all_gather_groups(shmap_ctx *ctx, const shmap_block *x,
                                   int axis, int tiled, bool has_out,
                                   shmap__plan *p)
 {
-  int rc = shmap__plan_prepare(ctx, "all_gather", SHMAP__ALL_GATHER, x, axes,
-                               groups, p);
+  int rc = shmap__plan_prepare(ctx, SHMAP__ALL_GATHER, x, axes, groups, p);
   if (rc)
     return rc;
   if (!has_out)
-    return out_null(p);
+    return shmap__plan_out_null(p);
   if (!tiled && x->rank == SHMAP_MAX_RANK)
     return shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ESHAPE,
                            "untiled all_gather would make a block of rank %d "
@@ -354,12 +335,11 @@ int shmap__plan_all_to_all_groups(shmap_ctx *ctx, const shmap_block *x,
                                   int split_axis, int concat_axis, int tiled,
                                   bool has_out, shmap__plan *p)
 {
-  int rc = shmap__plan_prepare(ctx, "all_to_all", SHMAP__ALL_TO_ALL, x, axes,
-                               groups, p);
+  int rc = shmap__plan_prepare(ctx, SHMAP__ALL_TO_ALL, x, axes, groups, p);
   if (rc)
     return rc;
   if (!has_out)
-    return out_null(p);
+    return shmap__plan_out_null(p);
   int sa = 0, ca = 0;
   if ((rc = norm_dim(p, "split_axis", split_axis, x->rank, &sa)) ||
       (rc = norm_dim(p, "concat_axis", concat_axis, x->rank, &ca)) ||
@@ -397,8 +377,7 @@ int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
                          const char *axes, int npairs, const int pairs[][2],
                          shmap__plan *p)
 {
-  int rc = shmap__plan_prepare(ctx, "ppermute", SHMAP__PPERMUTE, x, axes, NULL,
-                               p);
+  int rc = shmap__plan_prepare(ctx, SHMAP__PPERMUTE, x, axes, NULL, p);
   if (rc)
     return rc;
   if (npairs < 0 || (npairs > 0 && !pairs))

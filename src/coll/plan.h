@@ -40,9 +40,9 @@ static inline int shmap__plan_member(const shmap__plan *p, int k)
 /* What every plan checks first (the context, the axes, the input, the
  * groups; NULL groups for the whole group) and the descriptor's common
  * fields.  0 or an error code (message set). */
-int shmap__plan_prepare(shmap_ctx *ctx, const char *name, int kind,
-                        const shmap_block *x, const char *axes,
-                        const shmap_groups *groups, shmap__plan *p);
+int shmap__plan_prepare(shmap_ctx *ctx, int kind, const shmap_block *x,
+                        const char *axes, const shmap_groups *groups,
+                        shmap__plan *p);
 /* Check groups against the plan's group (coll/groups.c) and fill gn, grank,
  * gmem and the descriptor's groups. */
 int shmap__groups_plan(shmap__plan *p);
@@ -50,7 +50,7 @@ int shmap__groups_plan(shmap__plan *p);
 /* Each checks its collective's arguments on this device (an error fails
  * the whole map, message set) and fills the plan.  0 or an error code. */
 int shmap__plan_reduce(shmap_ctx *ctx, shmap_block *x, const char *axes,
-                       int kind, const char *name, shmap__plan *p);
+                       int kind, shmap__plan *p);
 int shmap__plan_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
                              const char *axes, int scatter_dimension,
                              int tiled, bool has_out, shmap__plan *p);
@@ -63,19 +63,15 @@ int shmap__plan_all_to_all(shmap_ctx *ctx, const shmap_block *x,
 int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
                          const char *axes, int npairs, const int pairs[][2],
                          shmap__plan *p);
-/* psum, pmax, pmin, pmean into a new block (result dtype: the table's). */
-int shmap__plan_reduce_new(shmap_ctx *ctx, const shmap_block *x,
-                           const char *axes, int kind, const char *name,
-                           bool has_out, shmap__plan *p);
-/* The same plans within axis_index_groups (NULL: the whole group). */
+/* The same plans within axis_index_groups (NULL: the whole group), and
+ * psum, pmax, pmin, pmean into a new block (result dtype: the table's). */
 int shmap__plan_reduce_groups(shmap_ctx *ctx, shmap_block *x,
                               const char *axes, const shmap_groups *groups,
-                              int kind, const char *name, shmap__plan *p);
+                              int kind, shmap__plan *p);
 int shmap__plan_reduce_new_groups(shmap_ctx *ctx, const shmap_block *x,
                                   const char *axes,
                                   const shmap_groups *groups, int kind,
-                                  const char *name, bool has_out,
-                                  shmap__plan *p);
+                                  bool has_out, shmap__plan *p);
 int shmap__plan_psum_scatter_groups(shmap_ctx *ctx, const shmap_block *x,
                                     const char *axes,
                                     const shmap_groups *groups,
@@ -92,6 +88,8 @@ int shmap__plan_all_to_all_groups(shmap_ctx *ctx, const shmap_block *x,
 /* axis_index / axis_size: the group size, and the rank in *rank. */
 int shmap__plan_group(shmap_ctx *ctx, const char *name, const char *axes,
                       int *rank);
+/* The error of a call into a new block whose out is NULL. */
+int shmap__plan_out_null(shmap__plan *p);
 /* A new block of the plan's result shape in the device's arena, its data
  * the call's dst; NULL (the map failed, message set) when out of memory. */
 shmap_block *shmap__plan_result(shmap__plan *p);
@@ -112,6 +110,14 @@ int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res);
 int shmap__algo_ppermute(shmap__plan *p, shmap_block *x);
 /* ppermute from the input into a new block res. */
 int shmap__algo_ppermute_new(shmap__plan *p, shmap_block *res);
+/* psum, pmax, pmin, pmean of the API, in place (x) or into *out, within
+ * axis_index_groups (coll/groups.c) or, for NULL groups, over the whole
+ * group of the axes: plan and algorithm. */
+int shmap__reduce_groups(shmap_ctx *ctx, shmap_block *x, const char *axes,
+                         const shmap_groups *groups, int kind);
+int shmap__reduce_groups_new(shmap_ctx *ctx, const shmap_block *x,
+                             const char *axes, const shmap_groups *groups,
+                             int kind, shmap_block **out);
 /* Within axis_index_groups (coll/groups.c): the reductions in place (x)
  * or into res, the reduction's result staying in a scratch block until
  * every member has read its input; and the shape-changing three. */

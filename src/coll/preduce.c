@@ -50,8 +50,7 @@ static int plan_preduce(shmap_ctx *ctx, const shmap_block *x,
                         const char *axes, const shmap_reduce_op *op,
                         shmap__plan *p, shmap__stage_fold *sf)
 {
-  int rc = shmap__plan_prepare(ctx, "preduce", SHMAP__PREDUCE, x, axes, NULL,
-                               p);
+  int rc = shmap__plan_prepare(ctx, SHMAP__PREDUCE, x, axes, NULL, p);
   if (rc)
     return rc;
   shmap__coll *c = &p->c;
@@ -133,8 +132,7 @@ SHMAP_EXTERN int shmap_preduce_new(shmap_ctx *ctx, const shmap_block *x,
   if (rc)
     return rc;
   if (!out)
-    return shmap__dev_fail(ctx, shmap__coll_opname(&p.c), SHMAP_EINVAL,
-                           "out is NULL");
+    return shmap__plan_out_null(&p);
   shmap_block *res = shmap__plan_result(&p);
   if (!res)
     return ctx->err;

@@ -16,8 +16,7 @@
 static int plan_pbroadcast(shmap_ctx *ctx, const shmap_block *x,
                            const char *axes, int source, shmap__plan *p)
 {
-  int rc = shmap__plan_prepare(ctx, "pbroadcast", SHMAP__PBROADCAST, x, axes,
-                               NULL, p);
+  int rc = shmap__plan_prepare(ctx, SHMAP__PBROADCAST, x, axes, NULL, p);
   if (rc)
     return rc;
   if (source < 0 || source >= p->c.n)
@@ -81,8 +80,7 @@ SHMAP_EXTERN int shmap_pbroadcast_new(shmap_ctx *ctx, const shmap_block *x,
   if (rc)
     return rc;
   if (!out)
-    return shmap__dev_fail(ctx, shmap__coll_opname(&p.c), SHMAP_EINVAL,
-                           "out is NULL");
+    return shmap__plan_out_null(&p);
   return shmap__into_new_block(&p, pbroadcast_new_algo, out);
 }
 
@@ -106,7 +104,7 @@ static int ragged_fail(shmap__plan *p, const char *fmt, ...)
     SHMAP__PRINTF(2, 3);
 static int ragged_fail(shmap__plan *p, const char *fmt, ...)
 {
-  char msg[512];
+  char msg[SHMAP__MSG_MAX];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -131,7 +129,7 @@ static int ragged_check(shmap__plan *p, const shmap_block *operand,
   const char *op = shmap__coll_opname(c);
   if (!shmap__block_valid(output))
     return shmap__block_check(c->ctx, op, "the output", output);
-  char os[128], xs[128];
+  char os[SHMAP__SHAPE_MAX], xs[SHMAP__SHAPE_MAX];
   shmap__shape_format(operand->dtype, operand->rank, operand->shape, xs,
                       sizeof xs);
   shmap__shape_format(output->dtype, output->rank, output->shape, os,
@@ -215,9 +213,8 @@ SHMAP_EXTERN int shmap_ragged_all_to_all(
     const char *axes)
 {
   shmap__plan p;
-  int rc = shmap__plan_prepare(ctx, "ragged_all_to_all",
-                               SHMAP__RAGGED_ALL_TO_ALL, operand, axes, NULL,
-                               &p);
+  int rc = shmap__plan_prepare(ctx, SHMAP__RAGGED_ALL_TO_ALL, operand, axes,
+                               NULL, &p);
   if (rc || (rc = ragged_check(&p, operand, output, input_offsets, send_sizes,
                                output_offsets, recv_sizes)))
     return rc;

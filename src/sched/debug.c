@@ -7,7 +7,7 @@
 #include "sched/debug.h"
 
 #include "coll/async.h"
-#include "transport/desc.h"
+#include "kinds.h"
 #include "map/map.h"
 #include "proc/proc.h"
 #include "settings.h"

@@ -6,15 +6,6 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *shmap__kind_name(int kind)
-{
-  static const char *names[] = {"?", "psum", "pmax", "pmin", "pmean",
-                                "psum_scatter", "all_gather", "all_to_all",
-                                "ppermute", "pbroadcast", "ragged_all_to_all",
-                                "preduce", "shmap_map_nested"};
-  return kind > 0 && kind <= SHMAP__KIND_LAST ? names[kind] : "?";
-}
-
 uint64_t shmap__pack_op(int kind, const int axes[], int naxes)
 {
   uint64_t op = (uint64_t)kind | (uint64_t)naxes << 8;

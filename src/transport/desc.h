@@ -9,18 +9,7 @@
 #define SHMAP_DESC_H
 
 #include "internal.h"
-
-/* The collectives, in the order of their names (shmap__kind_name). */
-enum shmap__kind {
-  SHMAP__PSUM = 1, SHMAP__PMAX, SHMAP__PMIN, SHMAP__PMEAN,
-  SHMAP__PSUM_SCATTER, SHMAP__ALL_GATHER, SHMAP__ALL_TO_ALL, SHMAP__PPERMUTE,
-  SHMAP__PBROADCAST, SHMAP__RAGGED_ALL_TO_ALL, SHMAP__PREDUCE,
-  /* Not a collective of the API: the agreement of the body instances of a
-   * map on a nested map they start (map.c), an all_gather of one word
-   * whose descriptor describes the nested call (see shmap__call). */
-  SHMAP__NESTED
-};
-#define SHMAP__KIND_LAST SHMAP__NESTED
+#include "kinds.h"
 
 /* The bytes of a shmap_preduce operation's name a descriptor carries for
  * messages (members compare the whole name's hash; a longer name is shown
@@ -97,8 +86,6 @@ void shmap__call_mismatch(const shmap_mesh *mesh, int me,
                           const shmap__call *theirs, uint32_t k,
                           uint32_t their_count, char *why, size_t n);
 
-/* "psum", "all_gather", ... for a collective kind ("?" if unknown). */
-const char *shmap__kind_name(int kind);
 /* A collective as one word: kind, number of axes and the axes (traces,
  * the watchdog and the gdb extension decode it). */
 uint64_t shmap__pack_op(int kind, const int axes[], int naxes);
