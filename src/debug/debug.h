@@ -14,8 +14,6 @@
 void shmap__registry_add(shmap__runtime *rt);
 /* Also hands the runtime's trace events to a trace being recorded. */
 void shmap__registry_remove(shmap__runtime *rt);
-/* Watchdog period in nanoseconds (0: off). */
-uint64_t shmap__watchdog_ns(void);
 /* Print every device's state to `out` (a FILE *). */
 void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out);
 /* "psum over 'i'" for a packed collective (shmap__pack_op). */

@@ -10,10 +10,8 @@
 #include "map/map.h"
 #include "proc/proc.h"
 #include "sched/trace.h"
-#include "settings.h"
 #include "transport/desc.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -53,30 +51,14 @@ void shmap__nest_format(const shmap_mesh *mesh, uint64_t nest, char *buf,
 
 /* ---- watchdog ------------------------------------------------------------ */
 
-static _Atomic uint64_t watchdog_ns;
-static pthread_once_t watchdog_once = PTHREAD_ONCE_INIT;
-
-static void watchdog_env(void)
-{
-  double s = shmap__setting_watchdog();
-  if (s > 0)
-    atomic_store(&watchdog_ns, (uint64_t)(s * 1e9));
-}
-
-uint64_t shmap__watchdog_ns(void)
-{
-  pthread_once(&watchdog_once, watchdog_env);
-  return atomic_load(&watchdog_ns);
-}
-
 SHMAP_EXTERN int shmap_set_watchdog(double seconds)
 {
-  pthread_once(&watchdog_once, watchdog_env);
+  (void)shmap__watchdog_ns(); /* SHMAP_WATCHDOG is read first, and once */
   if (!(seconds >= 0) || seconds > 1e9)
     return shmap__err(SHMAP_EINVAL,
                       "shmap_set_watchdog: %g seconds is not a period (use 0 "
                       "to turn the watchdog off)", seconds);
-  atomic_store(&watchdog_ns, (uint64_t)(seconds * 1e9));
+  shmap__watchdog_set((uint64_t)(seconds * 1e9));
   return 0;
 }
 
@@ -232,13 +214,11 @@ static void watch(shmap__runtime *rt, uint64_t running_ns)
   shmap__watchdog_report(rt, running_ns, stderr);
 }
 
-static const shmap__rt_hooks watchdog_hooks = {
-    .watch_ns = shmap__watchdog_ns,
-    .watch = watch,
-};
+static const shmap__rt_hooks watchdog_hooks = {.watch = watch};
 
-/* At load time: the watchdog runs whenever SHMAP_WATCHDOG or
- * shmap_set_watchdog asks, with nothing below calling it by name. */
+/* At load time: the map's caller reports through this whenever
+ * SHMAP_WATCHDOG or shmap_set_watchdog asks, with nothing below calling it
+ * by name. */
 __attribute__((constructor)) static void watchdog_init(void)
 {
   shmap__runtime_hooks(&watchdog_hooks);

@@ -5,6 +5,8 @@
  */
 #include "sched/hooks.h"
 
+#include "settings.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,24 +78,33 @@ void shmap__hooks_destroy(shmap__runtime *rt)
       hooks_at(i)->destroy(rt);
 }
 
-/* The first registered watchdog. */
-static const shmap__rt_hooks *watchdog(void)
-{
-  for (int i = 0, n = hooks_count(); i < n; i++)
-    if (hooks_at(i)->watch_ns && hooks_at(i)->watch)
-      return hooks_at(i);
-  return NULL;
-}
-
-uint64_t shmap__hooks_watch_ns(void)
-{
-  const shmap__rt_hooks *h = watchdog();
-  return h ? h->watch_ns() : 0;
-}
-
 void shmap__hooks_watch(shmap__runtime *rt, uint64_t running_ns)
 {
-  const shmap__rt_hooks *h = watchdog();
-  if (h)
-    h->watch(rt, running_ns);
+  for (int i = 0, n = hooks_count(); i < n; i++)
+    if (hooks_at(i)->watch)
+      hooks_at(i)->watch(rt, running_ns);
+}
+
+/* ---- the watchdog's period ----------------------------------------------- */
+
+static _Atomic uint64_t watchdog_ns;
+static pthread_once_t watchdog_once = PTHREAD_ONCE_INIT;
+
+static void watchdog_env(void)
+{
+  double s = shmap__setting_watchdog();
+  if (s > 0)
+    atomic_store(&watchdog_ns, (uint64_t)(s * 1e9));
+}
+
+uint64_t shmap__watchdog_ns(void)
+{
+  pthread_once(&watchdog_once, watchdog_env);
+  return atomic_load(&watchdog_ns);
+}
+
+void shmap__watchdog_set(uint64_t ns)
+{
+  pthread_once(&watchdog_once, watchdog_env);
+  atomic_store(&watchdog_ns, ns);
 }

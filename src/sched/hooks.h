@@ -14,8 +14,7 @@ void shmap__hooks_failed(shmap__runtime *rt, int dev, int code,
                          const char *msg);
 bool shmap__hooks_release(shmap__runtime *rt);
 void shmap__hooks_destroy(shmap__runtime *rt);
-/* The watchdog's period (0: none registered, or off) and its report. */
-uint64_t shmap__hooks_watch_ns(void);
+/* The watchdog's report. */
 void shmap__hooks_watch(shmap__runtime *rt, uint64_t running_ns);
 
 #endif /* SHMAP_HOOKS_H */

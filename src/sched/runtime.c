@@ -1183,7 +1183,7 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
   /* The caller runs worker 0's devices (fiber mode) or device 0 (thread
    * mode) itself, which saves a wake-up and a thread switch per map --
    * unless a watchdog must keep watching, which the caller does instead. */
-  uint64_t period = shmap__hooks_watch_ns();
+  uint64_t period = shmap__watchdog_ns();
   bool host_runs = period == 0 && (rt->mode == SHMAP__FIBERS || rt->host_runs);
   /* The devices are parked: reset their collective state before any of
    * them can look at a peer's. */

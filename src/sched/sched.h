@@ -421,11 +421,16 @@ typedef struct shmap__rt_hooks {
   /* The runtime goes away: its threads are stopped (or stayed in the
    * parent of a fork), its devices not yet freed. */
   void (*destroy)(shmap__runtime *rt);
-  /* A watchdog: its period in nanoseconds (0: off), and its report on a
-   * map that has run for running_ns. */
-  uint64_t (*watch_ns)(void);
+  /* The watchdog's report on a map that has run for running_ns (the
+   * runtime wakes the map's caller for it every shmap__watchdog_ns()). */
   void (*watch)(shmap__runtime *rt, uint64_t running_ns);
 } shmap__rt_hooks;
+
+/* The watchdog's period in nanoseconds (0: off): SHMAP_WATCHDOG, read at
+ * the first call, until shmap__watchdog_set() changes it.  The scheduler
+ * keeps the time; what a report says is the watch hook's. */
+uint64_t shmap__watchdog_ns(void);
+void shmap__watchdog_set(uint64_t ns);
 
 /* Register hooks (a static table; registering one twice is harmless).
  * They are called in the order registered, destroy hooks in the reverse
