@@ -317,7 +317,7 @@ def _library_location():
         sym = gdb.lookup_global_symbol("shmap__registry")
         if sym is None or sym.symtab is None:
             return None, None
-        # .../src/sched/debug.c: the library's sources are under .../src.
+        # .../src/debug/debug.c: the library's sources are under .../src.
         root = sym.symtab.fullname().rsplit("/", 2)[0]
         if not root.endswith("/src"):
             root = None

@@ -16,19 +16,54 @@
  * child's copy.
  */
 #include "internal.h"
-#include "sched/runtime.h"
 
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 /* How many forks separate this process from the one that loaded us. */
 static _Atomic unsigned generation;
 static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
-static void prepare(void) { shmap__debug_fork(0); }
-static void parent(void) { shmap__debug_fork(1); }
+/* The subsystems' hooks: a few, registered when each is set up (the
+ * debugging layer's registry and trace locks among them). */
+#define MAX_HOOKS 8
+static void (*_Atomic hooks[MAX_HOOKS])(int phase);
+static _Atomic int nhooks;
+static pthread_mutex_t hooks_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void shmap__fork_hook(void (*fn)(int phase))
+{
+  pthread_mutex_lock(&hooks_lock);
+  int n = atomic_load(&nhooks);
+  if (n == MAX_HOOKS) {
+    /* A fixed number of subsystems register: more is a library bug. */
+    fprintf(stderr, "shmap: too many fork hooks\n");
+    abort();
+  }
+  atomic_store(&hooks[n], fn);
+  atomic_store(&nhooks, n + 1); /* publishes the entry */
+  pthread_mutex_unlock(&hooks_lock);
+}
+
+/* The hooks' lock is taken around the fork too, so that the list the
+ * child's handler walks is the one the parent's walked. */
+static void prepare(void)
+{
+  pthread_mutex_lock(&hooks_lock);
+  for (int i = 0, n = atomic_load(&nhooks); i < n; i++)
+    atomic_load(&hooks[i])(0);
+}
+static void after(int phase)
+{
+  for (int i = atomic_load(&nhooks) - 1; i >= 0; i--)
+    atomic_load(&hooks[i])(phase);
+  pthread_mutex_unlock(&hooks_lock);
+}
+static void parent(void) { after(1); }
 static void child(void)
 {
-  shmap__debug_fork(2);
+  after(2);
   atomic_fetch_add(&generation, 1);
 }
 

@@ -330,6 +330,10 @@ void shmap__bulk_copy(void *dst, const void *src, size_t bytes);
 
 /* Register the fork handlers (once; cheap after). */
 void shmap__fork_init(void);
+/* Call fn around every fork(): fn(0) before (take the locks a child must
+ * not find held), fn(1) in the parent after, fn(2) in the child after.
+ * Hooks run in the order registered before, in the reverse order after. */
+void shmap__fork_hook(void (*fn)(int phase));
 /* 0 in the process that first used the library, +1 per fork() since. */
 unsigned shmap__fork_generation(void);
 

@@ -24,7 +24,11 @@ src_libshmap_core_la_SOURCES = \
 	src/proc/spmd.c \
 	src/proc/stage.c \
 	src/sched/runtime.c \
-	src/sched/debug.c \
+	src/sched/hooks.c \
+	src/sched/clock.c \
+	src/sched/trace.c \
+	src/debug/debug.c \
+	src/debug/watchdog.c \
 	src/sched/fiber.c \
 	src/sched/guard.c \
 	src/sched/progress.c \
@@ -39,7 +43,8 @@ src_libshmap_core_la_SOURCES = \
 	src/transport/mpi.c \
 	src/dtype.c
 noinst_HEADERS += src/settings.h src/internal.h src/device/arena.h src/map/map.h \
-	src/sched/runtime.h src/sched/sched.h src/sched/debug.h \
+	src/sched/runtime.h src/sched/sched.h src/sched/trace.h \
+	src/sched/hooks.h src/debug/debug.h \
 	src/transport/comm.h src/coll/coll.h src/transport/desc.h src/coll/plan.h \
 	src/proc/proc.h src/transport/mpi.h src/dtype.h src/coll/kern.h \
 	src/coll/async.h src/sched/progress.h src/hash.h src/kinds.h src/group.h

@@ -3,6 +3,7 @@
 #include "internal.h"
 #include "map/map.h"
 #include "proc/proc.h"
+#include "map/map.h"
 #include "sched/runtime.h"
 #include "transport/mpi.h"
 

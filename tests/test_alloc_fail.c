@@ -38,6 +38,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "map/map.h"
 #include "sched/runtime.h"
 #include "testutil.h"
 

@@ -32,6 +32,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "map/map.h"
 #include "sched/runtime.h"
 #include "testutil.h"
 

@@ -19,6 +19,7 @@
 #include <sys/syscall.h>
 #endif
 
+#include "map/map.h"
 #include "sched/runtime.h"
 #include "settings.h"
 #include "testutil.h"

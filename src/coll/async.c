@@ -34,7 +34,7 @@
 #include "hash.h"
 
 #include "coll/plan.h"
-#include "sched/debug.h"
+#include "sched/trace.h"
 #include "sched/progress.h"
 #include "settings.h"
 
@@ -75,11 +75,14 @@ typedef struct shmap__async_dev {
 
 /* rt->async: a pointer per device, set by the device at its first start
  * (a whole mesh's requests are 95 MB at 4096 devices). */
+static const shmap__rt_hooks async_hooks = {.destroy = shmap__async_destroy};
+
 static adev *_Atomic *table(shmap__runtime *rt)
 {
   adev *_Atomic *t = atomic_load(&rt->async);
   if (t)
     return t;
+  shmap__runtime_hooks(&async_hooks); /* frees the table with the runtime */
   return shmap__progress_table(&rt->async, sizeof *t * (size_t)rt->ndev);
 }
 
@@ -469,18 +472,9 @@ SHMAP_EXTERN int shmap_wait_all(shmap_ctx *ctx, int n, shmap_request *reqs[])
   return first;
 }
 
-/* A fiber gives its worker to the others once; a thread its core. */
-static bool second_look(void *arg) { return (*(int *)arg)++ > 0; }
-
 static void yield(shmap_ctx *ctx)
 {
-  shmap__runtime *rt = ctx->rt;
-  if (rt->mode == SHMAP__FIBERS) {
-    int looks = 0;
-    shmap__dev_wait(rt, &rt->devs[ctx->dev], second_look, &looks, NULL);
-  } else {
-    sched_yield();
-  }
+  shmap__dev_yield(ctx->rt, &ctx->rt->devs[ctx->dev]);
 }
 
 SHMAP_EXTERN int shmap_test(shmap_ctx *ctx, shmap_request *const *req,

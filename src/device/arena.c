@@ -46,11 +46,25 @@ static shmap__chunk *cache_take(shmap_ctx *ctx, size_t bytes)
  * reuses its own after the first call, whatever sizes came before (keeping
  * the largest instead left a loop over smaller blocks a fresh allocation,
  * and its page faults, per call). */
+static void caches_free(shmap__runtime *rt)
+{
+  if (rt->devs)
+    for (int d = 0; d < rt->ndev; d++)
+      shmap__arena_cache_free(&rt->devs[d]);
+}
+static const shmap__rt_hooks arena_hooks = {.destroy = caches_free};
+static _Atomic bool hooked; /* arena_hooks registered (once per process) */
+
 static void cache_put(shmap__dev *d, shmap__chunk *c)
 {
   if (c->cap < CACHE_MIN || c->cap > CACHE_MAX) {
     free(c);
     return;
+  }
+  /* The caches are freed with their runtime. */
+  if (!atomic_load_explicit(&hooked, memory_order_acquire)) {
+    shmap__runtime_hooks(&arena_hooks);
+    atomic_store_explicit(&hooked, true, memory_order_release);
   }
   int k = 0;
   for (int i = 0; i < SHMAP__CACHE; i++) {

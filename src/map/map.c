@@ -8,7 +8,7 @@
 #include "coll/plan.h"
 #include "dtype.h"
 #include "proc/proc.h"
-#include "sched/debug.h"
+#include "sched/trace.h"
 #include "transport/mpi.h"
 
 #include <stdio.h>

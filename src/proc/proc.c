@@ -16,6 +16,7 @@
  */
 #include "proc/proc.h"
 #include "hash.h"
+#include "map/map.h"
 #include "sched/runtime.h"
 #include "transport/mpi.h"
 

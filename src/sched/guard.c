@@ -9,7 +9,7 @@
  * handler back and returns: the fault repeats and ends the process as it
  * would have without the library (a core dump, or the previous handler).
  */
-#include "sched/runtime.h"
+#include "sched/sched.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -53,11 +53,10 @@ static void put_num(char *buf, size_t *len, size_t cap, uint64_t v)
 static void on_segv(int sig, siginfo_t *si, void *uc)
 {
   (void)uc;
-  shmap_ctx *ctx = shmap__current();
+  const shmap__dev *d = shmap__running();
   uintptr_t a = (uintptr_t)si->si_addr;
-  if (ctx && ctx->rt && ctx->rt->devs) {
-    shmap__runtime *rt = ctx->rt;
-    const shmap__dev *d = &rt->devs[ctx->dev];
+  if (d) {
+    const shmap__runtime *rt = d->rt;
     const shmap__fiber *f = &d->sched.fiber;
     bool fiber = rt->mode == SHMAP__FIBERS && f->map &&
                  a >= (uintptr_t)f->map && a < (uintptr_t)f->stack;
@@ -68,13 +67,15 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
       char msg[512];
       size_t n = 0;
       put(msg, &n, sizeof msg, "shmap: device ");
-      put_num(msg, &n, sizeof msg, (uint64_t)ctx->dev);
+      put_num(msg, &n, sizeof msg, (uint64_t)d->id);
       put(msg, &n, sizeof msg, " (");
+      int coords[SHMAP_MAX_AXES];
+      shmap__mesh_coords(mesh, d->id, coords);
       for (int k = 0; k < mesh->naxes; k++) {
         put(msg, &n, sizeof msg, k ? ", " : "");
         put(msg, &n, sizeof msg, mesh->names[k]);
         put(msg, &n, sizeof msg, "=");
-        put_num(msg, &n, sizeof msg, (uint64_t)ctx->coords[k]);
+        put_num(msg, &n, sizeof msg, (uint64_t)coords[k]);
       }
       put(msg, &n, sizeof msg, ") overflowed its ");
       if (fiber) {

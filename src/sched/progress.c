@@ -23,7 +23,7 @@
  */
 #include "sched/progress.h"
 
-#include "sched/debug.h"
+#include "sched/trace.h"
 #include "settings.h"
 
 #include <sched.h>

@@ -2,13 +2,10 @@
 /* runtime.c - persistent device threads, parking, waiting and waking. */
 #include "sched/sched.h"
 
-#include "device/arena.h"
-#include "sched/debug.h"
-#include "settings.h"
-#include "transport/comm.h"
-#include "transport/mpi.h"
-#include "coll/async.h"
+#include "sched/hooks.h"
 #include "sched/progress.h"
+#include "sched/trace.h"
+#include "settings.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -39,6 +36,11 @@ static SHMAP__TLS_FAST struct shmap_ctx *current;
 
 struct shmap_ctx *shmap__current(void) { return current; }
 void shmap__set_current(struct shmap_ctx *ctx) { current = ctx; }
+
+/* The device whose code runs on this thread (guard.c names it). */
+static SHMAP__TLS_FAST const shmap__dev *running;
+
+const shmap__dev *shmap__running(void) { return running; }
 
 /* ---- sleeping and waking ----------------------------------------------- */
 
@@ -402,11 +404,9 @@ int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg)
     snprintf(rt->fail_msg, sizeof rt->fail_msg, "%s", msg);
     /* Other processes first: a device released here may tell them it
      * returned, which must not reach them before the failure does. */
-    shmap__mpi_on_fail(rt, dev, code, msg);
+    shmap__hooks_failed(rt, dev, code, msg);
     atomic_store(&rt->abort, 1); /* publishes fail_code and fail_msg */
-    if (rt->tp)
-      rt->tp->failed(rt);
-    else
+    if (!shmap__hooks_release(rt))
       shmap__wake_all(rt);
   } else {
     /* Another failure came first and is being recorded.  Wait until it is
@@ -537,7 +537,9 @@ static void device_main(void *arg)
     if (d->id == 0 && (d->seen_epoch & 1))
       continue;
     d->tid = own_tid;
+    running = d;
     rt->run(rt->job, d->id);
+    running = NULL;
     park_state(d);
     if (atomic_fetch_add(&rt->done, 1) + 1 == rt->ndev)
       shmap__wake(&rt->host);
@@ -550,7 +552,9 @@ static void host_run_device0(shmap__runtime *rt)
   shmap__dev *d = &rt->devs[0];
   d->tid = current_tid(); /* debuggers find device 0 on this thread */
   shmap__errbuf_use(d->sched.errbuf);
+  running = d;
   rt->run(rt->job, 0);
+  running = NULL;
   shmap__errbuf_use(NULL);
   park_state(d);
   if (atomic_fetch_add(&rt->done, 1) + 1 == rt->ndev)
@@ -644,7 +648,9 @@ static bool run_fiber(shmap__worker *w, shmap__dev *dev)
   /* The device's context and messages follow it onto this thread. */
   shmap__set_current(dev->ctx);
   shmap__errbuf_use(dev->sched.errbuf);
+  running = dev;
   shmap__fiber_switch(&w->self, &dev->sched.fiber);
+  running = NULL;
   shmap__errbuf_use(NULL);
   shmap__set_current(NULL);
   int next = dev->sched.fnext;
@@ -838,6 +844,63 @@ bool shmap__dev_wait(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
   return shmap__dev_wait_on(rt, d, NULL, pred, arg, abort);
 }
 
+/* ---- scheduler operations (sched.h) ---------------------------------------- */
+
+/* A fiber gives its worker to the others once; a thread its core. */
+static bool second_look(void *arg) { return (*(int *)arg)++ > 0; }
+
+void shmap__dev_yield(shmap__runtime *rt, shmap__dev *d)
+{
+  if (rt->mode == SHMAP__FIBERS) {
+    int looks = 0;
+    shmap__dev_wait(rt, d, second_look, &looks, NULL);
+  } else {
+    sched_yield();
+  }
+}
+
+bool shmap__dev_poll(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
+                     void *arg, _Atomic int *abort)
+{
+  if (rt->mode != SHMAP__FIBERS)
+    return shmap__poll_until(rt, &d->waiter, pred, arg, abort) == 1;
+  /* The worker tests again on its rounds, which stay short while a device
+   * waits for such a condition (worker_job). */
+  atomic_fetch_add(&rt->mpi_waiters, 1);
+  bool r = shmap__dev_wait(rt, d, pred, arg, abort);
+  atomic_fetch_sub(&rt->mpi_waiters, 1);
+  return r;
+}
+
+void shmap__wake_group(shmap__runtime *rt, int n, int self,
+                       int (*member)(const void *arg, int i), const void *arg)
+{
+  if (rt->workers) {
+    shmap__wake_all(rt);
+    return;
+  }
+  for (int i = 0; i < n; i++)
+    if (i != self)
+      shmap__dev_wake(&rt->devs[member(arg, i)]);
+}
+
+int shmap__workers(const shmap__runtime *rt)
+{
+  return rt->workers ? rt->nworkers : 0;
+}
+
+void shmap__runs_with(const shmap__runtime *rt, int d, int *lo, int *hi)
+{
+  if (!rt->workers) {
+    *lo = d;
+    *hi = d + 1;
+    return;
+  }
+  const shmap__worker *w = rt->devs[d].sched.home;
+  *lo = w->first;
+  *hi = w->first + w->count;
+}
+
 /* ---- per-map arrays ------------------------------------------------------- */
 
 /* Each kept array starts with a header holding its size.  Taking and
@@ -895,7 +958,7 @@ static void free_devices(shmap__runtime *rt)
     waiter_fini(&rt->devs[d].waiter);
     waiter_fini(&rt->devs[d].park);
     shmap__fiber_destroy(&rt->devs[d].sched.fiber);
-    shmap__arena_cache_free(&rt->devs[d]);
+    shmap__trace_dev_free(&rt->devs[d]);
   }
   if (rt->workers)
     for (int w = 0; w < rt->nworkers; w++)
@@ -947,6 +1010,49 @@ static int start_device_thread(uv_thread_t *t, size_t ss, shmap__dev *dev)
   return -rc; /* libuv's error codes, as uv_thread_create_ex's: -errno */
 }
 
+/* Fiber mode: the workers, each over a range of devices, and the devices'
+ * fibers (stacks of ss bytes, 0: the default).  0, or an error code with
+ * the devices freed. */
+static int start_workers(shmap__runtime *rt, size_t ss)
+{
+  rt->workers = shmap__alloc(sizeof(shmap__worker) * (size_t)rt->nworkers, true);
+  if (!rt->workers) {
+    free_devices(rt);
+    return shmap__err(SHMAP_ENOMEM, "out of memory for worker threads");
+  }
+  for (int w = 0; w < rt->nworkers; w++) {
+    shmap__worker *wk = &rt->workers[w];
+    wk->rt = rt;
+    wk->id = w;
+    wk->seen_epoch = atomic_load(&rt->epoch);
+    waiter_init(&wk->waiter, NULL, 0, rt->spin_max);
+    waiter_init(&wk->park, NULL, 0, rt->spin_max);
+    snprintf(wk->name, sizeof wk->name, "shmap-w%d", w & 0xffff);
+    /* Contiguous ranges of devices: the ranks next to each other in the
+     * mesh's last axes, which rings and neighbour exchanges pair up,
+     * mostly share a worker and hand over without crossing cores. */
+    wk->first = (int)((int64_t)rt->ndev * w / rt->nworkers);
+    wk->count = (int)((int64_t)rt->ndev * (w + 1) / rt->nworkers) - wk->first;
+  }
+  for (int w = 0; w < rt->nworkers; w++)
+    for (int d = rt->workers[w].first;
+         d < rt->workers[w].first + rt->workers[w].count; d++) {
+      shmap__dev *dev = &rt->devs[d];
+      dev->sched.worker = &rt->workers[w];
+      dev->sched.home = &rt->workers[w];
+      dev->sched.wq = &dev->sched.worker->waiter;
+      atomic_init(&dev->sched.fstate, SHMAP__F_DONE);
+      if (shmap__fiber_create(&dev->sched.fiber,
+                              ss ? ss : SHMAP__FIBER_STACK_DEFAULT,
+                              fiber_main, dev) != 0) {
+        free_devices(rt);
+        return shmap__err(SHMAP_ESYS, "cannot allocate the stack of device %d",
+                          d);
+      }
+    }
+  return 0;
+}
+
 static int start(shmap__runtime *rt)
 {
   shmap_mesh *mesh = rt->mesh;
@@ -990,41 +1096,9 @@ static int start(shmap__runtime *rt)
     opts.stack_size = ss;
   }
   if (rt->mode == SHMAP__FIBERS) {
-    rt->workers = shmap__alloc(sizeof(shmap__worker) * (size_t)rt->nworkers, true);
-    if (!rt->workers) {
-      free_devices(rt);
-      return shmap__err(SHMAP_ENOMEM, "out of memory for worker threads");
-    }
-    for (int w = 0; w < rt->nworkers; w++) {
-      shmap__worker *wk = &rt->workers[w];
-      wk->rt = rt;
-      wk->id = w;
-      wk->seen_epoch = atomic_load(&rt->epoch);
-      waiter_init(&wk->waiter, NULL, 0, rt->spin_max);
-      waiter_init(&wk->park, NULL, 0, rt->spin_max);
-      snprintf(wk->name, sizeof wk->name, "shmap-w%d", w & 0xffff);
-      /* Contiguous ranges of devices: the ranks next to each other in the
-       * mesh's last axes, which rings and neighbour exchanges pair up,
-       * mostly share a worker and hand over without crossing cores. */
-      wk->first = (int)((int64_t)rt->ndev * w / rt->nworkers);
-      wk->count = (int)((int64_t)rt->ndev * (w + 1) / rt->nworkers) - wk->first;
-    }
-    for (int w = 0; w < rt->nworkers; w++)
-      for (int d = rt->workers[w].first;
-           d < rt->workers[w].first + rt->workers[w].count; d++) {
-        shmap__dev *dev = &rt->devs[d];
-        dev->sched.worker = &rt->workers[w];
-        dev->sched.home = &rt->workers[w];
-        dev->sched.wq = &dev->sched.worker->waiter;
-        atomic_init(&dev->sched.fstate, SHMAP__F_DONE);
-        if (shmap__fiber_create(&dev->sched.fiber,
-                                ss ? ss : SHMAP__FIBER_STACK_DEFAULT,
-                                fiber_main, dev) != 0) {
-          free_devices(rt);
-          return shmap__err(SHMAP_ESYS, "cannot allocate the stack of device %d",
-                            d);
-        }
-      }
+    int rc = start_workers(rt, ss);
+    if (rc)
+      return rc;
   }
   /* In thread mode the map's caller runs device 0 itself (no wake-up and
    * no thread switch for it per map) -- but not under a debugger, which
@@ -1068,7 +1142,9 @@ int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh)
   rt->lock = lock;
   atomic_init(&rt->failed_dev, -1);
   waiter_init(&rt->host, NULL, 0, 0);
-  shmap__registry_add(rt);
+  /* The threads started here must not be joined in a child of fork(). */
+  shmap__fork_init();
+  shmap__hooks_added(rt);
   *out = rt;
   return 0;
 }
@@ -1077,16 +1153,13 @@ void shmap__runtime_destroy(shmap__runtime *rt)
 {
   if (!rt)
     return;
-  shmap__registry_remove(rt); /* takes its trace events */
-  shmap__trace_runtime_gone(rt);
+  shmap__hooks_removed(rt); /* observers take what they keep of it */
   /* In a child of fork() the threads stayed in the parent (fork.c). */
   if (rt->started && atomic_load(&rt->forkgen) == shmap__fork_generation() + 1)
     join_threads(rt, rt->mode == SHMAP__FIBERS ? rt->nworkers : rt->ndev);
   shmap__progress_destroy(rt);
-  shmap__async_destroy(rt);
+  shmap__hooks_destroy(rt);
   free_devices(rt);
-  if (rt->tp && rt->tp->destroy)
-    rt->tp->destroy(rt);
   waiter_fini(&rt->host);
   free(atomic_load(&rt->keep[0]));
   free(atomic_load(&rt->keep[1]));
@@ -1177,7 +1250,7 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
   uint64_t deadline = start + period;
   while (shmap__wait_until(rt, &rt->host, all_done, rt, NULL,
                            period ? deadline : 0) != 1) {
-    shmap__watchdog_report(rt, shmap__now() - start, stderr);
+    shmap__hooks_watch(rt, shmap__now() - start);
     deadline += period;
   }
   rt->job = NULL; /* no map running (debuggers look at this) */

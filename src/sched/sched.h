@@ -283,6 +283,9 @@ void shmap__runtime_lock(shmap__runtime *rt);
 void shmap__runtime_unlock(shmap__runtime *rt);
 bool shmap__runtime_trylock(shmap__runtime *rt);
 
+/* The device whose code the calling thread runs (its own thread, or the
+ * worker running its fiber), or NULL. */
+const shmap__dev *shmap__running(void);
 /* The context of the body running on the calling thread, or NULL. */
 struct shmap_ctx *shmap__current(void);
 void shmap__set_current(struct shmap_ctx *ctx);
@@ -369,5 +372,69 @@ void shmap__runtime_give(shmap__runtime *rt, int i, void *arr);
  * and the transport's failure notice releases every waiting device.
  * Returns code. */
 int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg);
+
+/*
+ * Scheduler operations: what the layers above need to know of how devices
+ * run, so that none of them tests the scheduling mode.
+ */
+/* Device d lets the devices it may be waiting for run: a fiber gives its
+ * worker to the others once, a thread its core. */
+void shmap__dev_yield(shmap__runtime *rt, shmap__dev *d);
+/* Device d waits for a condition nobody wakes it for, which only polling
+ * makes true (MPI requests): as shmap__dev_wait, true when pred(arg)
+ * held, false when *abort was set first. */
+bool shmap__dev_poll(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
+                     void *arg, _Atomic int *abort);
+/* Wake the members of a group of n, member(arg, i) being the device of
+ * member i, except member `self` (-1: none).  Where devices share the
+ * places they sleep on (fibers), every sleeper is woken at once instead,
+ * which costs less than a look at each member. */
+void shmap__wake_group(shmap__runtime *rt, int n, int self,
+                       int (*member)(const void *arg, int i), const void *arg);
+/* How many worker threads share the devices, each running a contiguous
+ * range of them; 0 when each device has a thread of its own. */
+int shmap__workers(const shmap__runtime *rt);
+/* The devices [*lo, *hi) that run on device d's worker (the one whose
+ * range holds d); d alone when each device has a thread. */
+void shmap__runs_with(const shmap__runtime *rt, int d, int *lo, int *hi);
+
+/*
+ * Hooks.  The layers above keep state of their own for a runtime (tables
+ * hung on its opaque slots, or their own per-device arrays); the runtime
+ * does not know them by name.  Each registers its hooks once, where it
+ * sets itself up, before it hangs anything on a runtime; every hook is
+ * called for every runtime and does nothing for one it never used.  The
+ * model is libuv's close callbacks: whoever owns the state frees it.
+ */
+typedef struct shmap__rt_hooks {
+  /* A runtime was created, or is being destroyed while its device threads
+   * still park (observers: the registry). */
+  void (*added)(shmap__runtime *rt);
+  void (*removed)(shmap__runtime *rt);
+  /* The first failure of a map, before it is published to the devices of
+   * this process (so that other processes hear of it first). */
+  void (*failed)(shmap__runtime *rt, int dev, int code, const char *msg);
+  /* After the failure is published: release the devices that wait for
+   * it, true if done (the transport knows where they wait); without such
+   * a hook the runtime wakes every device. */
+  bool (*release)(shmap__runtime *rt);
+  /* The runtime goes away: its threads are stopped (or stayed in the
+   * parent of a fork), its devices not yet freed. */
+  void (*destroy)(shmap__runtime *rt);
+  /* The watchdog's report on a map that has run for running_ns (the
+   * runtime wakes the map's caller for it every shmap__watchdog_ns()). */
+  void (*watch)(shmap__runtime *rt, uint64_t running_ns);
+} shmap__rt_hooks;
+
+/* The watchdog's period in nanoseconds (0: off): SHMAP_WATCHDOG, read at
+ * the first call, until shmap__watchdog_set() changes it.  The scheduler
+ * keeps the time; what a report says is the watch hook's. */
+uint64_t shmap__watchdog_ns(void);
+void shmap__watchdog_set(uint64_t ns);
+
+/* Register hooks (a static table; registering one twice is harmless).
+ * They are called in the order registered, destroy hooks in the reverse
+ * order. */
+void shmap__runtime_hooks(const shmap__rt_hooks *h);
 
 #endif /* SHMAP_SCHED_H */

@@ -8,7 +8,7 @@
 #include "map/map.h"
 #include "proc/proc.h"
 #include "transport/mpi.h"
-#include "sched/debug.h"
+#include "sched/trace.h"
 
 const shmap__transport *shmap__transport_for(shmap__runtime *rt)
 {
@@ -22,10 +22,29 @@ const shmap__transport *shmap__transport_for(shmap__runtime *rt)
   return &shmap__shm_transport;
 }
 
-int shmap__comm_open(shmap__comm *comm, shmap__runtime *rt)
+/* The runtime reaches a mesh's transport through these: the transport
+ * releases the devices a failure stops, and frees its state. */
+static bool tp_release(shmap__runtime *rt)
 {
   if (!rt->tp)
+    return false;
+  rt->tp->failed(rt);
+  return true;
+}
+static void tp_destroy(shmap__runtime *rt)
+{
+  if (rt->tp && rt->tp->destroy)
+    rt->tp->destroy(rt);
+}
+static const shmap__rt_hooks tp_hooks = {.release = tp_release,
+                                         .destroy = tp_destroy};
+
+int shmap__comm_open(shmap__comm *comm, shmap__runtime *rt)
+{
+  if (!rt->tp) {
+    shmap__runtime_hooks(&tp_hooks);
     rt->tp = shmap__transport_for(rt);
+  }
   comm->tp = rt->tp;
   comm->rt = rt;
   comm->mesh = rt->mesh;

@@ -55,6 +55,7 @@
 #include "coll/coll.h"
 #include "map/map.h"
 #include "proc/proc.h"
+#include "sched/trace.h"
 #include "transport/comm.h"
 
 #include <limits.h>
@@ -167,11 +168,15 @@ static shmap__mpimesh *mm_of(const shmap_mesh *mesh)
   return mesh->place ? mesh->place->mpi : NULL;
 }
 
+/* The runtime tells the other processes of a failure through this hook. */
+static const shmap__rt_hooks mpi_hooks = {.failed = shmap__mpi_on_fail};
+
 int shmap__mpi_mesh_init(shmap_mesh *mesh)
 {
   shmap__place *pl = mesh->place;
   if (!pl || pl->nproc == 1)
     return 0;
+  shmap__runtime_hooks(&mpi_hooks);
   shmap__mpimesh *m = shmap__calloc(1, sizeof *m);
   if (!m)
     return shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
@@ -696,17 +701,8 @@ static int wait_all(shmap_ctx *ctx, waitarg *w)
   w->short_dev = -1;
   w->done = false;
   w->cancel = false;
-  if (rt->mode == SHMAP__FIBERS) {
-    /* The worker tests again on its rounds, which stay short while a
-     * device waits for MPI (runtime.c). */
-    atomic_fetch_add(&rt->mpi_waiters, 1);
-    while (!shmap__dev_wait(rt, self, requests_done, w, NULL))
-      ;
-    atomic_fetch_sub(&rt->mpi_waiters, 1);
-  } else {
-    while (shmap__poll_until(rt, &self->waiter, requests_done, w, NULL) != 1)
-      ;
-  }
+  while (!shmap__dev_poll(rt, self, requests_done, w, NULL))
+    ;
   if (w->done)
     return 0;
   return w->cancel ? SHMAP_ECANCELED : SHMAP_EMISMATCH;
@@ -1121,16 +1117,8 @@ static void wait_must(shmap__coll *c, MPI_Request *reqs, int n)
   w.short_dev = -1;
   shmap__runtime *rt = ctx->rt;
   shmap__dev *self = &rt->devs[ctx->dev];
-  if (rt->mode == SHMAP__FIBERS) {
-    atomic_fetch_add(&rt->mpi_waiters, 1);
-    while (!shmap__dev_wait(rt, self, requests_done, &w, NULL) || !w.done)
-      ;
-    atomic_fetch_sub(&rt->mpi_waiters, 1);
-  } else {
-    while (shmap__poll_until(rt, &self->waiter, requests_done, &w, NULL) != 1 ||
-           !w.done)
-      ;
-  }
+  while (!shmap__dev_poll(rt, self, requests_done, &w, NULL) || !w.done)
+    ;
 }
 
 static int mpi_open(shmap__comm *comm)

@@ -8,7 +8,7 @@
 #ifndef SHMAP_TRANSPORT_MPI_H
 #define SHMAP_TRANSPORT_MPI_H
 
-#include "sched/runtime.h"
+#include "sched/sched.h"
 
 struct shmap__mpimesh;
 

@@ -26,7 +26,7 @@
 #include "hash.h"
 
 #include "map/map.h"
-#include "sched/debug.h"
+#include "sched/trace.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -238,16 +238,10 @@ static const shmap__call *peer(const shmap__coll *c, int r)
 }
 
 /* Wake every member that may wait on this group's slot. */
+static int member_of(const void *c, int r) { return member(c, r); }
 static void wake_members(shmap__runtime *rt, const shmap__coll *c)
 {
-  if (rt->workers) {
-    shmap__wake_all(rt);
-    return;
-  }
-  const shm_call *g = CS(c);
-  for (int i = 0; i < c->n; i++)
-    if (i != c->rank)
-      shmap__dev_wake(&g->devs[member(c, i)]);
+  shmap__wake_group(rt, c->n, c->rank, member_of, c);
 }
 
 /* ---- arrive and depart ------------------------------------------------- */
@@ -1213,7 +1207,7 @@ static bool chainable(const shmap__coll *c, const shmap__fold *fold)
 {
   const shmap__call *a = &c->call;
   const shmap__runtime *rt = c->ctx->rt;
-  if (!rt->workers || rt->nworkers < 2 || a->ngroups || fold->count ||
+  if (shmap__workers(rt) < 2 || a->ngroups || fold->count ||
       fold->out_esize != c->esize || a->dtype == SHMAP_BF16 ||
       a->dtype == SHMAP_F16)
     return false;
@@ -1244,9 +1238,10 @@ static int rank_from(const shmap__coll *c, int d)
 /* The ranks [*lo, *hi) on the worker of member r's device. */
 static void worker_run(const shmap__coll *c, int r, int *lo, int *hi)
 {
-  const shmap__worker *w = c->ctx->rt->devs[member(c, r)].sched.home;
-  *lo = rank_from(c, w->first);
-  *hi = rank_from(c, w->first + w->count);
+  int first, end;
+  shmap__runs_with(c->ctx->rt, member(c, r), &first, &end);
+  *lo = rank_from(c, first);
+  *hi = rank_from(c, end);
 }
 
 /* This device's place in the chain of c's group, or NULL when the whole

@@ -1,28 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * debug.h - what helps people see what their devices do (debug.c): the
- * registry of live runtimes (walked by the gdb extension), the watchdog's
- * report, the Chrome trace recorder, and each device's state.
+ * trace.h - what devices record about themselves while they run: each
+ * device's state (read by the watchdog and the gdb extension), the events
+ * of a Chrome trace (trace.c; the trace writer in src/debug/ turns them
+ * into a file), and the clock (clock.c).
  */
-#ifndef SHMAP_DEBUG_H
-#define SHMAP_DEBUG_H
+#ifndef SHMAP_TRACE_H
+#define SHMAP_TRACE_H
 
 #include "sched/sched.h"
 
-/* Every live runtime, for the gdb extension and the trace writer. */
-void shmap__registry_add(shmap__runtime *rt);
-/* Around fork(): 0 before (take the registry and trace locks), 1 in the
- * parent after, 2 in the child after (release them). */
-void shmap__debug_fork(int phase);
-void shmap__registry_remove(shmap__runtime *rt);
-/* Watchdog period in nanoseconds (0: off). */
-uint64_t shmap__watchdog_ns(void);
-/* Print every device's state to `out`. */
-void shmap__watchdog_report(shmap__runtime *rt, uint64_t running_ns, void *out);
-/* A runtime goes away: keep its events for the trace file, free them. */
-void shmap__trace_runtime_gone(shmap__runtime *rt);
 /* Whether traces are being recorded. */
 bool shmap__tracing(void);
+/* Start or stop recording (the trace writer). */
+void shmap__trace_record(bool on);
+/* Free a device's recorded events (the runtime goes away). */
+void shmap__trace_dev_free(shmap__dev *d);
 /* Record an event of device `d` (when tracing). */
 void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
                         uint64_t bytes, uint32_t seq);
@@ -40,10 +33,7 @@ uint64_t shmap__now(void);
  * tenths of seconds, on every collective call, where the precise clock
  * costs as much as a small reduction's own work. */
 uint64_t shmap__now_coarse(void);
-/* " [map over 'data' > nested over 'model']" for a device in a nested map
- * or a map over some axes, "" otherwise. */
-void shmap__nest_format(const shmap_mesh *mesh, uint64_t nest, char *buf,
-                        size_t n);
+/* Nesting levels recorded in a device's `nest` word (sched.h). */
 #define SHMAP__NEST_LEVELS 7
 /* A nested map's body in a trace: a body "kind" of 0 with its axes. */
 #define SHMAP__NESTED_BODY 0
@@ -57,4 +47,4 @@ static inline uint64_t shmap__set_state(shmap__dev *d, int state, uint64_t op,
   return now;
 }
 
-#endif /* SHMAP_DEBUG_H */
+#endif /* SHMAP_TRACE_H */
