@@ -10,6 +10,7 @@
  * leaves out.  Source arrays never change, so the source mesh may run other
  * maps meanwhile. */
 #include "proc/proc.h"
+#include "map/map.h"
 #include "sched/runtime.h"
 
 #include <stdio.h>

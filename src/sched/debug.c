@@ -8,7 +8,7 @@
 
 #include "coll/async.h"
 #include "transport/desc.h"
-#include "map/map.h"
+#include "device/device.h"
 #include "proc/proc.h"
 #include "settings.h"
 

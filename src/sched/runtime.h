@@ -11,7 +11,7 @@
 
 #include "device/arena.h"
 #include "transport/desc.h"
-#include "map/map.h"
+#include "device/device.h"
 #include "sched/debug.h"
 #include "sched/sched.h"
 #include "transport/comm.h"
