@@ -26,6 +26,7 @@ src_libshmap_core_la_SOURCES = \
 	src/map/outputs.c \
 	src/map/nested.c \
 	src/map/blocks.c \
+	src/map/mesh.c \
 	src/proc/proc.c \
 	src/proc/spmd.c \
 	src/proc/stage.c \
