@@ -344,7 +344,7 @@ void shmap__gather_block(const shmap_array *a, const shmap_mesh *mesh,
                          const shmap__spec *to, const int64_t bshape[],
                          int dev, void *dst, shmap__moved *count);
 /* A sharded array's block allocations (one per device) are no longer
- * needed: back to the devices' caches, or freed (map.c). */
+ * needed: back to the devices' caches, or freed (device/arena.c). */
 void shmap__blocks_release(shmap_mesh *mesh, void **mem);
 /* Copy a sharded array's values into row-major host memory. */
 void shmap__array_assemble(const shmap_array *a, void *dst);

@@ -76,10 +76,8 @@ int shmap__map_agree(shmap__job *job, const shmap__spec *ospec,
  * devices start (proc/stage.c). */
 int shmap__map_stage_inputs(shmap__job *job);
 
-/* ---- run.c and replica.c: the devices' part --------------------------------- */
+/* ---- replica.c: the devices that run no body --------------------------------- */
 
-/* One device's part of a map (the runtime's job function). */
-void shmap__map_device(shmap__job *job, int dev);
 /* A replica's part of a map, and what a host does for its replicas when
  * its body returned (replica.c). */
 void shmap__map_replica(shmap__job *job, int dev);

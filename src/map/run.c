@@ -41,14 +41,11 @@ static bool device_inputs(shmap__job *job, shmap_ctx *ctx)
   return true;
 }
 
-/* The body on its device; t: when the inputs began.  Returns when it
- * ended. */
-static uint64_t device_body(shmap__job *job, shmap_ctx *ctx, uint64_t t)
+/* After the body returned rc (it began at t0): the trace, a failure for
+ * a non-zero return, the requests it left open.  Returns when it ended. */
+static uint64_t device_body_end(shmap_ctx *ctx, uint64_t t0, int rc)
 {
   shmap__dev *self = &ctx->rt->devs[ctx->dev];
-  uint64_t t0 = shmap__set_state(self, SHMAP__ST_BODY, 0,
-                                 ctx->built ? shmap__now() : t);
-  int rc = job->body(ctx, job->arg);
   uint64_t t1 = shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
   if (shmap__tracing())
     shmap__trace_body(self, t0, t1, ctx->seq, ctx->job_name);
@@ -59,7 +56,8 @@ static uint64_t device_body(shmap__job *job, shmap_ctx *ctx, uint64_t t)
   return t1;
 }
 
-void shmap__map_device(shmap__job *job, int dev)
+/* One device's part of a map (the runtime's job function). */
+static void run_device(shmap__job *job, int dev)
 {
   shmap_ctx *ctx = &job->ctx[dev];
   shmap__runtime *rt = ctx->rt;
@@ -79,10 +77,16 @@ void shmap__map_device(shmap__job *job, int dev)
    * trace show when each began (a read is tens of nanoseconds here, and a
    * device of an empty map made five). */
   uint64_t t = shmap__set_state(self, SHMAP__ST_INPUTS, 0, shmap__now());
-  if (device_inputs(job, ctx) && !atomic_load(&rt->abort))
-    t = device_body(job, ctx, t);
-  else
+  if (device_inputs(job, ctx) && !atomic_load(&rt->abort)) {
+    /* The body is called from here, so that a debugger's backtrace shows
+     * it right above this function. */
+    uint64_t t0 = shmap__set_state(self, SHMAP__ST_BODY, 0,
+                                   ctx->built ? shmap__now() : t);
+    int rc = job->body(ctx, job->arg);
+    t = device_body_end(ctx, t0, rc);
+  } else {
     t = shmap__now();
+  }
   shmap__set_state(self, SHMAP__ST_DONE, 0, t);
   shmap__set_current(NULL);
   self->ctx = NULL;
@@ -217,7 +221,7 @@ static int frame_run(map_frame *f)
   int rc = shmap__comm_open(&job->comm, rt);
   if (rc == 0) {
     shmap__proc_map_running(1);
-    rc = shmap__runtime_run(rt, job, shmap__map_device);
+    rc = shmap__runtime_run(rt, job, run_device);
     shmap__proc_map_running(-1);
     shmap__comm_close(&job->comm, rc != 0 || atomic_load(&rt->failed_dev) >= 0);
   }
