@@ -138,8 +138,9 @@ void shmap__mesh_fill(shmap_mesh *m, int naxes, const char *const names[],
                       const size_t lens[], const int sizes[], int ndev);
 /* A root mesh's creation that this process rejects with `rc` (message
  * set): under MPI with several processes it still joins the creation's
- * agreement, so that every process returns the same error (mesh.c).
- * Returns the call's result. */
+ * agreement, so that every process returns the same error.  Returns the
+ * call's result.  This, shmap__mesh_build and shmap__mesh_build_over are
+ * the mesh's life, in map/mesh.c. */
 int shmap__mesh_rejected(int rc);
 /* Parse mesh text ("i=4, j=2") into names (pointers into text), lengths and
  * sizes; returns the number of axes or a negative error. */
@@ -320,7 +321,7 @@ struct shmap_array {
 };
 
 /* True when two resolved specs lay out an array of `rank` identically
- * (after padding; an empty tuple equals None). */
+ * (after padding; an empty tuple equals None) (spec.c). */
 bool shmap__spec_same(const shmap__spec *a, const shmap__spec *b, int rank);
 
 /* Counts of one block built from an array, for the statistics. */
@@ -349,13 +350,14 @@ void shmap__blocks_release(shmap_mesh *mesh, void **mem);
 /* Copy a sharded array's values into row-major host memory. */
 void shmap__array_assemble(const shmap_array *a, void *dst);
 
-/* Validate dtype, rank and shape; `what` names the caller in messages. */
+/* Validate dtype, rank and shape; `what` names the caller in messages
+ * (layout.c, with shmap__shape_format). */
 int shmap__check_shape(const char *what, shmap_dtype dtype, int rank,
                        const int64_t shape[]);
 /* New array with zeroed (zero=true) or uninitialised storage. */
 int shmap__array_new(shmap_array **out, shmap_dtype dtype, int rank,
                      const int64_t shape[], bool zero);
-/* "f32[2,8]" into buf. */
+/* "f32[2,8]" into buf (layout.c). */
 void shmap__shape_format(shmap_dtype dtype, int rank, const int64_t shape[],
                          char *buf, size_t n);
 
