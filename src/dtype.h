@@ -3,7 +3,7 @@
  * dtype.h - the table of element types.  Everything that depends on a dtype
  * (its size, its name in messages and traces, how an element is printed,
  * which reductions it allows and their kernels) is read from this table,
- * so a new dtype is one row here plus its kernels in src/coll/ops.c.
+ * so a new dtype is one row here plus its kernels in src/ops.c.
  */
 #ifndef SHMAP_DTYPE_H
 #define SHMAP_DTYPE_H
@@ -72,7 +72,7 @@ int shmap__isa(void);
 int shmap__isa_supported(int isa);
 const char *shmap__isa_name(int isa);
 
-/* Kernel tables per instruction set (src/coll/ops.c): [dtype][op]. */
+/* Kernel tables per instruction set (src/ops.c): [dtype][op]. */
 extern const shmap__fold_fn shmap__kern_generic[SHMAP_NDTYPES][SHMAP__NOPS];
 extern const shmap__fold_fn shmap__kern_avx2[SHMAP_NDTYPES][SHMAP__NOPS];
 extern const shmap__fold_fn shmap__kern_avx512[SHMAP_NDTYPES][SHMAP__NOPS];

@@ -100,6 +100,12 @@ struct shmap_mesh {
   shmap_mesh *parent;
   int *pdev;
   int *rootdev;
+  /* Set by the mesh's creator (map/mesh.c), so that the geometry here
+   * names devices and ends meshes without calling up: " on process P
+   * (host H)" for a device placed on another process (proc.h), and the
+   * teardown when the last reference goes.  NULL for neither. */
+  void (*where)(const shmap_mesh *mesh, int dev, char *buf, size_t n);
+  int (*destroy)(shmap_mesh *mesh);
 };
 
 void shmap__mesh_retain(shmap_mesh *mesh);
@@ -124,10 +130,19 @@ int shmap__mesh_build_over(shmap_mesh **out, int naxes,
                            const char *const names[], const size_t lens[],
                            const int sizes[], const char *src,
                            const shmap_mesh *parent, const int pdev[]);
+/* The checks of a new mesh's axes: 0, or an error with the message set;
+ * *ndev_out gets the device count. */
+int shmap__mesh_check(int naxes, const char *const names[],
+                      const size_t lens[], const int sizes[], const char *src,
+                      long long *ndev_out);
+/* A new mesh's geometry (names, sizes, strides) and its first reference. */
+void shmap__mesh_fill(shmap_mesh *m, int naxes, const char *const names[],
+                      const size_t lens[], const int sizes[], int ndev);
 /* A root mesh's creation that this process rejects with `rc` (message
  * set): under MPI with several processes it still joins the creation's
- * agreement, so that every process returns the same error (mesh.c).
- * Returns the call's result. */
+ * agreement, so that every process returns the same error.  Returns the
+ * call's result.  This, shmap__mesh_build and shmap__mesh_build_over are
+ * the mesh's life, in map/mesh.c. */
 int shmap__mesh_rejected(int rc);
 /* Parse mesh text ("i=4, j=2") into names (pointers into text), lengths and
  * sizes; returns the number of axes or a negative error. */
@@ -137,6 +152,18 @@ int shmap__mesh_parse(const char *text, const char *names[], size_t lens[],
  * device `dev` of `mesh` is. */
 const shmap_mesh *shmap__mesh_root(const shmap_mesh *mesh);
 int shmap__mesh_rootdev(const shmap_mesh *mesh, int dev);
+/* A slice of `parent` by the coordinates in `coords` ("stage=1"): its
+ * axes (names into the parent's, lengths, sizes) and its devices in its
+ * own row-major order (*devs, to free).  Returns the number of axes, or a
+ * negative error (message set). */
+int shmap__slice_devices(const shmap_mesh *parent, const char *coords,
+                         const char *sn[], size_t sl[], int ss[], int **devs);
+/* The axes of a sub-mesh from mesh text (as shmap__mesh_parse) and its
+ * devices[] of `parent` checked: distinct and in range.  Returns the
+ * number of axes, or a negative error (message set). */
+int shmap__submesh_check(const shmap_mesh *parent, const char *text,
+                         const int devices[], const char *names[],
+                         size_t lens[], int sizes[]);
 /* Bits of every axis of the mesh. */
 static inline unsigned shmap__mesh_all(const shmap_mesh *mesh)
 {
@@ -284,7 +311,7 @@ struct shmap_array {
 };
 
 /* True when two resolved specs lay out an array of `rank` identically
- * (after padding; an empty tuple equals None). */
+ * (after padding; an empty tuple equals None) (spec.c). */
 bool shmap__spec_same(const shmap__spec *a, const shmap__spec *b, int rank);
 
 /* Counts of one block built from an array, for the statistics. */
@@ -308,18 +335,19 @@ void shmap__gather_block(const shmap_array *a, const shmap_mesh *mesh,
                          const shmap__spec *to, const int64_t bshape[],
                          int dev, void *dst, shmap__moved *count);
 /* A sharded array's block allocations (one per device) are no longer
- * needed: back to the devices' caches, or freed (map.c). */
+ * needed: back to the devices' caches, or freed (device/arena.c). */
 void shmap__blocks_release(shmap_mesh *mesh, void **mem);
 /* Copy a sharded array's values into row-major host memory. */
 void shmap__array_assemble(const shmap_array *a, void *dst);
 
-/* Validate dtype, rank and shape; `what` names the caller in messages. */
+/* Validate dtype, rank and shape; `what` names the caller in messages
+ * (layout.c, with shmap__shape_format). */
 int shmap__check_shape(const char *what, shmap_dtype dtype, int rank,
                        const int64_t shape[]);
 /* New array with zeroed (zero=true) or uninitialised storage. */
 int shmap__array_new(shmap_array **out, shmap_dtype dtype, int rank,
                      const int64_t shape[], bool zero);
-/* "f32[2,8]" into buf. */
+/* "f32[2,8]" into buf (layout.c). */
 void shmap__shape_format(shmap_dtype dtype, int rank, const int64_t shape[],
                          char *buf, size_t n);
 

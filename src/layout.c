@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /* layout.c - the pure index math of splitting, tiling and assembling:
  * block shapes and offsets, strided box copies (axis groups and ranks are
- * group.c's).
- * No threads and no allocation here. */
+ * group.c's); shapes as text and their checks.  No threads and no
+ * allocation here. */
 #include "internal.h"
 
+#include <stdio.h>
 #include <string.h>
 
 bool shmap__mul_size(int64_t a, int64_t b, int64_t *out)
@@ -163,4 +164,57 @@ void shmap__copy_box(void *dst, const int64_t dst_strides[], const void *src,
     if (k < 0)
       return;
   }
+}
+
+/* ---- shapes and blocks --------------------------------------------------- */
+
+void shmap__shape_format(shmap_dtype dtype, int rank, const int64_t shape[],
+                         char *buf, size_t n)
+{
+  snprintf(buf, n, "%s[", shmap_dtype_name(dtype));
+  for (int d = 0; d < rank; d++)
+    shmap__cat(buf, n, "%s%lld", d ? "," : "", (long long)shape[d]);
+  shmap__cat(buf, n, "]");
+}
+
+int shmap__check_shape(const char *what, shmap_dtype dtype, int rank,
+                       const int64_t shape[])
+{
+  if (shmap_dtype_size(dtype) == 0)
+    return shmap__err(SHMAP_EDTYPE, "%s: invalid dtype %d", what, (int)dtype);
+  if (rank < 0 || rank > SHMAP_MAX_RANK)
+    return shmap__err(SHMAP_ESHAPE, "%s: rank %d is out of range [0, %d]", what,
+                      rank, SHMAP_MAX_RANK);
+  if (rank > 0 && !shape)
+    return shmap__err(SHMAP_EINVAL, "%s: shape is NULL", what);
+  return shmap__shape_size(what, rank, shape, shmap_dtype_size(dtype), NULL,
+                           NULL);
+}
+
+SHMAP_EXTERN int64_t shmap_block_numel(const shmap_block *block)
+{
+  if (!block || block->rank < 0 || block->rank > SHMAP_MAX_RANK)
+    return shmap__err(SHMAP_EINVAL, "shmap_block_numel: invalid block");
+  int64_t n;
+  int rc = shmap__shape_size("shmap_block_numel", block->rank, block->shape,
+                             1, &n, NULL);
+  return rc ? rc : n;
+}
+
+SHMAP_EXTERN size_t shmap_block_nbytes(const shmap_block *block)
+{
+  if (!block || block->rank < 0 || block->rank > SHMAP_MAX_RANK) {
+    shmap__err(SHMAP_EINVAL, "shmap_block_nbytes: invalid block");
+    return 0;
+  }
+  if (shmap_dtype_size(block->dtype) == 0) {
+    shmap__err(SHMAP_EDTYPE, "shmap_block_nbytes: invalid dtype %d",
+               (int)block->dtype);
+    return 0;
+  }
+  int64_t bytes;
+  if (shmap__shape_size("shmap_block_nbytes", block->rank, block->shape,
+                        shmap_dtype_size(block->dtype), NULL, &bytes))
+    return 0;
+  return (size_t)bytes;
 }

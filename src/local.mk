@@ -19,7 +19,16 @@ src_libshmap_core_la_SOURCES = \
 	src/jobs/shard.c \
 	src/array/visualize.c \
 	src/device/arena.c \
-	src/map/map.c \
+	src/device/ctx.c \
+	src/device/checks.c \
+	src/device/body.c \
+	src/map/validate.c \
+	src/map/run.c \
+	src/map/replica.c \
+	src/map/outputs.c \
+	src/map/nested.c \
+	src/map/blocks.c \
+	src/map/mesh.c \
 	src/proc/proc.c \
 	src/proc/spmd.c \
 	src/proc/stage.c \
@@ -39,14 +48,14 @@ src_libshmap_core_la_SOURCES = \
 	src/coll/algo.c \
 	src/coll/coll.c \
 	src/coll/async.c \
-	src/coll/ops.c \
+	src/ops.c \
 	src/transport/mpi.c \
 	src/dtype.c
-noinst_HEADERS += src/settings.h src/internal.h src/device/arena.h src/map/map.h \
+noinst_HEADERS += src/settings.h src/internal.h src/device/arena.h src/device/device.h src/map/map.h \
 	src/sched/runtime.h src/sched/sched.h src/sched/trace.h \
 	src/sched/hooks.h src/debug/debug.h \
 	src/transport/comm.h src/coll/coll.h src/transport/desc.h src/coll/plan.h \
-	src/proc/proc.h src/transport/mpi.h src/dtype.h src/coll/kern.h \
+	src/proc/proc.h src/transport/mpi.h src/dtype.h src/kern.h \
 	src/coll/async.h src/sched/progress.h src/hash.h src/kinds.h src/group.h
 src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(STACK_CLASH_CFLAGS) $(UV_CFLAGS) $(MPI_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
 src_libshmap_core_la_LIBADD = $(UV_LIBS) $(MPI_LIBS)

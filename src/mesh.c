@@ -1,11 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* mesh.c - named device meshes: creation from text or arrays, queries. */
+/* mesh.c - the geometry of named device meshes: axis names and sizes,
+ * parsing mesh text, device numbers and coordinates, names of devices,
+ * queries and statistics.  Creating and destroying a mesh (its device
+ * threads, placement and communicator) is map/mesh.c. */
 #include "internal.h"
-#include "map/map.h"
-#include "proc/proc.h"
-#include "map/map.h"
-#include "sched/runtime.h"
-#include "transport/mpi.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -28,9 +26,7 @@ bool shmap__valid_axis_name(const char *name, size_t len)
   return !(len == 4 && memcmp(name, "None", 4) == 0);
 }
 
-/* The checks of a new mesh's axes: 0, or an error with the message set;
- * *ndev_out gets the device count. */
-static int mesh_check(int naxes, const char *const names[],
+int shmap__mesh_check(int naxes, const char *const names[],
                       const size_t lens[], const int sizes[], const char *src,
                       long long *ndev_out)
 {
@@ -70,54 +66,11 @@ static int mesh_check(int naxes, const char *const names[],
   return 0;
 }
 
-/* Serial numbers of meshes, the same in every process (meshes are created
- * in the same order everywhere). */
-static _Atomic int serials;
-
-int shmap__mesh_rejected(int rc)
+void shmap__mesh_fill(shmap_mesh *m, int naxes, const char *const names[],
+                      const size_t lens[], const int sizes[], int ndev)
 {
-  /* Under MPI the processes agree on each new mesh before it gets its
-   * communicator (transport/mpi.c): a process that rejects its arguments
-   * joins that agreement with its verdict, so that every process fails
-   * with its reason instead of waiting for it, and takes the serial number
-   * the mesh would have had, so that later calls' descriptions still
-   * match.  (The message is kept across shmap__proc_init, which may set
-   * its own.) */
-  char msg[SHMAP__MSG_MAX];
-  snprintf(msg, sizeof msg, "%s", shmap__errbuf());
-  if (shmap__proc_init() != 0)
-    return shmap__err(rc, "%s", msg);
-  const shmap__proc *me = shmap__proc_self();
-  shmap__err(rc, "%s", msg);
-  if (!me->mpi || me->size < 2)
-    return rc;
-  atomic_fetch_add(&serials, 1);
-  return shmap__host_agree_call("shmap_mesh_create", NULL, "creating a mesh",
-                                NULL, rc);
-}
-
-/* Validates and builds; names need not be NUL-terminated (lens given). */
-int shmap__mesh_build(shmap_mesh **out, int naxes, const char *const names[],
-                      const size_t lens[], const int sizes[], const char *src)
-{
-  return shmap__mesh_build_over(out, naxes, names, lens, sizes, src, NULL,
-                                NULL);
-}
-
-int shmap__mesh_build_over(shmap_mesh **out, int naxes,
-                           const char *const names[], const size_t lens[],
-                           const int sizes[], const char *src,
-                           const shmap_mesh *parent, const int pdev[])
-{
-  long long ndev = 0;
-  int rc = mesh_check(naxes, names, lens, sizes, src, &ndev);
-  if (rc)
-    return parent ? rc : shmap__mesh_rejected(rc);
-  shmap_mesh *m = shmap__calloc(1, sizeof *m);
-  if (!m)
-    return shmap__err(SHMAP_ENOMEM, "out of memory creating a mesh");
   m->naxes = naxes;
-  m->ndev = (int)ndev;
+  m->ndev = ndev;
   for (int a = 0; a < naxes; a++) {
     memcpy(m->names[a], names[a], lens[a]);
     m->names[a][lens[a]] = '\0';
@@ -129,42 +82,6 @@ int shmap__mesh_build_over(shmap_mesh **out, int naxes,
     stride *= m->sizes[a];
   }
   atomic_init(&m->refs, 1);
-  m->serial = atomic_fetch_add(&serials, 1) + 1;
-  /* A sub-mesh's devices run where its parent's devices run. */
-  rc = parent ? shmap__place_sub(m, parent, pdev) : shmap__place_default(m);
-  if (rc == 0 && (rc = shmap__mpi_mesh_init(m)))
-    shmap__place_free(m->place);
-  if (rc) {
-    free(m);
-    return rc;
-  }
-  if ((rc = shmap__runtime_create(&m->rt, m))) {
-    shmap__mpi_mesh_free(m);
-    shmap__place_free(m->place);
-    free(m);
-    return rc;
-  }
-  *out = m;
-  return 0;
-}
-
-SHMAP_EXTERN int shmap_mesh_create_axes(shmap_mesh **mesh, int naxes,
-                                        const char *const names[],
-                                        const int sizes[])
-{
-  if (!mesh || (naxes > 0 && (!names || !sizes)))
-    return shmap__mesh_rejected(
-        shmap__err(SHMAP_EINVAL, "shmap_mesh_create_axes: NULL argument"));
-  if (naxes > SHMAP_MAX_AXES || naxes < 1)
-    return shmap__mesh_build(mesh, naxes, NULL, NULL, NULL, NULL);
-  size_t lens[SHMAP_MAX_AXES];
-  for (int a = 0; a < naxes; a++) {
-    if (!names[a])
-      return shmap__mesh_rejected(shmap__err(
-          SHMAP_EINVAL, "shmap_mesh_create_axes: names[%d] is NULL", a));
-    lens[a] = strlen(names[a]);
-  }
-  return shmap__mesh_build(mesh, naxes, names, lens, sizes, NULL);
 }
 
 static int syntax(const char *text, const char *p, const char *what)
@@ -227,59 +144,16 @@ int shmap__mesh_parse(const char *text, const char *names[], size_t lens[],
   }
 }
 
-SHMAP_EXTERN int shmap_mesh_create(shmap_mesh **mesh, const char *text)
-{
-  if (!mesh || !text)
-    return shmap__mesh_rejected(
-        shmap__err(SHMAP_EINVAL, "shmap_mesh_create: NULL argument"));
-  const char *names[SHMAP_MAX_AXES + 1];
-  size_t lens[SHMAP_MAX_AXES + 1];
-  int sizes[SHMAP_MAX_AXES + 1];
-  int n = shmap__mesh_parse(text, names, lens, sizes);
-  if (n < 0)
-    return shmap__mesh_rejected(n);
-  return shmap__mesh_build(mesh, n, names, lens, sizes, text);
-}
-
 void shmap__mesh_retain(shmap_mesh *mesh) { atomic_fetch_add(&mesh->refs, 1); }
 
+/* The last reference tears the mesh down through the hook its creator
+ * set (map/mesh.c): the device threads, the placement and the
+ * communicator are above this file. */
 int shmap__mesh_release(shmap_mesh *mesh)
 {
-  int rc = 0;
-  if (atomic_fetch_sub(&mesh->refs, 1) == 1) {
-    shmap__runtime_destroy(mesh->rt);
-    rc = shmap__mpi_mesh_free(mesh);
-    shmap__place_free(mesh->place);
-    shmap_mesh *parent = mesh->parent;
-    free(mesh->pdev);
-    free(mesh->rootdev);
-    free(mesh);
-    if (parent) {
-      int prc = shmap__mesh_release(parent);
-      rc = rc ? rc : prc;
-    }
-  }
-  return rc;
-}
-
-/* Sharded arrays hold references: the threads stop when the last of them
- * and the user's handle are gone. */
-SHMAP_EXTERN int shmap_mesh_destroy(shmap_mesh *mesh)
-{
-  if (!mesh)
+  if (atomic_fetch_sub(&mesh->refs, 1) != 1)
     return 0;
-  /* A body would stop the threads its own map runs on: refuse, and fail
-   * the map, as a nested map does.  (The map holds a reference of its own,
-   * so a destroy from another thread only takes effect when it returns.) */
-  shmap_ctx *ctx = shmap__current();
-  bool own = false;
-  for (shmap_ctx *c = ctx; c; c = c->outer)
-    own = own || c->rt->mesh == mesh;
-  if (own)
-    return shmap__dev_fail(ctx, "shmap_mesh_destroy", SHMAP_ESTATE,
-                           "called from inside a body of a map on this mesh; "
-                           "destroy the mesh after the map returns");
-  return shmap__mesh_release(mesh);
+  return mesh->destroy ? mesh->destroy(mesh) : 0;
 }
 
 /* The counters have a lock of their own, the last in the lock order (see
@@ -399,7 +273,9 @@ void shmap__mesh_devname(const shmap_mesh *mesh, int dev, char *buf, size_t n)
   snprintf(buf, n, "device %d (", dev);
   for (int a = 0; a < mesh->naxes; a++)
     shmap__cat(buf, n, "%s%s=%d", a ? ", " : "", mesh->names[a], c[a]);
-  char where[128];
-  shmap__proc_suffix(mesh, dev, where, sizeof where);
+  /* Where the device runs, when its placement says (proc.h). */
+  char where[SHMAP__WHERE_MAX] = "";
+  if (mesh->where)
+    mesh->where(mesh, dev, where, sizeof where);
   shmap__cat(buf, n, ")%s", where);
 }

@@ -386,3 +386,14 @@ int shmap__axes_parse(const shmap_mesh *mesh, const char *op, const char *text,
   *naxes = n;
   return 0;
 }
+
+bool shmap__spec_same(const shmap__spec *a, const shmap__spec *b, int rank)
+{
+  for (int d = 0; d < rank; d++) {
+    int na = d < a->ndims ? a->naxes[d] : 0;
+    int nb = d < b->ndims ? b->naxes[d] : 0;
+    if (na != nb || (na && memcmp(a->axes[d], b->axes[d], sizeof(int) * (size_t)na)))
+      return false;
+  }
+  return true;
+}

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* submesh.c - meshes over some devices of another mesh: slices by axis
- * coordinates and new meshes over a list of devices.
+/* submesh.c - the geometry of meshes over some devices of another mesh:
+ * slices by axis coordinates and new meshes over a list of devices (they
+ * are created in map/mesh.c).
  *
  * A sub-mesh is a mesh of its own (its own device threads, its own map
  * lock and statistics) that remembers which devices of its parent, and of
@@ -30,49 +31,9 @@ int shmap__mesh_rootdev(const shmap_mesh *mesh, int dev)
   return mesh->rootdev ? mesh->rootdev[dev] : dev;
 }
 
-/* Attach a freshly built mesh to its parent over the parent's devices
- * pdev[] (taken over). */
-static void attach(shmap_mesh *sub, shmap_mesh *parent, int *pdev, int *root)
+int shmap__slice_devices(const shmap_mesh *parent, const char *coords,
+                         const char *sn[], size_t sl[], int ss[], int **out)
 {
-  for (int d = 0; d < sub->ndev; d++)
-    root[d] = shmap__mesh_rootdev(parent, pdev[d]);
-  sub->pdev = pdev;
-  sub->rootdev = root;
-  sub->parent = parent;
-  shmap__mesh_retain(parent);
-}
-
-static int build_over(shmap_mesh **out, shmap_mesh *parent, int naxes,
-                      const char *const names[], const size_t lens[],
-                      const int sizes[], const char *src, const int devs[])
-{
-  shmap_mesh *sub;
-  int rc = shmap__mesh_build_over(&sub, naxes, names, lens, sizes, src,
-                                  parent, devs);
-  if (rc)
-    return rc;
-  int *pdev = shmap__calloc((size_t)sub->ndev, sizeof *pdev);
-  int *root = shmap__calloc((size_t)sub->ndev, sizeof *root);
-  if (!pdev || !root) {
-    free(pdev);
-    free(root);
-    shmap_mesh_destroy(sub);
-    return shmap__err(SHMAP_ENOMEM, "out of memory creating a sub-mesh");
-  }
-  memcpy(pdev, devs, (size_t)sub->ndev * sizeof *pdev);
-  attach(sub, parent, pdev, root);
-  *out = sub;
-  return 0;
-}
-
-/* coords text: "stage=1" or "stage=1, data=0". */
-SHMAP_EXTERN int shmap_mesh_slice(shmap_mesh **sub, shmap_mesh *parent,
-                                  const char *coords)
-{
-  if (sub)
-    *sub = NULL;
-  if (!sub || !parent || !coords)
-    return shmap__err(SHMAP_EINVAL, "shmap_mesh_slice: NULL argument");
   const char *names[SHMAP_MAX_AXES + 1];
   size_t lens[SHMAP_MAX_AXES + 1];
   int vals[SHMAP_MAX_AXES + 1];
@@ -89,7 +50,7 @@ SHMAP_EXTERN int shmap_mesh_slice(shmap_mesh **sub, shmap_mesh *parent,
                                  memcmp(parent->names[a], names[k], lens[k])))
       a++;
     if (a == parent->naxes) {
-      char list[320];
+      char list[SHMAP__AXES_MAX];
       shmap__mask_format(parent, shmap__mesh_all(parent), list, sizeof list);
       return shmap__err(SHMAP_EAXIS,
                         "shmap_mesh_slice: \"%.200s\": unknown axis '%.*s' "
@@ -108,9 +69,7 @@ SHMAP_EXTERN int shmap_mesh_slice(shmap_mesh **sub, shmap_mesh *parent,
     mask |= 1u << a;
     fixed[a] = vals[k];
   }
-  const char *sn[SHMAP_MAX_AXES];
-  size_t sl[SHMAP_MAX_AXES];
-  int ss[SHMAP_MAX_AXES], keep[SHMAP_MAX_AXES];
+  int keep[SHMAP_MAX_AXES];
   int m = 0;
   for (int a = 0; a < parent->naxes; a++)
     if (fixed[a] < 0) {
@@ -142,21 +101,14 @@ SHMAP_EXTERN int shmap_mesh_slice(shmap_mesh **sub, shmap_mesh *parent,
         id += fixed[a] * parent->strides[a];
     devs[d] = id;
   }
-  int rc = build_over(sub, parent, m, sn, sl, ss, NULL, devs);
-  free(devs);
-  return rc;
+  *out = devs;
+  return m;
 }
 
-SHMAP_EXTERN int shmap_mesh_submesh(shmap_mesh **sub, shmap_mesh *parent,
-                                    const char *text, const int devices[])
+int shmap__submesh_check(const shmap_mesh *parent, const char *text,
+                         const int devices[], const char *names[],
+                         size_t lens[], int sizes[])
 {
-  if (sub)
-    *sub = NULL;
-  if (!sub || !parent || !text || !devices)
-    return shmap__err(SHMAP_EINVAL, "shmap_mesh_submesh: NULL argument");
-  const char *names[SHMAP_MAX_AXES + 1];
-  size_t lens[SHMAP_MAX_AXES + 1];
-  int sizes[SHMAP_MAX_AXES + 1];
   int n = shmap__mesh_parse(text, names, lens, sizes);
   if (n < 0)
     return shmap__err_prefix(n, "shmap_mesh_submesh");
@@ -188,9 +140,7 @@ SHMAP_EXTERN int shmap_mesh_submesh(shmap_mesh **sub, shmap_mesh *parent,
                       "twice (devices[%lld])", p, d);
   }
   free(seen);
-  if (rc)
-    return rc;
-  return build_over(sub, parent, n, names, lens, sizes, text, devices);
+  return rc ? rc : n;
 }
 
 SHMAP_EXTERN shmap_mesh *shmap_mesh_parent(const shmap_mesh *mesh)

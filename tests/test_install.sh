@@ -165,8 +165,13 @@ for cc in ${SHMAPTEST_CC:-cc} $others; do
 done
 run () { # run NAME PROGRAM: in both scheduling modes
   for sched in threads fibers; do
-    if ! out=$(SHMAP_SCHED=$sched "$2" "$version" 2>&1); then
+    rm -f "$tmp/trace.json"
+    if ! out=$(SHMAP_SCHED=$sched SHMAP_TRACE="$tmp/trace.json" "$2" "$version" 2>&1); then
       fail "$1 (SHMAP_SCHED=$sched) fails: $out"
+    # The debugging aids come with the library however it is linked (a
+    # static link takes only the objects a program refers to).
+    elif ! grep -q '"traceEvents"' "$tmp/trace.json" 2>/dev/null; then
+      fail "$1 (SHMAP_SCHED=$sched) wrote no trace with SHMAP_TRACE"
     fi
   done
 }

@@ -7,29 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void shmap__shape_format(shmap_dtype dtype, int rank, const int64_t shape[],
-                         char *buf, size_t n)
-{
-  snprintf(buf, n, "%s[", shmap_dtype_name(dtype));
-  for (int d = 0; d < rank; d++)
-    shmap__cat(buf, n, "%s%lld", d ? "," : "", (long long)shape[d]);
-  shmap__cat(buf, n, "]");
-}
-
-int shmap__check_shape(const char *what, shmap_dtype dtype, int rank,
-                       const int64_t shape[])
-{
-  if (shmap_dtype_size(dtype) == 0)
-    return shmap__err(SHMAP_EDTYPE, "%s: invalid dtype %d", what, (int)dtype);
-  if (rank < 0 || rank > SHMAP_MAX_RANK)
-    return shmap__err(SHMAP_ESHAPE, "%s: rank %d is out of range [0, %d]", what,
-                      rank, SHMAP_MAX_RANK);
-  if (rank > 0 && !shape)
-    return shmap__err(SHMAP_EINVAL, "%s: shape is NULL", what);
-  return shmap__shape_size(what, rank, shape, shmap_dtype_size(dtype), NULL,
-                           NULL);
-}
-
 int shmap__array_new(shmap_array **out, shmap_dtype dtype, int rank,
                      const int64_t shape[], bool zero)
 {
@@ -45,7 +22,7 @@ int shmap__array_new(shmap_array **out, shmap_dtype dtype, int rank,
   a->data = shmap__alloc(bytes, zero);
   if (!a->data) {
     free(a);
-    char s[128];
+    char s[SHMAP__SHAPE_MAX];
     shmap__shape_format(dtype, rank, shape, s, sizeof s);
     return shmap__err(SHMAP_ENOMEM, "out of memory allocating %s (%zu bytes)",
                       s, bytes);
@@ -149,17 +126,6 @@ SHMAP_EXTERN void shmap_array_destroy(shmap_array *array)
 }
 
 /* ---- sharded arrays: layout and movement ------------------------------- */
-
-bool shmap__spec_same(const shmap__spec *a, const shmap__spec *b, int rank)
-{
-  for (int d = 0; d < rank; d++) {
-    int na = d < a->ndims ? a->naxes[d] : 0;
-    int nb = d < b->ndims ? b->naxes[d] : 0;
-    if (na != nb || (na && memcmp(a->axes[d], b->axes[d], sizeof(int) * (size_t)na)))
-      return false;
-  }
-  return true;
-}
 
 void shmap__copy_pieces(const shmap_array *a, const int64_t off[],
                         const int64_t bshape[], const int base[], int self,
@@ -402,32 +368,4 @@ SHMAP_EXTERN int64_t shmap_array_numel(const shmap_array *array)
 {
   return array ? array->numel
                : shmap__err(SHMAP_EINVAL, "shmap_array_numel: array is NULL");
-}
-
-SHMAP_EXTERN int64_t shmap_block_numel(const shmap_block *block)
-{
-  if (!block || block->rank < 0 || block->rank > SHMAP_MAX_RANK)
-    return shmap__err(SHMAP_EINVAL, "shmap_block_numel: invalid block");
-  int64_t n;
-  int rc = shmap__shape_size("shmap_block_numel", block->rank, block->shape,
-                             1, &n, NULL);
-  return rc ? rc : n;
-}
-
-SHMAP_EXTERN size_t shmap_block_nbytes(const shmap_block *block)
-{
-  if (!block || block->rank < 0 || block->rank > SHMAP_MAX_RANK) {
-    shmap__err(SHMAP_EINVAL, "shmap_block_nbytes: invalid block");
-    return 0;
-  }
-  if (shmap_dtype_size(block->dtype) == 0) {
-    shmap__err(SHMAP_EDTYPE, "shmap_block_nbytes: invalid dtype %d",
-               (int)block->dtype);
-    return 0;
-  }
-  int64_t bytes;
-  if (shmap__shape_size("shmap_block_nbytes", block->rank, block->shape,
-                        shmap_dtype_size(block->dtype), NULL, &bytes))
-    return 0;
-  return (size_t)bytes;
 }

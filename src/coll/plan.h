@@ -8,7 +8,7 @@
 #ifndef SHMAP_PLAN_H
 #define SHMAP_PLAN_H
 
-#include "map/map.h"
+#include "device/device.h"
 #include "transport/comm.h"
 
 typedef struct shmap__plan {

@@ -9,8 +9,8 @@
  */
 #include "debug/debug.h"
 
+#include "device/device.h"
 #include "kinds.h"
-#include "map/map.h"
 #include "proc/proc.h"
 #include "sched/trace.h"
 #include "settings.h"
@@ -511,10 +511,19 @@ static const shmap__rt_hooks registry_hooks = {
     .removed = shmap__registry_remove,
 };
 
-/* At load time: every runtime then enters the registry (and SHMAP_TRACE
- * is read at the first), with nothing below calling this file by name. */
-__attribute__((constructor)) static void debug_init(void)
+static void debug_register(void)
 {
   shmap__runtime_hooks(&registry_hooks);
   shmap__fork_hook(debug_fork);
+  shmap__watchdog_register();
+}
+
+/* Called by every mesh's creation, before its runtime exists: every
+ * runtime then enters the registry (and SHMAP_TRACE is read at the first).
+ * A call, not a load-time constructor, so that a program linked against
+ * the static library keeps the registry, the trace and the watchdog. */
+void shmap__debug_init(void)
+{
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, debug_register);
 }

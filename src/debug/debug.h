@@ -2,14 +2,18 @@
 /*
  * debug.h - the observers of the runtime: the registry of live runtimes
  * and the trace writer (debug.c), the watchdog (watchdog.c).  Nothing
- * below calls them: each registers its hooks with the runtime (sched.h)
- * when the library is loaded.
+ * below calls them: they register hooks with the runtime (sched.h), from
+ * shmap__debug_init, which creating a mesh calls (the map layer is above
+ * this one).
  */
 #ifndef SHMAP_DEBUG_H
 #define SHMAP_DEBUG_H
 
 #include "sched/sched.h"
 
+/* Register the observers' hooks, once per process. */
+void shmap__debug_init(void);
+void shmap__watchdog_register(void);
 /* Every live runtime, for the gdb extension and the trace writer. */
 void shmap__registry_add(shmap__runtime *rt);
 /* Also hands the runtime's trace events to a trace being recorded. */

@@ -7,7 +7,7 @@
 #include "debug/debug.h"
 
 #include "coll/async.h"
-#include "map/map.h"
+#include "device/device.h"
 #include "proc/proc.h"
 #include "sched/trace.h"
 #include "kinds.h"
@@ -216,10 +216,9 @@ static void watch(shmap__runtime *rt, uint64_t running_ns)
 
 static const shmap__rt_hooks watchdog_hooks = {.watch = watch};
 
-/* At load time: the map's caller reports through this whenever
- * SHMAP_WATCHDOG or shmap_set_watchdog asks, with nothing below calling it
- * by name. */
-__attribute__((constructor)) static void watchdog_init(void)
+/* The map's caller reports through this whenever SHMAP_WATCHDOG or
+ * shmap_set_watchdog asks (registered by shmap__debug_init). */
+void shmap__watchdog_register(void)
 {
   shmap__runtime_hooks(&watchdog_hooks);
 }

@@ -3,9 +3,7 @@
  * freed blocks each device keeps for its next allocations (arena.h). */
 #include "device/arena.h"
 
-#include "map/map.h"
-#include "sched/sched.h"
-#include "transport/comm.h"
+#include "device/device.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -104,7 +102,7 @@ shmap__chunk *shmap__arena_alloc(shmap_ctx *ctx, shmap_dtype dtype, int rank,
   if (!c && (c = shmap__alloc(CHUNK_HDR + bytes, false)))
     c->cap = bytes;
   if (!c) {
-    char s[128];
+    char s[SHMAP__SHAPE_MAX];
     shmap__shape_format(dtype, rank, shape, s, sizeof s);
     shmap__err(SHMAP_ENOMEM, "out of memory allocating a %s block (%zu bytes)",
                s, bytes);
@@ -143,11 +141,14 @@ void shmap__arena_unlink(shmap_ctx *ctx, shmap__chunk *c)
 
 static void *room(shmap__chunk *c) { return (char *)c + CHUNK_HDR; }
 
-/* Wait until nobody reads the room the block's data is not in. */
+/* Wait until nobody reads the room the block's data is not in.  The
+ * reader is another device in a collective call, so the wait is the
+ * transport's (ctx->src_wait, which the map sets). */
 static void settle_busy(shmap_ctx *ctx, shmap__chunk *c)
 {
   if (c->busy_dev >= 0) {
-    shmap__comm_src_wait(ctx, c->busy_dev, c->busy_k);
+    if (ctx->src_wait)
+      ctx->src_wait(ctx, c->busy_dev, c->busy_k);
     c->busy_dev = -1;
   }
 }
@@ -177,7 +178,7 @@ void *shmap__arena_spare(shmap_ctx *ctx, shmap__chunk *c, size_t bytes,
     if (!s && (s = shmap__alloc(CHUNK_HDR + c->cap, false)))
       s->cap = c->cap;
     if (!s) {
-      char sh[128];
+      char sh[SHMAP__SHAPE_MAX];
       shmap__shape_format(c->block.dtype, c->block.rank, c->block.shape, sh,
                           sizeof sh);
       shmap__err(SHMAP_ENOMEM,

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * map.h - one map call: the job the runtime runs on every device, and each
- * device's context (map.c), with the errors a device reports during it.
+ * map.h - one map call: the job the runtime runs on every device (the
+ * device's context is device/device.h), and what the stages of a map
+ * share: validate.c, run.c, replica.c, outputs.c, nested.c.
  */
 #ifndef SHMAP_MAP_H
 #define SHMAP_MAP_H
 
-#include "device/arena.h"
+#include "device/device.h"
 #include "sched/sched.h"
 #include "transport/comm.h"
 
@@ -32,69 +33,11 @@ typedef struct shmap__job {
   unsigned manual; /* the map's manual axes (bits of mesh axes) */
   /* A map over some axes runs its body once per manual coordinate, on the
    * device whose free-axis coordinates are 0; the other devices of its
-   * free-axis slice are its replicas (map.c, "Replicas").  False for a map
+   * free-axis slice are its replicas (replica.c).  False for a map
    * over every axis, and under MPI when a slice spans processes (then
    * every device runs the body). */
   bool replicas;
 } shmap__job;
-
-/* A nested map that a body instance hands to the replicas that join it
- * (map.c): posted into each one's context, on the poster's stack until
- * every one has left it. */
-typedef struct shmap__offer shmap__offer;
-
-/* The context of one device during one map call. */
-struct shmap_ctx {
-  shmap__runtime *rt;
-  struct shmap__job *job;
-  shmap__comm *comm;          /* the map's communicator */
-  int dev;
-  int coords[SHMAP_MAX_AXES];
-  shmap_block **in;           /* nin blocks */
-  shmap_block **out;          /* nout blocks, NULL until declared */
-  struct shmap__chunk *arena; /* every block this device allocated */
-  uint32_t seq;               /* collective calls entered */
-  int err;                    /* first error this device reported */
-  const char *job_name;       /* a library job's name for the trace, or NULL */
-  /* Input blocks shared and built, and the bytes copied to build them. */
-  uint64_t shared, built;
-  shmap__moved moved;
-  uint64_t remote; /* bytes received from other processes (MPI) */
-  /* The map's manual axes (bits of mesh axes); a nested map's context
-   * points to the context of the body that started it and shares its
-   * communicator (its groups are groups of the same mesh). */
-  unsigned manual;
-  struct shmap_ctx *outer;
-  int depth; /* 0 for a map that is not nested */
-  /* Replicas (job->replicas): the device whose body this device's values
-   * copy (itself when it runs the body), a nested map offered to this
-   * device while it waits, and whether this device's body returned. */
-  int host;
-  _Atomic(shmap__offer *) offer;
-  _Atomic int body_done;
-};
-
-/* Whether a block argument is well formed (cheap; no message). */
-bool shmap__block_valid(const shmap_block *b);
-/* Check a block argument (`name` describes it in messages). */
-int shmap__block_check(shmap_ctx *ctx, const char *op, const char *name,
-                       const shmap_block *b);
-/* Check that ctx is the context of the body running on this thread, or of
- * a map that body's map is nested in. */
-int shmap__ctx_check(shmap_ctx *ctx, const char *op);
-/* Check that the axes a collective names are manual axes of ctx's map. */
-int shmap__ctx_axes(shmap_ctx *ctx, const char *op, const char *text,
-                    const int axes[], int naxes);
-/* "device 3 (i=1, j=1)", followed for a nested map by the map's axes and
- * those of the maps around it. */
-void shmap__ctx_devname(const shmap_ctx *ctx, char *buf, size_t n);
-/* A library error on a device during its body: message "<op> on device N
- * (coords): <text>", recorded as the job's failure; returns code. */
-int shmap__dev_fail(shmap_ctx *ctx, const char *op, int code,
-                    const char *fmt, ...) SHMAP__PRINTF(4, 5);
-/* What a device released by another's failure returns: ECANCELED (or
- * EMISMATCH when the failure was a mismatch), message set. */
-int shmap__canceled(shmap_ctx *ctx, const char *op);
 
 /* Library-internal map flag: the outputs are known to be replicated along
  * the axes their specs leave out (no check, no copy). */
@@ -104,5 +47,100 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
                shmap_array *const in[], const char *const in_specs[],
                int nout, shmap_array *out[], const char *const out_specs[],
                unsigned flags);
+
+/* ---- validate.c: a map's arguments ---------------------------------------- */
+
+/* The checks of this process's arguments to a map (flags_op: the public
+ * function whose flags to check, NULL for the library's own map): 0 or
+ * the error (message set). */
+int shmap__map_check_args(const char *flags_op, const shmap_mesh *mesh,
+                          shmap_body_fn body, int nin,
+                          shmap_array *const in[],
+                          const char *const in_specs[], int nout,
+                          shmap_array *out[], const char *const out_specs[],
+                          unsigned flags);
+/* Whether a map may start here at all: not on the mesh of the parent of a
+ * fork, not from inside a body.  0 when it may; else the code to return
+ * at once: rc (the arguments' verdict) when set, else the new error. */
+int shmap__map_check_caller(shmap_mesh *mesh, int rc);
+/* The job's manual axes from manual_text (NULL or empty: every axis). */
+int shmap__map_manual(shmap__job *job, const char *manual_text);
+/* The inputs' specs against their arrays, and the outputs' specs. */
+int shmap__map_check_specs(shmap__job *job, const char *const in_specs[],
+                           const char *const out_specs[], shmap__spec *ospec);
+/* Under MPI: every process makes this same map and accepts it (rc: this
+ * process's verdict); returns the common verdict. */
+int shmap__map_agree(shmap__job *job, const shmap__spec *ospec,
+                     unsigned flags, int rc);
+/* Pieces of another layout that other processes hold come over before the
+ * devices start (proc/stage.c). */
+int shmap__map_stage_inputs(shmap__job *job);
+
+/* ---- replica.c: the devices that run no body --------------------------------- */
+
+/* A replica's part of a map, and what a host does for its replicas when
+ * its body returned (replica.c). */
+void shmap__map_replica(shmap__job *job, int dev);
+void shmap__release_replicas(shmap__job *job, int dev);
+/* Run the part of nested map `of` that falls to replica `top`. */
+void shmap__nested_join(shmap_ctx *top, shmap__offer *of);
+/* Leave an offer: its poster may return once every member left. */
+void shmap__offer_leave(shmap__runtime *rt, shmap__offer *of);
+/* Whether every member left the offer (a wait condition). */
+bool shmap__offer_done(void *arg);
+
+/* ---- outputs.c: checking and assembling the outputs ------------------------- */
+
+/* After the bodies ran (rc: the run's result): the devices declared the
+ * same outputs, every process agrees on the result (MPI), and each output
+ * becomes an array in res[]. */
+int shmap__map_outputs(shmap__job *job, const char *const out_specs[],
+                       const shmap__spec *ospec, unsigned flags,
+                       shmap_array *res[], int rc);
+/* "[1,2]": the index of element `flat` of a block of `shape`. */
+void shmap__format_index(int rank, const int64_t shape[], int64_t flat,
+                         char *buf, size_t n);
+/* The first element at which two copies of block b (a and x) differ, or
+ * -1 when they are equal; with the element, "<index>: <a> vs <x>" into
+ * buf. */
+int64_t shmap__rep_differs(const shmap_block *b, const void *a, const void *x,
+                           char *buf, size_t n);
+
+/* ---- nested.c: a map inside a body ------------------------------------------ */
+
+/* A nested map that a body instance posts into its replicas' contexts. */
+struct shmap__offer {
+  shmap_ctx *octx; /* the poster's context: the level it maps from */
+  shmap_body_fn body;
+  void *arg;
+  int nin, nout;
+  const shmap_block *const *in;
+  const char *const *in_specs, *const *out_specs;
+  const shmap__spec *specs; /* nin input then nout output specs */
+  unsigned manual, flags;
+  uint32_t seq;     /* the poster's collective calls when it posted */
+  uint64_t nest;    /* the poster's dbg.nest */
+  int poster;
+  _Atomic int left; /* members that have not left the offer yet */
+};
+
+/* What a replica that stopped waiting leaves in its context: a later
+ * offer counts it as gone at once. */
+#define SHMAP__OFFER_GONE ((shmap__offer *)(uintptr_t)1)
+
+/* One device's part of nested map `of` started from octx (the device's own
+ * call, or an offer it joined): the inner context, the agreement, the
+ * inputs, the body and the outputs (into res). */
+int shmap__nested_run(shmap_ctx *octx, const shmap__offer *of,
+                      shmap_block **res);
+/* A nested level's context `from` is done: its blocks go, and its counts
+ * (collective calls, blocks and bytes) fold into the level around it. */
+void shmap__nested_fold(shmap_ctx *into, shmap_ctx *from);
+/* The number of devices along the axes in `mask`, and the device number of
+ * member r of device dev's group over them (mesh order). */
+int shmap__mask_count(const shmap_mesh *mesh, unsigned mask);
+int shmap__mask_member(const shmap_mesh *mesh, unsigned mask, int dev, int r);
+/* The context a chain of nested contexts starts from (depth 0). */
+shmap_ctx *shmap__root_ctx(shmap_ctx *ctx);
 
 #endif /* SHMAP_MAP_H */

@@ -16,7 +16,6 @@
  */
 #include "proc/proc.h"
 #include "hash.h"
-#include "map/map.h"
 #include "sched/runtime.h"
 #include "transport/mpi.h"
 

@@ -12,7 +12,6 @@
  * from other threads, may be exchanging at the same time.
  */
 #include "proc/proc.h"
-#include "map/map.h"
 #include "sched/runtime.h"
 #include "transport/mpi.h"
 

@@ -27,7 +27,6 @@
  * left out of an exchange the others wait in.
  */
 #include "proc/proc.h"
-#include "map/map.h"
 #include "sched/runtime.h"
 #include "transport/mpi.h"
 

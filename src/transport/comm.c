@@ -5,7 +5,7 @@
 #include "transport/comm.h"
 
 #include "coll/async.h"
-#include "map/map.h"
+#include "device/device.h"
 #include "proc/proc.h"
 #include "transport/mpi.h"
 #include "sched/trace.h"

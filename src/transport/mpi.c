@@ -53,7 +53,7 @@
 #include "transport/mpi.h"
 
 #include "coll/coll.h"
-#include "map/map.h"
+#include "device/device.h"
 #include "proc/proc.h"
 #include "sched/trace.h"
 #include "transport/comm.h"

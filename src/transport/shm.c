@@ -25,7 +25,7 @@
 #include "transport/comm.h"
 #include "hash.h"
 
-#include "map/map.h"
+#include "device/device.h"
 #include "sched/trace.h"
 
 #include <stdio.h>

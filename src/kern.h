@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * kern.h - the fused reduction kernels, written once and compiled once per
- * instruction set by src/coll/ops.c, which defines before including it:
+ * instruction set by src/ops.c, which defines before including it:
  *   KPFX    a prefix for this copy's functions and types;
  *   VB      the vector width in bytes (16, 32 or 64);
  *   KATTR   the target attribute of every function (empty for generic);

@@ -26,7 +26,7 @@
 #define KATTR
 #define KF16 0
 #define KTABLE shmap__kern_generic
-#include "coll/kern.h"
+#include "kern.h"
 #undef KPFX
 #undef VB
 #undef KATTR
@@ -39,7 +39,7 @@
 #define KATTR __attribute__((target("avx2,f16c")))
 #define KF16 1
 #define KTABLE shmap__kern_avx2
-#include "coll/kern.h"
+#include "kern.h"
 #undef KPFX
 #undef VB
 #undef KATTR
@@ -51,7 +51,7 @@
 #define KATTR __attribute__((target("avx512f,avx512bw,avx512vl,avx2,f16c")))
 #define KF16 2
 #define KTABLE shmap__kern_avx512
-#include "coll/kern.h"
+#include "kern.h"
 
 const int shmap__kern_built[SHMAP__NISA] = {1, 1, 1};
 #else
