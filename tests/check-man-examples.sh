@@ -8,7 +8,13 @@
 # is turned back into C (roff requests dropped, \e \- \(aq \(dq \& ... undone),
 # compiled with -Wall -Wextra -Werror against the built library, and run in
 # both scheduling modes (SHMAP_SCHED=threads and fibers) in a scratch
-# directory: it must exit with status 0.
+# directory: it must exit with status 0.  In a build with MPI (MPIRUN set
+# by make check), each program also runs under mpirun with 2 and 4
+# processes in both modes and must exit with 0 there too: a program that
+# brings values back from its bodies by writing to globals, instead of
+# through outputs and shmap_array_to_host, fails on the processes that do
+# not run those devices (shmap-mpi(7)).  A program whose mesh the processes
+# cannot share equally is skipped at that process count.
 # Every section-3 page (a page documenting functions) needs such a program;
 # a section-7 page may have none.  With ONLY=man/NAME.3 ... only those pages
 # are checked.
@@ -33,6 +39,17 @@ abs_srcdir=$(cd "$top_srcdir" && pwd)
 abs_builddir=$(cd "$top_builddir" && pwd)
 
 status=0
+nmpi=0
+# mpirun_np NP PROGRAM: PROGRAM on NP processes, as tests/mpi/run.sh does.
+mpirun_np () {
+  np=$1; shift
+  set -- -np "$np" "$@"
+  if test "${MPI_FLAVOR:-}" = openmpi; then
+    set -- --oversubscribe "$@"
+    test "$(id -u)" = 0 && set -- --allow-run-as-root "$@"
+  fi
+  timeout -k 10 120 "$MPIRUN" "$@"
+}
 fail () {
   echo "check-man-examples: FAIL: $*"
   status=1
@@ -106,7 +123,18 @@ for p in $pages; do
       sed 's/^/  /' "$tmp/$name.out" | head -n 40
       break
     fi
+    test -n "${MPIRUN:-}" || continue
+    for np in 2 4; do
+      if (cd "$tmp/$name.d" && SHMAP_SCHED=$sched mpirun_np "$np" ./example) > "$tmp/$name.out" 2>&1; then
+        nmpi=$((nmpi + 1))
+      elif grep -q 'processes of this MPI job cannot share equally' "$tmp/$name.out"; then
+        echo "check-man-examples: $p: its mesh is not for $np processes; skipped there"
+      else
+        fail "$p: the EXAMPLE program fails under mpirun -np $np (SHMAP_SCHED=$sched):"
+        sed 's/^/  /' "$tmp/$name.out" | head -n 40
+      fi
+    done
   done
 done
-test $status -eq 0 && echo "check-man-examples: $n EXAMPLE programs compiled and ran in both scheduling modes"
+test $status -eq 0 && echo "check-man-examples: $n EXAMPLE programs compiled and ran in both scheduling modes${MPIRUN:+, and $nmpi runs of them under mpirun with 2 and 4 processes}"
 exit $status
