@@ -134,9 +134,11 @@ SHMAP_EXTERN int shmap_array_transfer(shmap_array **out,
     free(x);
     return shmap__err_prefix(rc, "%s", op);
   }
-  /* The map counted itself; the blocks it built are the transfer's. */
+  /* The map counted itself; the blocks it built are the transfer's: one
+   * per device of this process (the statistics are per process). */
   shmap__runtime_lock(mesh->rt);
-  mesh->stats.blocks_built += (uint64_t)mesh->ndev;
+  mesh->stats.blocks_built +=
+      (uint64_t)(mesh->place ? mesh->place->nlocal : mesh->ndev);
   mesh->stats.bytes_transferred += atomic_load(&x->bytes);
   shmap__runtime_unlock(mesh->rt);
   free(x);

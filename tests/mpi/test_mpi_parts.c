@@ -372,8 +372,22 @@ static void test_submeshes(void)
   if (b)
     expect_array(b, want, "stage 0 output");
   /* To the other stage, with another layout, then a psum there. */
-  if (b)
+  if (b) {
+    /* The statistics are this process's: one block built per device of
+     * stage 1 that runs here. */
+    shmap_mesh_stats_reset(s1);
     OK(shmap_array_transfer(&c, b, s1, pn), "transfer to stage 1");
+    shmap_stats st;
+    memset(&st, 0, sizeof st);
+    OK(shmap_mesh_stats(s1, &st), "stats");
+    uint64_t mine = 0;
+    for (int dv = 0; dv < shmap_mesh_ndevices(s1); dv++)
+      mine += shmap_mesh_device_process(s1, dv) == shmap_process_rank();
+    EXPECT(st.blocks_built == mine,
+           "transfer to stage 1: %llu blocks built, this process runs %llu "
+           "of its devices", (unsigned long long)st.blocks_built,
+           (unsigned long long)mine);
+  }
   if (c)
     expect_array(c, want, "transferred to stage 1");
   if (c)
