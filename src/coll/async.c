@@ -80,6 +80,8 @@ static adev *_Atomic *table(shmap__runtime *rt)
   adev *_Atomic *t = atomic_load(&rt->async);
   if (t)
     return t;
+  /* A device that started a call runs it before its next one. */
+  shmap__comm_set_before_call(shmap__async_drain);
   return shmap__progress_table(&rt->async, sizeof *t * (size_t)rt->ndev);
 }
 

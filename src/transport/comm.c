@@ -4,7 +4,6 @@
  * each call. */
 #include "transport/comm.h"
 
-#include "coll/async.h"
 #include "map/map.h"
 #include "proc/proc.h"
 #include "transport/mpi.h"
@@ -36,6 +35,40 @@ int shmap__comm_open(shmap__comm *comm, shmap__runtime *rt)
 void shmap__comm_close(shmap__comm *comm, bool failed)
 {
   comm->tp->close(comm, failed);
+}
+
+const char *shmap__coll_opname(shmap__coll *c)
+{
+  if (!c->op[0]) {
+    char af[320];
+    if (c->axes_ok)
+      shmap__axes_format(c->ctx->rt->mesh, c->call.axes, c->call.naxes, af,
+                         sizeof af);
+    snprintf(c->op, sizeof c->op, "%s%s%s", c->name,
+             c->axes_ok ? " over " : "", c->axes_ok ? af : "");
+  }
+  return c->op;
+}
+
+/* Calls a device started run first, on its progress helper (coll/async.c);
+ * the helper itself makes them through this file.  Set once a device
+ * starts one, and looked at only while rt->async says some device did. */
+static void (*_Atomic before_call)(shmap_ctx *ctx);
+
+void shmap__comm_set_before_call(void (*fn)(shmap_ctx *ctx))
+{
+  atomic_store_explicit(&before_call, fn, memory_order_release);
+}
+
+static void run_started(shmap_ctx *ctx)
+{
+  if (shmap__helper_for ||
+      !atomic_load_explicit(&ctx->rt->async, memory_order_relaxed))
+    return;
+  void (*fn)(shmap_ctx *) =
+      atomic_load_explicit(&before_call, memory_order_acquire);
+  if (fn)
+    fn(ctx);
 }
 
 int shmap__comm_member(const shmap__coll *c, int r)
@@ -76,11 +109,8 @@ static void enter(shmap__coll *c)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
-  /* Calls the device started run first, on its progress helper
-   * (coll/async.c); the helper itself makes them here. */
-  if (!shmap__helper_for && atomic_load_explicit(&rt->async,
-                                                 memory_order_relaxed))
-    shmap__async_drain(ctx);
+  /* Calls the device started run first (see run_started). */
+  run_started(ctx);
   shmap__dev *self = &rt->devs[ctx->dev];
   c->comm = ctx->comm;
   /* The dtype rides in the top byte, for traces. */
@@ -143,8 +173,6 @@ void shmap__comm_src_wait(shmap_ctx *ctx, int reader, uint32_t k)
   /* The wait may sleep on the device's waiter, where its progress helper
    * sleeps while it carries out a started call, and a waiter has one
    * sleeper: the calls the device started finish first. */
-  if (!shmap__helper_for &&
-      atomic_load_explicit(&ctx->rt->async, memory_order_relaxed))
-    shmap__async_drain(ctx);
+  run_started(ctx);
   tp->src_wait(ctx, reader, k);
 }

@@ -104,7 +104,7 @@
 #ifndef SHMAP_COMM_H
 #define SHMAP_COMM_H
 
-#include "coll/coll.h"
+#include "dtype.h"
 #include "transport/desc.h"
 #include "sched/sched.h"
 
@@ -148,8 +148,13 @@ typedef struct shmap__coll {
    * -1 for every other collective.  The member of rank `to` is the one
    * peer that reads this device's src. */
   int from, to;
+  /* Each member's src has at most one reader, the member of rank `to`
+   * (ppermute), and no member waits for the others to leave the call: a
+   * transport may then complete the call without waiting for every
+   * member (see depart_deferred).  Set by the plan. */
+  bool one_reader;
   size_t esize;       /* bytes per element of the call's dtype */
-  const char *name;   /* "psum", for messages */
+  const char *name;   /* "psum", for messages (set by the plan) */
   bool axes_ok;       /* call.axes hold the parsed axes */
   char op[360];       /* "psum over 'j'", formatted on demand */
   /* Set by shmap__comm_arrive. */
@@ -284,6 +289,11 @@ struct shmap__fold {
   shmap__fold_fn fn;
   int count;        /* pmean: the group size to divide by, else 0 */
   size_t out_esize; /* bytes per result element (i32 for a bool sum) */
+  /* The fold of a run of terms is itself a term, bit for bit (psum, pmax,
+   * pmin of a dtype that rounds at every step): the fold may then go in
+   * two levels.  Set by the plan from the operation and the dtype table
+   * (shmap__dtype_info.rounds_once). */
+  bool partial;
 };
 
 /* The transport of a mesh's runtime (shm, unless the process was started
@@ -336,8 +346,13 @@ static inline const void *shmap__comm_handover(shmap__coll *c)
   return c->call.hand && c->comm->tp->handover ? c->comm->tp->handover(c)
                                                : NULL;
 }
-/* The call's name for messages: "psum over ('i', 'j')" (coll/plan.c). */
+/* The call's name for messages: "psum over ('i', 'j')", from the name
+ * and axes the plan set, formatted on first use (comm.c). */
 const char *shmap__coll_opname(shmap__coll *c);
+/* What a device does before each call it makes: coll/async.c sets it when
+ * a device first starts a call that runs on (runs the device's started
+ * calls first, see comm.c).  Process-wide; setting it again is harmless. */
+void shmap__comm_set_before_call(void (*fn)(struct shmap_ctx *ctx));
 
 /* Whether the transport wants the push side (send, recv) listed. */
 static inline bool shmap__comm_two_sided(const shmap__coll *c)

@@ -52,7 +52,6 @@
  */
 #include "transport/mpi.h"
 
-#include "coll/coll.h"
 #include "map/map.h"
 #include "proc/proc.h"
 #include "transport/comm.h"

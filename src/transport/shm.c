@@ -629,7 +629,7 @@ static int shm_arrive(shmap__coll *c)
   shmap__dev *self = &rt->devs[ctx->dev];
   shm_dev *sd = &st->devs[ctx->dev];
   call_begin(c);
-  hist_take(c, sd, c->call.kind == SHMAP__PPERMUTE);
+  hist_take(c, sd, c->one_reader);
   shmap__call_copy(&sd->calls[c->k % HIST], &c->call);
   shmap__publish(&self->coll.arrive, c->k);
   /* Whoever waits to compare its call with ours (even for a group of one:
@@ -656,8 +656,8 @@ static bool slot_depart(shmap__coll *c)
   atomic_store(&slot->word, 0); /* free the slot for a later call */
   if (w & WAITED)
     shmap__wake_all(rt);
-  else if (c->call.kind != SHMAP__PPERMUTE)
-    wake_members(rt, c); /* ppermute's members do not wait for it */
+  else if (!c->one_reader)
+    wake_members(rt, c); /* one reader's members do not wait for it */
   return false;
 }
 
@@ -708,7 +708,7 @@ static void shm_src_wait(shmap_ctx *ctx, int reader, uint32_t k)
 
 static int shm_depart(shmap__coll *c)
 {
-  if (c->call.kind == SHMAP__PPERMUTE) {
+  if (c->one_reader) {
     shm_depart_deferred(c);
     if (c->n > 1 && c->to >= 0 && c->to != c->rank)
       wait_left(c->ctx->rt, c->ctx->dev, member(c, c->to), c->k);
@@ -1019,10 +1019,10 @@ static void boxes_fold(shmap__coll *c, const void *first, int lo, int hi,
  * cores move one partial result per pair of workers and one result per
  * worker.  This needs each worker's members to hold a run of ranks (the
  * call's axes in the mesh's order, so that ranks follow device numbers)
- * and a fold whose partial result is a term: psum, pmax, pmin and
- * psum_scatter of every dtype but bf16 and f16 (which round once, at the
- * end) and bool (whose sum is wider); pmean divides at the end.  Other
- * calls take one leader.
+ * and a fold whose partial result is a term (fold->partial, which the
+ * plan sets for psum, pmax, pmin and psum_scatter of every dtype but bf16
+ * and f16, which round once, at the end) and no wider (a bool sum is);
+ * pmean divides at the end.  Other calls take one leader.
  *
  * A sub-leader compares its members' hashes and its predecessor's with
  * its own, and compares with the last sub-leader when it takes the
@@ -1214,11 +1214,7 @@ static bool chainable(const shmap__coll *c, const shmap__fold *fold)
   const shmap__call *a = &c->call;
   const shmap__runtime *rt = c->ctx->rt;
   if (!rt->workers || rt->nworkers < 2 || a->ngroups || fold->count ||
-      fold->out_esize != c->esize || a->dtype == SHMAP_BF16 ||
-      a->dtype == SHMAP_F16)
-    return false;
-  if (a->kind != SHMAP__PSUM && a->kind != SHMAP__PMAX &&
-      a->kind != SHMAP__PMIN && a->kind != SHMAP__PSUM_SCATTER)
+      fold->out_esize != c->esize || !fold->partial)
     return false;
   for (int i = 1; i < a->naxes; i++)
     if (a->axes[i] <= a->axes[i - 1])
