@@ -19,6 +19,7 @@ src_libshmap_core_la_SOURCES = \
 	src/device/arena.c \
 	src/map/map.c \
 	src/proc/proc.c \
+	src/proc/pmesh.c \
 	src/proc/spmd.c \
 	src/proc/stage.c \
 	src/sched/runtime.c \

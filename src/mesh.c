@@ -4,7 +4,7 @@
 #include "map/map.h"
 #include "proc/proc.h"
 #include "sched/runtime.h"
-#include "transport/mpi.h"
+#include "transport/comm.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -131,14 +131,10 @@ int shmap__mesh_build_over(shmap_mesh **out, int naxes,
   m->serial = atomic_fetch_add(&serials, 1) + 1;
   /* A sub-mesh's devices run where its parent's devices run. */
   rc = parent ? shmap__place_sub(m, parent, pdev) : shmap__place_default(m);
-  if (rc == 0 && (rc = shmap__mpi_mesh_init(m)))
-    shmap__place_free(m->place);
+  if (rc == 0 && (rc = shmap__runtime_create(&m->rt, m)) == 0 &&
+      (rc = shmap__comm_mesh_init(m->rt)))
+    shmap__runtime_destroy(m->rt);
   if (rc) {
-    free(m);
-    return rc;
-  }
-  if ((rc = shmap__runtime_create(&m->rt, m))) {
-    shmap__mpi_mesh_free(m);
     shmap__place_free(m->place);
     free(m);
     return rc;
@@ -246,8 +242,8 @@ int shmap__mesh_release(shmap_mesh *mesh)
 {
   int rc = 0;
   if (atomic_fetch_sub(&mesh->refs, 1) == 1) {
+    rc = shmap__comm_mesh_free(mesh->rt);
     shmap__runtime_destroy(mesh->rt);
-    rc = shmap__mpi_mesh_free(mesh);
     shmap__place_free(mesh->place);
     shmap_mesh *parent = mesh->parent;
     free(mesh->pdev);

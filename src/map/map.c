@@ -9,7 +9,6 @@
 #include "dtype.h"
 #include "proc/proc.h"
 #include "sched/debug.h"
-#include "transport/mpi.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -1121,7 +1120,7 @@ static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
   if (rc == 0 && !multi)
     rc = check_outputs(&job, out_specs, ospec);
   /* Every process of the job returns the same result (proc.c). */
-  if ((rc = shmap__mpi_map_end(mesh, rc, NULL)))
+  if ((rc = shmap__comm_verdict(&job.comm, rc)))
     goto done;
   /* Every device's block description: this process's first device's,
    * compared with the other processes' under MPI (spmd.c). */

@@ -17,7 +17,6 @@
 #include "proc/proc.h"
 #include "hash.h"
 #include "sched/runtime.h"
-#include "transport/mpi.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -107,6 +106,11 @@ static int mpi_fail(int code, const char *what, int err)
   return shmap__err(code, "%s failed: %s", what, s);
 }
 
+int shmap__mpi_check(int err, const char *fn)
+{
+  return err == MPI_SUCCESS ? 0 : mpi_fail(SHMAP_ESYS, fn, err);
+}
+
 static int init_mpi(void)
 {
   int inited = 0, fin = 0, provided = 0, rc;
@@ -169,6 +173,11 @@ static int init_mpi(void)
 }
 #else
 void *shmap__proc_comm(void) { return NULL; }
+int shmap__mpi_check(int err, const char *fn)
+{
+  (void)fn;
+  return err;
+}
 #endif
 
 static void init(void)
@@ -231,6 +240,7 @@ static int place_alloc(const shmap_mesh *mesh, shmap__place **out)
 void shmap__place_free(shmap__place *p)
 {
   if (p) {
+    shmap__proc_mesh_close(p->pm);
     free(p->owner);
     free(p->local);
     free(p);
@@ -601,7 +611,7 @@ int shmap__host_agree_call(const char *op, const shmap_mesh *mesh,
    * A mesh being created has none yet: meshes are created in the same
    * order everywhere. */
   int tag;
-  MPI_Comm *mc = mesh ? shmap__mpi_mesh_comm(mesh, &tag) : NULL;
+  MPI_Comm *mc = mesh ? shmap__proc_mesh_comm(mesh, &tag) : NULL;
   MPI_Request req;
   int arc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all,
                            (int)sizeof *all, MPI_BYTE, mc ? *mc : acomm, &req);
@@ -718,7 +728,8 @@ SHMAP_EXTERN int shmap_mesh_set_process_axes(shmap_mesh *mesh, const char *axes)
   }
   shmap__place *p = NULL;
   if (self.mpi && (rc = shmap__place_new(mesh, ax, n, &p)) == 0) {
-    p->mpi = mesh->place->mpi; /* the mesh keeps its communicator */
+    p->pm = mesh->place->pm; /* the mesh keeps its communicator */
+    mesh->place->pm = NULL;
     shmap__place_free(mesh->place);
     mesh->place = p;
   }

@@ -8,12 +8,11 @@
  * being sent by the process of the lowest-numbered device holding it (the
  * block's representative, whose coordinates are 0 on the axes the spec
  * leaves out).  Every exchange here goes over the mesh's own communicator
- * (shmap__mpi_mesh_comm), never the job-wide one: calls on other meshes,
+ * (shmap__proc_mesh_comm), never the job-wide one: calls on other meshes,
  * from other threads, may be exchanging at the same time.
  */
 #include "proc/proc.h"
 #include "sched/runtime.h"
-#include "transport/mpi.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -70,7 +69,7 @@ int shmap__array_exchange(const shmap_array *a, void *dst)
   const shmap_mesh *mesh = a->mesh;
   const shmap__place *pl = mesh->place;
   int tag;
-  MPI_Comm *comm = shmap__mpi_mesh_comm(mesh, &tag);
+  MPI_Comm *comm = shmap__proc_mesh_comm(mesh, &tag);
   if (!pl || pl->nproc == 1 || !comm)
     return 0;
   (void)tag;
@@ -212,7 +211,7 @@ int shmap__proc_outputs(const shmap_mesh *mesh, int nout,
 {
 #ifdef SHMAP_HAVE_MPI
   int tag;
-  MPI_Comm *comm = shmap__mpi_mesh_comm(mesh, &tag);
+  MPI_Comm *comm = shmap__proc_mesh_comm(mesh, &tag);
   const shmap__place *pl = mesh->place;
   if (!comm || nout == 0)
     return 0;
@@ -321,7 +320,7 @@ int shmap__proc_rep_blocks(const shmap_mesh *mesh, unsigned mask,
   *received = 0;
 #ifdef SHMAP_HAVE_MPI
   int tag;
-  MPI_Comm *comm = shmap__mpi_mesh_comm(mesh, &tag);
+  MPI_Comm *comm = shmap__proc_mesh_comm(mesh, &tag);
   const shmap__place *pl = mesh->place;
   if (!comm || bytes == 0)
     return 0;
@@ -404,7 +403,7 @@ int shmap__proc_agree_first(const shmap_mesh *mesh, int dev, int rc)
 {
 #ifdef SHMAP_HAVE_MPI
   int tag;
-  MPI_Comm *comm = shmap__mpi_mesh_comm(mesh, &tag);
+  MPI_Comm *comm = shmap__proc_mesh_comm(mesh, &tag);
   if (!comm)
     return rc;
   (void)tag;

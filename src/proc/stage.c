@@ -28,7 +28,6 @@
  */
 #include "proc/proc.h"
 #include "sched/runtime.h"
-#include "transport/mpi.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -223,9 +222,9 @@ int shmap__stage(const shmap_array *a, shmap_mesh *tm, const shmap__spec *tspec,
 {
   *out = NULL;
   int tag = 0;
-  MPI_Comm *comm = shmap__mpi_mesh_comm(tm, &tag);
+  MPI_Comm *comm = shmap__proc_mesh_comm(tm, &tag);
   if (!comm)
-    comm = shmap__mpi_mesh_comm(a->mesh, &tag);
+    comm = shmap__proc_mesh_comm(a->mesh, &tag);
   if (!comm)
     return 0;
   const shmap_mesh *sm = a->mesh;

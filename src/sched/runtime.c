@@ -6,7 +6,6 @@
 #include "sched/debug.h"
 #include "settings.h"
 #include "transport/comm.h"
-#include "transport/mpi.h"
 #include "coll/async.h"
 #include "sched/progress.h"
 
@@ -402,7 +401,8 @@ int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg)
     snprintf(rt->fail_msg, sizeof rt->fail_msg, "%s", msg);
     /* Other processes first: a device released here may tell them it
      * returned, which must not reach them before the failure does. */
-    shmap__mpi_on_fail(rt, dev, code, msg);
+    if (rt->tp && rt->tp->notify)
+      rt->tp->notify(rt, dev, code, msg);
     atomic_store(&rt->abort, 1); /* publishes fail_code and fail_msg */
     if (rt->tp)
       rt->tp->failed(rt);

@@ -21,6 +21,22 @@ const shmap__transport *shmap__transport_for(shmap__runtime *rt)
   return &shmap__shm_transport;
 }
 
+int shmap__comm_mesh_init(shmap__runtime *rt)
+{
+  rt->tp = shmap__transport_for(rt);
+  return rt->tp->mesh_init ? rt->tp->mesh_init(rt) : 0;
+}
+
+int shmap__comm_mesh_free(shmap__runtime *rt)
+{
+  return rt->tp && rt->tp->mesh_free ? rt->tp->mesh_free(rt) : 0;
+}
+
+int shmap__comm_verdict(shmap__comm *comm, int rc)
+{
+  return comm->tp->verdict ? comm->tp->verdict(comm, rc) : rc;
+}
+
 int shmap__comm_open(shmap__comm *comm, shmap__runtime *rt)
 {
   if (!rt->tp)

@@ -97,9 +97,18 @@
  * is called only for the first failure a job records in this address
  * space.
  *
+ * Lifecycle.  A mesh's runtime gets its transport when the mesh is made
+ * (shmap__comm_mesh_init), which may set up state for the mesh
+ * (rt->tstate) and, between processes, agree with the other processes;
+ * mesh_free undoes it.  Each map opens and closes the communicator
+ * (open/close: the map's begin and end) and asks the transport for the
+ * verdict every address space returns.  Nobody above calls a transport
+ * by name: mesh.c, map.c and the runtime go through this table.
+ *
  * Adding a transport: implement struct shmap__transport in a file of
  * its own under transport/ and return it from shmap__transport_for()
- * (comm.c) for the runtimes it serves.
+ * (comm.c) for the runtimes it serves.  One between processes uses the
+ * mesh's communicator of the process engine (proc/pmesh.c).
  */
 #ifndef SHMAP_COMM_H
 #define SHMAP_COMM_H
@@ -173,6 +182,17 @@ typedef struct shmap__coll {
 typedef struct shmap__transport {
   const char *name;
 
+  /* ---- a mesh -------------------------------------------------------- */
+  /* A new mesh (its runtime made, no map run yet): set up rt->tstate.
+   * Collective over the processes of a transport between processes (every
+   * process creates its meshes in the same order).  0, or an error code
+   * with the message set.  Optional. */
+  int (*mesh_init)(shmap__runtime *rt);
+  /* The mesh goes away (before its runtime): free rt->tstate.  Collective
+   * like mesh_init: 0, or the error of a process that did not release the
+   * mesh at the same point (the state is freed either way).  Optional. */
+  int (*mesh_free)(shmap__runtime *rt);
+
   /* ---- a map --------------------------------------------------------- */
   /* Before a map's devices start (the map's calling thread, the runtime
    * lock held, every device parked): set up comm->priv and reset whatever
@@ -181,8 +201,14 @@ typedef struct shmap__transport {
   /* After every device returned from the map; `failed`: the job failed
    * (a call may have been left half done). */
   void (*close)(shmap__comm *comm, bool failed);
-  /* The mesh goes away: free rt->tstate.  Optional. */
+  /* The mesh's runtime goes away (its threads stopped): free what
+   * rt->tstate still holds.  Optional. */
   void (*destroy)(shmap__runtime *rt);
+  /* After close, on the map's calling thread: the map's result `rc`
+   * (0, or an error code with the message set) as every address space
+   * agrees on it; a transport between processes exchanges the results.
+   * Optional: NULL keeps rc. */
+  int (*verdict)(shmap__comm *comm, int rc);
   /* Whether device `dev` runs in this address space.  Optional: NULL
    * means every device does. */
   bool (*is_local)(const shmap__comm *comm, int dev);
@@ -195,6 +221,13 @@ typedef struct shmap__transport {
    * between processes, in every other process.  May be called from any
    * device's thread, more than once per job. */
   void (*failed)(shmap__runtime *rt);
+  /* shmap__fail() is recording the job's first failure in this address
+   * space (device dev, code, msg), before waiters here are released:
+   * tell the other address spaces, unless the failure came from one of
+   * them.  Before failed(), so that no device released here can tell
+   * another process it left before that process hears of the failure.
+   * Optional. */
+  void (*notify)(shmap__runtime *rt, int dev, int code, const char *msg);
 
   /* ---- a call -------------------------------------------------------- */
   /* Rendezvous and agreement.  Publish c->call as this device's call
@@ -301,11 +334,21 @@ struct shmap__fold {
 const shmap__transport *shmap__transport_for(shmap__runtime *rt);
 extern const shmap__transport shmap__shm_transport;
 
+/* ---- a mesh's lifecycle (mesh.c) ------------------------------------ */
+
+/* Choose the transport of a new mesh's runtime and let it set up (its
+ * mesh_init).  0 or an error code with the message set. */
+int shmap__comm_mesh_init(shmap__runtime *rt);
+/* The mesh goes away: its transport's mesh_free (0 or an error). */
+int shmap__comm_mesh_free(shmap__runtime *rt);
+
 /* ---- used by map.c -------------------------------------------------- */
 
 /* Set up the communicator of a map on rt (runtime lock held). */
 int shmap__comm_open(shmap__comm *comm, shmap__runtime *rt);
 void shmap__comm_close(shmap__comm *comm, bool failed);
+/* The map's result as every address space agrees on it (see verdict). */
+int shmap__comm_verdict(shmap__comm *comm, int rc);
 static inline void shmap__comm_finish(shmap__comm *comm, int dev)
 {
   comm->tp->finish(comm, dev);

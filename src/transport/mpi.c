@@ -41,19 +41,17 @@
  * enters posts its descriptor to every peer at once, so when all enter,
  * all pass.  (Without a failure, such a peer is a mismatch.)
  *
- * Quiescence.  Notices are never awaited one by one, and a failed map
- * leaves sends nobody receives.  MPI may give a freed communicator's
- * context to the next one made (MPICH does), where such leftovers would
- * match the receives of a new mesh.  So each process counts the messages
- * it sends to and receives from each process on a mesh's communicator;
- * destroying the mesh (collective, like MPI_Comm_free) exchanges the
- * counts, receives whatever is still on its way, and only then frees the
- * communicator.
+ * Quiescence.  A failed map leaves sends nobody receives, and notices are
+ * never awaited one by one.  The mesh's communicator belongs to the
+ * process engine (proc/pmesh.c), which drains it before freeing it: this
+ * file counts every message it sends and receives there (pm->sent,
+ * pm->got), and its mesh_free lets the engine quiesce first.
  */
 #include "transport/mpi.h"
 
 #include "map/map.h"
 #include "proc/proc.h"
+#include "sched/runtime.h"
 #include "transport/comm.h"
 
 #include <limits.h>
@@ -134,10 +132,9 @@ typedef struct eslot {
 } eslot;
 
 typedef struct shmap__mpimesh {
-  MPI_Comm comm;
+  MPI_Comm comm;            /* the mesh's, from the process engine */
   int nproc, self, ndev;
   int tagk;                 /* epochs the tags tell apart */
-  int tag_free;             /* above every map's tags: host-side exchanges */
   uint32_t epoch;           /* the current map */
   uv_mutex_t lock;          /* receiving notices, the slots */
   eslot slot[2];
@@ -147,7 +144,7 @@ typedef struct shmap__mpimesh {
   _Atomic int remote_fail;  /* the map's failure came from another process */
   _Atomic int64_t *sent;    /* nproc: messages sent to each process */
   _Atomic int64_t *got;     /* nproc: messages received (or posted to be)
-                               from each process */
+                               from each process (both the engine's) */
   uv_mutex_t orphan_lock;
   void **orphans;           /* buffers of sends a failed call left behind */
   int norphans, caporphans;
@@ -161,145 +158,18 @@ typedef struct shmap__mpimesh {
 
 static _Thread_local bool applying_remote;
 
-static shmap__mpimesh *mm_of(const shmap_mesh *mesh)
+static shmap__mpimesh *mm_of(const shmap__runtime *rt)
 {
-  return mesh->place ? mesh->place->mpi : NULL;
+  return rt->tstate;
 }
 
-int shmap__mpi_mesh_init(shmap_mesh *mesh)
+/* Free what mesh_init allocated (m may be half built). */
+static void mm_free(shmap__mpimesh *m)
 {
-  shmap__place *pl = mesh->place;
-  if (!pl || pl->nproc == 1)
-    return 0;
-  shmap__mpimesh *m = shmap__calloc(1, sizeof *m);
-  if (!m)
-    return shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
-  m->nproc = pl->nproc;
-  m->self = pl->self;
-  m->ndev = mesh->ndev;
-  bool ok = true;
-  for (int s = 0; s < 2; s++) {
-    m->slot[s].done = shmap__calloc((size_t)mesh->ndev, 1);
-    m->slot[s].counts = shmap__calloc((size_t)mesh->ndev, sizeof(uint32_t));
-    m->slot[s].entered = shmap__calloc((size_t)mesh->ndev, sizeof(uint32_t));
-    m->slot[s].fail_dev = -1;
-    m->slot[s].epoch = s ? 1 : 2; /* maps are numbered from 1 */
-    m->out[s] = shmap__calloc(1, sizeof(notice));
-    m->dout[s] = shmap__calloc((size_t)mesh->ndev, sizeof(notice));
-    ok = ok && m->slot[s].done && m->slot[s].counts && m->slot[s].entered &&
-         m->out[s] && m->dout[s];
-  }
-  m->in = shmap__malloc(sizeof(notice));
-  m->dev = shmap__calloc((size_t)mesh->ndev, sizeof *m->dev);
-  m->reply = shmap__calloc((size_t)mesh->ndev, sizeof *m->reply);
-  m->ask_id = shmap__calloc((size_t)mesh->ndev, sizeof *m->ask_id);
-  ok = ok && m->dev && m->reply && m->ask_id;
-  m->sent = shmap__calloc((size_t)m->nproc, sizeof *m->sent);
-  m->got = shmap__calloc((size_t)m->nproc, sizeof *m->got);
-  int *ub = NULL, flag = 0;
-  MPI_Comm world = *(MPI_Comm *)shmap__proc_comm();
-  MPI_Comm_get_attr(world, MPI_TAG_UB, &ub, &flag);
-  long long pairs = (long long)mesh->ndev * mesh->ndev;
-  m->tagk = flag && ub ? (int)((*ub - 1LL) / pairs) : 0;
-  int rc = 0;
-  if (!ok || !m->in || !m->sent || !m->got)
-    rc = shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
-  else if (m->tagk < 2)
-    rc = shmap__err(SHMAP_EINVAL,
-                    "a mesh of %d devices over several processes needs MPI "
-                    "tags up to %lld; this MPI offers %d",
-                    mesh->ndev, 2 * pairs, flag && ub ? *ub : 0);
-  else if ((rc = shmap__host_agree(
-                mesh->parent ? "shmap_mesh_submesh" : "shmap_mesh_create",
-                mesh, mesh->parent ? "creating a sub-mesh" : "creating a mesh")))
-    ;
-  else if ((m->tag_free = *ub) <= 0 ||
-           MPI_Comm_dup(world, &m->comm) != MPI_SUCCESS)
-    rc = shmap__err(SHMAP_ESYS, "MPI_Comm_dup failed for a new mesh");
-  if (rc == 0) {
-    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
-    uv_mutex_init(&m->lock);
-    uv_mutex_init(&m->orphan_lock);
-    for (int d = 0; d < m->ndev; d++)
-      uv_mutex_init(&m->dev[d].lock);
-    atomic_init(&m->remote_fail, 0);
-    pl->mpi = m;
-    return 0;
-  }
-  for (int s = 0; s < 2; s++) {
-    free(m->slot[s].done);
-    free(m->slot[s].counts);
-    free(m->slot[s].entered);
-    free(m->out[s]);
-    free(m->dout[s]);
-  }
-  free(m->in);
-  free(m->dev);
-  free(m->reply);
-  free(m->ask_id);
-  free(m->sent);
-  free(m->got);
-  free(m);
-  return rc;
-}
-
-/* Receive every message still addressed to this process on the mesh's
- * communicator (see Quiescence above); every process calls it. */
-static void quiesce(shmap__mpimesh *m)
-{
-  int64_t *mine = shmap__malloc(sizeof *mine * (size_t)m->nproc);
-  int64_t *theirs = shmap__malloc(sizeof *theirs * (size_t)m->nproc);
-  if (!mine || !theirs)
-    MPI_Abort(m->comm, 1); /* cannot take part: stop rather than hang */
-  for (int p = 0; p < m->nproc; p++)
-    mine[p] = atomic_load(&m->sent[p]);
-  MPI_Alltoall(mine, 1, MPI_INT64_T, theirs, 1, MPI_INT64_T, m->comm);
-  for (int p = 0; p < m->nproc; p++)
-    while (atomic_load(&m->got[p]) < theirs[p]) {
-      MPI_Message msg;
-      MPI_Status st;
-      int len = 0;
-      MPI_Mprobe(p, MPI_ANY_TAG, m->comm, &msg, &st);
-      MPI_Get_count(&st, MPI_BYTE, &len);
-      char *buf = shmap__malloc(len > 0 ? (size_t)len : 1);
-      if (!buf)
-        MPI_Abort(m->comm, 1);
-      MPI_Mrecv(buf, len, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-      free(buf);
-      atomic_fetch_add(&m->got[p], 1);
-    }
-  /* Until every process has its messages, senders keep theirs moving. */
-  MPI_Barrier(m->comm);
-  free(mine);
-  free(theirs);
-}
-
-int shmap__mpi_mesh_free(shmap_mesh *mesh)
-{
-  shmap__mpimesh *m = mm_of(mesh);
-  if (!m)
-    return 0;
-  int rc = 0;
-  int fin = 0;
-  MPI_Finalized(&fin);
-  /* Every process releases the mesh at the same point of its calls; one
-   * that does not would leave the others in the exchange below: the
-   * communicator is then left as it is. */
-  if (!fin && (rc = shmap__host_agree(
-                   "shmap_mesh_destroy", mesh,
-                   "releasing a mesh (shmap_mesh_destroy or the destroy of "
-                   "its last array)")) == 0) {
-    quiesce(m);
-    /* Every message was received: the last status notices are sent. */
-    for (int i = 0; i < m->npend; i++)
-      MPI_Wait(&m->pend[i].req, MPI_STATUS_IGNORE);
-    MPI_Comm_free(&m->comm);
-  }
   for (int i = 0; i < m->npend; i++)
     free(m->pend[i].buf);
   free(m->pend);
-  for (int d = 0; d < m->ndev; d++) {
-    uv_mutex_destroy(&m->dev[d].lock);
+  for (int d = 0; m->dev && d < m->ndev; d++) {
     free(m->dev[d].scratch[SCRATCH_TERMS]);
     free(m->dev[d].scratch[SCRATCH_ACC]);
   }
@@ -309,8 +179,6 @@ int shmap__mpi_mesh_free(shmap_mesh *mesh)
   for (int i = 0; i < m->norphans; i++)
     free(m->orphans[i]);
   free(m->orphans);
-  uv_mutex_destroy(&m->orphan_lock);
-  uv_mutex_destroy(&m->lock);
   for (int s = 0; s < 2; s++) {
     free(m->slot[s].done);
     free(m->slot[s].counts);
@@ -319,21 +187,93 @@ int shmap__mpi_mesh_free(shmap_mesh *mesh)
     free(m->dout[s]);
   }
   free(m->in);
-  free(m->sent);
-  free(m->got);
   free(m);
-  mesh->place->mpi = NULL;
-  return rc;
 }
 
-void *shmap__mpi_mesh_comm(const shmap_mesh *mesh, int *tag)
+/* The memory of a mesh's state: false when some allocation failed. */
+static bool mm_alloc(shmap__mpimesh *m, int ndev)
 {
-  shmap__mpimesh *m = mm_of(mesh);
+  bool ok = true;
+  for (int s = 0; s < 2; s++) {
+    m->slot[s].done = shmap__calloc((size_t)ndev, 1);
+    m->slot[s].counts = shmap__calloc((size_t)ndev, sizeof(uint32_t));
+    m->slot[s].entered = shmap__calloc((size_t)ndev, sizeof(uint32_t));
+    m->slot[s].fail_dev = -1;
+    m->slot[s].epoch = s ? 1 : 2; /* maps are numbered from 1 */
+    m->out[s] = shmap__calloc(1, sizeof(notice));
+    m->dout[s] = shmap__calloc((size_t)ndev, sizeof(notice));
+    ok = ok && m->slot[s].done && m->slot[s].counts && m->slot[s].entered &&
+         m->out[s] && m->dout[s];
+  }
+  m->in = shmap__malloc(sizeof(notice));
+  m->dev = shmap__calloc((size_t)ndev, sizeof *m->dev);
+  m->reply = shmap__calloc((size_t)ndev, sizeof *m->reply);
+  m->ask_id = shmap__calloc((size_t)ndev, sizeof *m->ask_id);
+  return ok && m->in && m->dev && m->reply && m->ask_id;
+}
+
+/* A mesh placed on several processes: this file's state for it, over the
+ * communicator the process engine makes for it (proc/pmesh.c). */
+static int mpi_mesh_init(shmap__runtime *rt)
+{
+  shmap_mesh *mesh = rt->mesh;
+  shmap__place *pl = mesh->place;
+  if (!pl || pl->nproc == 1)
+    return 0;
+  shmap__mpimesh *m = shmap__calloc(1, sizeof *m);
   if (!m)
-    return NULL;
-  /* Map tags end at tagk * ndev^2 <= MPI_TAG_UB - 1 (tag_of). */
-  *tag = m->tag_free;
-  return &m->comm;
+    return shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
+  m->nproc = pl->nproc;
+  m->self = pl->self;
+  m->ndev = mesh->ndev;
+  bool ok = mm_alloc(m, mesh->ndev);
+  int ub = shmap__proc_tag_ub();
+  long long pairs = (long long)mesh->ndev * mesh->ndev;
+  m->tagk = ub > 0 ? (int)((ub - 1LL) / pairs) : 0;
+  int rc = 0;
+  if (!ok)
+    rc = shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
+  else if (m->tagk < 2)
+    rc = shmap__err(SHMAP_EINVAL,
+                    "a mesh of %d devices over several processes needs MPI "
+                    "tags up to %lld; this MPI offers %d",
+                    mesh->ndev, 2 * pairs, ub);
+  else
+    rc = shmap__proc_mesh_open(mesh);
+  if (rc) {
+    mm_free(m);
+    return rc;
+  }
+  m->comm = *(MPI_Comm *)pl->pm->comm;
+  m->sent = pl->pm->sent;
+  m->got = pl->pm->got;
+  uv_mutex_init(&m->lock);
+  uv_mutex_init(&m->orphan_lock);
+  for (int d = 0; d < m->ndev; d++)
+    uv_mutex_init(&m->dev[d].lock);
+  atomic_init(&m->remote_fail, 0);
+  rt->tstate = m;
+  return 0;
+}
+
+/* Every process releases its meshes in the same order: 0, or the
+ * mismatch of a process that did not (the state is freed either way). */
+static int mpi_mesh_free(shmap__runtime *rt)
+{
+  shmap__mpimesh *m = mm_of(rt);
+  if (!m)
+    return 0;
+  int rc = shmap__proc_mesh_quiesce(rt->mesh);
+  /* Every message was received: the last status notices are sent. */
+  for (int i = 0; rc == 0 && rt->mesh->place->pm->quiet && i < m->npend; i++)
+    (void)SHMAP__MPI_CHECK(MPI_Wait, &m->pend[i].req, MPI_STATUS_IGNORE);
+  for (int d = 0; d < m->ndev; d++)
+    uv_mutex_destroy(&m->dev[d].lock);
+  uv_mutex_destroy(&m->orphan_lock);
+  uv_mutex_destroy(&m->lock);
+  mm_free(m);
+  rt->tstate = NULL;
+  return rc;
 }
 
 /* ---- notices -------------------------------------------------------------- */
@@ -484,10 +424,11 @@ static void poll_notices(shmap__runtime *rt, shmap__mpimesh *m)
   }
 }
 
-void shmap__mpi_on_fail(shmap__runtime *rt, int dev, int code,
-                        const char *msg)
+/* shmap__fail() is recording the first failure of a map: tell the other
+ * processes (unless it came from one of them). */
+static void mpi_notify(shmap__runtime *rt, int dev, int code, const char *msg)
 {
-  shmap__mpimesh *m = mm_of(rt->mesh);
+  shmap__mpimesh *m = mm_of(rt);
   if (!m)
     return;
   if (applying_remote) {
@@ -503,9 +444,11 @@ void shmap__mpi_on_fail(shmap__runtime *rt, int dev, int code,
   send_notice(m, n, sizeof *n);
 }
 
-void shmap__mpi_dev_done(shmap__runtime *rt, int dev, uint32_t calls)
+/* Device dev returned from its body after `calls` collective calls: tell
+ * the other processes, whose devices may wait for it. */
+static void dev_done(shmap__runtime *rt, int dev, uint32_t calls)
 {
-  shmap__mpimesh *m = mm_of(rt->mesh);
+  shmap__mpimesh *m = mm_of(rt);
   if (!m)
     return;
   /* A send buffer must not change before its send completes.  One buffer
@@ -521,11 +464,9 @@ void shmap__mpi_dev_done(shmap__runtime *rt, int dev, uint32_t calls)
   send_notice(m, n, DONE_LEN);
 }
 
-void shmap__mpi_map_begin(shmap_mesh *mesh)
+/* The caller of a map, before its devices start. */
+static void map_begin(shmap__mpimesh *m)
 {
-  shmap__mpimesh *m = mm_of(mesh);
-  if (!m)
-    return;
   uv_mutex_lock(&m->lock);
   m->epoch++;
   for (int d = 0; d < m->ndev; d++) {
@@ -1134,8 +1075,8 @@ static void wait_must(shmap__coll *c, MPI_Request *reqs, int n)
 
 static int mpi_open(shmap__comm *comm)
 {
-  shmap__mpimesh *m = mm_of(comm->mesh);
-  shmap__mpi_map_begin((shmap_mesh *)comm->mesh);
+  shmap__mpimesh *m = mm_of(comm->rt);
+  map_begin(m);
   comm->priv = m;
   return 0;
 }
@@ -1167,7 +1108,7 @@ static void mpi_finish(shmap__comm *comm, int dev)
   uv_mutex_lock(&v->lock);
   v->finished = ST_FINISHED | (calls == UINT32_MAX ? ST_RELEASED : 0);
   uv_mutex_unlock(&v->lock);
-  shmap__mpi_dev_done(rt, dev, calls);
+  dev_done(rt, dev, calls);
   atomic_store(&rt->devs[dev].coll.finished, 1);
   shmap__wake_all(rt);
 }
@@ -1540,24 +1481,6 @@ static int mpi_depart(shmap__coll *c)
   return 0;
 }
 
-const shmap__transport shmap__mpi_transport = {
-    .name = "mpi",
-    .open = mpi_open,
-    .close = mpi_close,
-    .is_local = mpi_is_local,
-    .finish = mpi_finish,
-    .failed = mpi_failed,
-    .arrive = mpi_arrive,
-    .get = mpi_get,
-    .reduce = mpi_reduce,
-    .allreduce = mpi_allreduce,
-    .send = mpi_send,
-    .recv = mpi_recv,
-    .depart = mpi_depart,
-    .allreduce_small = mpi_allreduce_small,
-    .small_max_n = SHMAP_MAX_DEVICES,
-};
-
 /* ---- the end of a map ----------------------------------------------------------- */
 
 typedef struct verdict {
@@ -1587,13 +1510,13 @@ static bool end_done(void *arg)
   return false;
 }
 
-int shmap__mpi_map_end(shmap_mesh *mesh, int rc, const uint32_t *calls)
+/* After the map's devices finished: exchange every process's result and
+ * return the agreed code (message set): the first failure that began in
+ * the lowest-numbered process where one began, else the lowest-numbered
+ * process's. */
+static int mpi_verdict(shmap__comm *comm, int rc)
 {
-  shmap__mpimesh *m = mm_of(mesh);
-  if (!m)
-    return rc;
-  shmap__runtime *rt = mesh->rt;
-  (void)calls;
+  shmap__mpimesh *m = comm->priv;
   /* Exchange the results, still taking in notices while waiting. */
   verdict *all = shmap__calloc((size_t)m->nproc, sizeof *all);
   if (!all)
@@ -1634,33 +1557,34 @@ int shmap__mpi_map_end(shmap_mesh *mesh, int rc, const uint32_t *calls)
   memset(s->counts, 0, sizeof(uint32_t) * (size_t)m->ndev);
   memset(s->entered, 0, sizeof(uint32_t) * (size_t)m->ndev);
   uv_mutex_unlock(&m->lock);
-  (void)rt;
   return rc;
 }
 
-#else /* no MPI */
+/* ---- the table ------------------------------------------------------------ */
 
-int shmap__mpi_mesh_init(shmap_mesh *mesh) { (void)mesh; return 0; }
-void *shmap__mpi_mesh_comm(const shmap_mesh *mesh, int *tag)
-{
-  (void)mesh;
-  (void)tag;
-  return NULL;
-}
-int shmap__mpi_mesh_free(shmap_mesh *mesh) { (void)mesh; return 0; }
-void shmap__mpi_map_begin(shmap_mesh *mesh) { (void)mesh; }
-void shmap__mpi_dev_done(shmap__runtime *rt, int dev, uint32_t calls)
-{
-  (void)rt; (void)dev; (void)calls;
-}
-int shmap__mpi_map_end(shmap_mesh *mesh, int rc, const uint32_t *calls)
-{
-  (void)mesh;
-  (void)calls;
-  return rc;
-}
-void shmap__mpi_on_fail(shmap__runtime *rt, int dev, int code, const char *msg)
-{
-  (void)rt; (void)dev; (void)code; (void)msg;
-}
+const shmap__transport shmap__mpi_transport = {
+    .name = "mpi",
+    .mesh_init = mpi_mesh_init,
+    .mesh_free = mpi_mesh_free,
+    .open = mpi_open,
+    .close = mpi_close,
+    .is_local = mpi_is_local,
+    .finish = mpi_finish,
+    .notify = mpi_notify,
+    .failed = mpi_failed,
+    .verdict = mpi_verdict,
+    .arrive = mpi_arrive,
+    .get = mpi_get,
+    .reduce = mpi_reduce,
+    .allreduce = mpi_allreduce,
+    .send = mpi_send,
+    .recv = mpi_recv,
+    .depart = mpi_depart,
+    .allreduce_small = mpi_allreduce_small,
+    .small_max_n = SHMAP_MAX_DEVICES,
+};
+
+#else /* no MPI: no transport between processes (comm.c) */
+
+typedef int shmap__no_mpi;
 #endif
