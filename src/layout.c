@@ -38,6 +38,15 @@ int shmap__shape_size(const char *what, int rank, const int64_t shape[],
   return 0;
 }
 
+void shmap__shape_format(shmap_dtype dtype, int rank, const int64_t shape[],
+                         char *buf, size_t n)
+{
+  snprintf(buf, n, "%s[", shmap_dtype_name(dtype));
+  for (int d = 0; d < rank; d++)
+    shmap__cat(buf, n, "%s%lld", d ? "," : "", (long long)shape[d]);
+  shmap__cat(buf, n, "]");
+}
+
 int64_t shmap__numel(int rank, const int64_t shape[])
 {
   int64_t n = 1;

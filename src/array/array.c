@@ -7,15 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-void shmap__shape_format(shmap_dtype dtype, int rank, const int64_t shape[],
-                         char *buf, size_t n)
-{
-  snprintf(buf, n, "%s[", shmap_dtype_name(dtype));
-  for (int d = 0; d < rank; d++)
-    shmap__cat(buf, n, "%s%lld", d ? "," : "", (long long)shape[d]);
-  shmap__cat(buf, n, "]");
-}
-
 int shmap__check_shape(const char *what, shmap_dtype dtype, int rank,
                        const int64_t shape[])
 {

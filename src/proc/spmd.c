@@ -47,7 +47,7 @@ void shmap__array_assemble_local(const shmap_array *a, void *dst)
   shmap__strides(a->rank, a->bshape, bstr);
   /* The first local holder of each distinct block writes it. */
   for (int d = 0; d < mesh->ndev; d++) {
-    if (!a->blocks[d].data && shmap_block_numel(&a->blocks[d]) > 0)
+    if (!a->blocks[d].data && shmap__valid_numel(&a->blocks[d]) > 0)
       continue;
     if (!shmap__dev_local(mesh, d))
       continue;
