@@ -36,6 +36,9 @@
 typedef struct pmesh {
   shmap__pmesh pub;
   MPI_Comm comm;
+  /* nproc each: the counts quiesce() exchanges, allocated with the mesh
+   * so that its release cannot fail for memory half-way. */
+  int64_t *mine, *theirs;
 } pmesh;
 
 int shmap__proc_tag_ub(void)
@@ -57,24 +60,29 @@ int shmap__proc_mesh_open(shmap_mesh *mesh)
   if (m) {
     m->pub.sent = shmap__calloc((size_t)pl->nproc, sizeof *m->pub.sent);
     m->pub.got = shmap__calloc((size_t)pl->nproc, sizeof *m->pub.got);
+    m->mine = shmap__calloc((size_t)pl->nproc, sizeof *m->mine);
+    m->theirs = shmap__calloc((size_t)pl->nproc, sizeof *m->theirs);
   }
   int rc = 0;
-  if (!m || !m->pub.sent || !m->pub.got)
+  if (!m || !m->pub.sent || !m->pub.got || !m->mine || !m->theirs)
     rc = shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
   else if ((rc = shmap__host_agree(
                 mesh->parent ? "shmap_mesh_submesh" : "shmap_mesh_create",
                 mesh, mesh->parent ? "creating a sub-mesh" : "creating a mesh")))
     ;
-  else if ((m->pub.tag_free = shmap__proc_tag_ub()) <= 0 ||
-           MPI_Comm_dup(*(MPI_Comm *)shmap__proc_comm(), &m->comm) !=
-               MPI_SUCCESS)
-    rc = shmap__err(SHMAP_ESYS, "MPI_Comm_dup failed for a new mesh");
+  else if ((m->pub.tag_free = shmap__proc_tag_ub()) <= 0)
+    rc = shmap__err(SHMAP_ESYS, "MPI offers no tags for a new mesh");
+  else if ((rc = SHMAP__MPI_CHECK(MPI_Comm_dup,
+                                  *(MPI_Comm *)shmap__proc_comm(), &m->comm)))
+    ;
   else
     rc = SHMAP__MPI_CHECK(MPI_Comm_set_errhandler, m->comm, MPI_ERRORS_RETURN);
   if (rc) {
     if (m) {
       free(m->pub.sent);
       free(m->pub.got);
+      free(m->mine);
+      free(m->theirs);
     }
     free(m);
     return rc;
@@ -86,16 +94,13 @@ int shmap__proc_mesh_open(shmap_mesh *mesh)
 }
 
 /* Receive every message still addressed to this process on the mesh's
- * communicator (see Quiescence above); every process calls it.  A process
- * that cannot take part stops the job rather than leave the others
- * waiting in the exchange. */
+ * communicator (see Quiescence above); every process calls it.  0 or an
+ * MPI error (message set).  A message too large for the memory left
+ * stops the job (MPI_Abort) rather than leave its sender waiting. */
 static int quiesce(pmesh *pm)
 {
   shmap__pmesh *m = &pm->pub;
-  int64_t *mine = shmap__malloc(sizeof *mine * (size_t)m->nproc);
-  int64_t *theirs = shmap__malloc(sizeof *theirs * (size_t)m->nproc);
-  if (!mine || !theirs)
-    MPI_Abort(pm->comm, 1);
+  int64_t *mine = pm->mine, *theirs = pm->theirs;
   for (int p = 0; p < m->nproc; p++)
     mine[p] = atomic_load(&m->sent[p]);
   int rc = SHMAP__MPI_CHECK(MPI_Alltoall, mine, 1, MPI_INT64_T, theirs, 1,
@@ -118,8 +123,6 @@ static int quiesce(pmesh *pm)
   /* Until every process has its messages, senders keep theirs moving. */
   if (rc == 0)
     rc = SHMAP__MPI_CHECK(MPI_Barrier, pm->comm);
-  free(mine);
-  free(theirs);
   return rc;
 }
 
@@ -129,9 +132,8 @@ int shmap__proc_mesh_quiesce(shmap_mesh *mesh)
   if (!pm)
     return 0;
   int fin = 0;
-  MPI_Finalized(&fin);
-  if (fin)
-    return 0;
+  if (SHMAP__MPI_CHECK(MPI_Finalized, &fin) || fin)
+    return 0; /* after MPI_Finalize: nothing can be received */
   /* Every process releases the mesh at the same point of its calls; one
    * that does not would leave the others in the exchange: the
    * communicator is then left as it is. */
@@ -149,11 +151,12 @@ void shmap__proc_mesh_close(shmap__pmesh *p)
   if (!pm)
     return;
   int fin = 0;
-  MPI_Finalized(&fin);
-  if (pm->pub.quiet && !fin)
+  if (pm->pub.quiet && SHMAP__MPI_CHECK(MPI_Finalized, &fin) == 0 && !fin)
     (void)SHMAP__MPI_CHECK(MPI_Comm_free, &pm->comm);
   free(pm->pub.sent);
   free(pm->pub.got);
+  free(pm->mine);
+  free(pm->theirs);
   free(pm);
 }
 

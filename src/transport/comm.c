@@ -137,6 +137,7 @@ static void enter(shmap__coll *c)
   if (!shmap__helper_for)
     shmap__set_state(self, SHMAP__ST_COLL, c->packed, c->t0);
   c->k = ++ctx->seq;
+  c->err = 0;
 }
 
 int shmap__comm_allreduce_small(shmap__coll *c, size_t count,
@@ -170,6 +171,7 @@ int shmap__comm_arrive(shmap__coll *c)
 int shmap__comm_depart(shmap__coll *c, uint64_t bytes)
 {
   int rc = c->comm->tp->depart(c);
+  rc = c->err ? c->err : rc;
   return leave(c, rc ? 0 : bytes, rc);
 }
 
@@ -178,6 +180,7 @@ int shmap__comm_depart_deferred(shmap__coll *c, uint64_t bytes, bool *deferred)
   const shmap__transport *tp = c->comm->tp;
   *deferred = tp->depart_deferred != NULL;
   int rc = *deferred ? tp->depart_deferred(c) : tp->depart(c);
+  rc = c->err ? c->err : rc;
   return leave(c, rc ? 0 : bytes, rc);
 }
 

@@ -97,6 +97,14 @@
  * is called only for the first failure a job records in this address
  * space.
  *
+ * Errors.  The data operations (get, reduce, allreduce, send, recv)
+ * return 0 or an error code; a transport that returns one has failed the
+ * job with its message (shmap__dev_fail).  The wrappers below keep the
+ * call's first error in c->err and the algorithm goes on listing its
+ * pieces (peers match them by order); shmap__comm_depart completes the
+ * call and returns that error, so an algorithm that returns depart's
+ * result propagates it.
+ *
  * Lifecycle.  A mesh's runtime gets its transport when the mesh is made
  * (shmap__comm_mesh_init), which may set up state for the mesh
  * (rt->tstate) and, between processes, agree with the other processes;
@@ -168,6 +176,7 @@ typedef struct shmap__coll {
   char op[360];       /* "psum over 'j'", formatted on demand */
   /* Set by shmap__comm_arrive. */
   uint32_t k;         /* this call's number on this device (from 1) */
+  int err;            /* the first error of a data operation (see Errors) */
   uint64_t t0;        /* when the device entered the call */
   uint64_t packed;    /* shmap__pack_op() of the call */
   /* The transport's own state for this call. */
@@ -245,26 +254,26 @@ typedef struct shmap__transport {
   /* Copy box `from` of member `peer`'s src into this device's memory at
    * `to` (strides in elements, same shape as from).  When this returns,
    * the data is at `to`. */
-  void (*get)(shmap__coll *c, int peer, const shmap__box *from, void *to,
-              const int64_t to_strides[]);
+  int (*get)(shmap__coll *c, int peer, const shmap__box *from, void *to,
+             const int64_t to_strides[]);
   /* acc[0..count) = left fold in rank order of every member's
    * src[off..off+count) (elements), with fold->fn.  When this returns the
    * result is in acc (this device's memory, not a published buffer). */
-  void (*reduce)(shmap__coll *c, size_t off, size_t count,
-                 const shmap__fold *fold, void *acc);
+  int (*reduce)(shmap__coll *c, size_t off, size_t count,
+                const shmap__fold *fold, void *acc);
   /* The same fold, then (pmean) divided by the group size, and written to
    * every member's dst[off..off+count).  The result is in a member's dst
    * when that member's depart returns. */
-  void (*allreduce)(shmap__coll *c, size_t off, size_t count,
-                    const shmap__fold *fold);
+  int (*allreduce)(shmap__coll *c, size_t off, size_t count,
+                   const shmap__fold *fold);
   /* Two-sided transports only (both NULL for shm): this device's src box
    * `from` is a piece member `peer` takes (its get, or its term from this
    * device in reduce/allreduce); and box `to` of this device's dst is
    * where member `peer`'s allreduce result for this device lands.  Both
    * only post: they may not wait for the peer (every member lists its
    * sends before its first get/reduce/allreduce). */
-  void (*send)(shmap__coll *c, int peer, const shmap__box *from);
-  void (*recv)(shmap__coll *c, int peer, const shmap__box *to);
+  int (*send)(shmap__coll *c, int peer, const shmap__box *from);
+  int (*recv)(shmap__coll *c, int peer, const shmap__box *to);
   /* Completion: wait until every piece this device listed has moved and
    * every member of the group is done with this device's buffers (after
    * which the owner may change them).  Not released by a failure
@@ -364,7 +373,8 @@ bool shmap__comm_is_local(const shmap__coll *c, int r);
  * arrive.  0, or an error code (the device is back in its body). */
 int shmap__comm_arrive(shmap__coll *c);
 /* Leave the call: the transport's depart, then the device's state and
- * trace (`bytes` moved, for the trace).  0 or an error code. */
+ * trace (`bytes` moved, for the trace).  0 or an error code: the first
+ * of the call's data operations (c->err), else depart's. */
 int shmap__comm_depart(shmap__coll *c, uint64_t bytes);
 /* A small reduction in one operation when the transport has one for this
  * size and group (0 or an error code, the call entered and left as by
@@ -403,35 +413,43 @@ static inline bool shmap__comm_two_sided(const shmap__coll *c)
   return c->comm->tp->send != NULL;
 }
 
-static inline void shmap__comm_get(shmap__coll *c, int peer,
-                                   const shmap__box *from, void *to,
-                                   const int64_t to_strides[])
+/* Keep the first error of the call's data operations (see Errors). */
+static inline int shmap__comm_keep(shmap__coll *c, int rc)
 {
-  c->comm->tp->get(c, peer, from, to, to_strides);
+  if (rc && !c->err)
+    c->err = rc;
+  return rc;
 }
 
-static inline void shmap__comm_reduce(shmap__coll *c, size_t off, size_t count,
-                                      const shmap__fold *fold, void *acc)
+static inline int shmap__comm_get(shmap__coll *c, int peer,
+                                  const shmap__box *from, void *to,
+                                  const int64_t to_strides[])
 {
-  c->comm->tp->reduce(c, off, count, fold, acc);
+  return shmap__comm_keep(c, c->comm->tp->get(c, peer, from, to, to_strides));
 }
 
-static inline void shmap__comm_allreduce(shmap__coll *c, size_t off,
-                                         size_t count, const shmap__fold *fold)
+static inline int shmap__comm_reduce(shmap__coll *c, size_t off, size_t count,
+                                     const shmap__fold *fold, void *acc)
 {
-  c->comm->tp->allreduce(c, off, count, fold);
+  return shmap__comm_keep(c, c->comm->tp->reduce(c, off, count, fold, acc));
 }
 
-static inline void shmap__comm_send(shmap__coll *c, int peer,
-                                    const shmap__box *from)
+static inline int shmap__comm_allreduce(shmap__coll *c, size_t off,
+                                        size_t count, const shmap__fold *fold)
 {
-  c->comm->tp->send(c, peer, from);
+  return shmap__comm_keep(c, c->comm->tp->allreduce(c, off, count, fold));
 }
 
-static inline void shmap__comm_recv(shmap__coll *c, int peer,
-                                    const shmap__box *to)
+static inline int shmap__comm_send(shmap__coll *c, int peer,
+                                   const shmap__box *from)
 {
-  c->comm->tp->recv(c, peer, to);
+  return shmap__comm_keep(c, c->comm->tp->send(c, peer, from));
+}
+
+static inline int shmap__comm_recv(shmap__coll *c, int peer,
+                                   const shmap__box *to)
+{
+  return shmap__comm_keep(c, c->comm->tp->recv(c, peer, to));
 }
 
 #endif /* SHMAP_COMM_H */

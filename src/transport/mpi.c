@@ -113,6 +113,12 @@ typedef struct mdev {
 } mdev;
 enum { SCRATCH_TERMS, SCRATCH_ACC };
 
+/* A process's result of a map, as exchanged at its end. */
+typedef struct verdict {
+  int32_t code, origin;
+  char msg[SHMAP__MSG_MAX];
+} verdict;
+
 /* A send left to complete on its own, with its buffer (status notices). */
 typedef struct pend {
   MPI_Request req;
@@ -153,6 +159,7 @@ typedef struct shmap__mpimesh {
                                for, as received (under lock) */
   uint32_t *ask_id;         /* ndev: the asker's last question */
   pend *pend;               /* status notices still being sent (lock) */
+  verdict *all;             /* nproc: the results of a map, at its end */
   int npend, cappend;
 } shmap__mpimesh;
 
@@ -187,6 +194,7 @@ static void mm_free(shmap__mpimesh *m)
     free(m->dout[s]);
   }
   free(m->in);
+  free(m->all);
   free(m);
 }
 
@@ -209,7 +217,10 @@ static bool mm_alloc(shmap__mpimesh *m, int ndev)
   m->dev = shmap__calloc((size_t)ndev, sizeof *m->dev);
   m->reply = shmap__calloc((size_t)ndev, sizeof *m->reply);
   m->ask_id = shmap__calloc((size_t)ndev, sizeof *m->ask_id);
-  return ok && m->in && m->dev && m->reply && m->ask_id;
+  /* Kept for the mesh's life: the end of a map cannot fail for memory,
+   * which would leave the other processes waiting for this one. */
+  m->all = shmap__calloc((size_t)m->nproc, sizeof *m->all);
+  return ok && m->in && m->dev && m->reply && m->ask_id && m->all;
 }
 
 /* A mesh placed on several processes: this file's state for it, over the
@@ -286,11 +297,13 @@ static void send_notice(shmap__mpimesh *m, const void *buf, size_t len)
   for (int p = 0; p < m->nproc; p++) {
     if (p == m->self)
       continue;
+    /* A notice that cannot go is lost: the message stays set, and the
+     * other process learns what it says from the map's end instead. */
     MPI_Request r;
-    if (MPI_Isend(buf, (int)len, MPI_BYTE, p, TAG_NOTICE, m->comm, &r) ==
-        MPI_SUCCESS) {
+    if (SHMAP__MPI_CHECK(MPI_Isend, buf, (int)len, MPI_BYTE, p, TAG_NOTICE,
+                         m->comm, &r) == 0) {
       atomic_fetch_add(&m->sent[p], 1);
-      MPI_Request_free(&r);
+      (void)SHMAP__MPI_CHECK(MPI_Request_free, &r);
     }
   }
 }
@@ -302,14 +315,16 @@ static void send_pending(shmap__mpimesh *m, int p, smsg *msg)
   if (m->npend == m->cappend) {
     int cap = m->cappend ? 2 * m->cappend : 8;
     pend *n = shmap__realloc(m->pend, sizeof *n * (size_t)cap);
-    if (!n)
-      abort(); /* a few words: the allocator is gone */
+    if (!n) {
+      free(msg); /* unanswered: the asker asks again */
+      return;
+    }
     m->pend = n;
     m->cappend = cap;
   }
   MPI_Request r;
-  if (MPI_Isend(msg, (int)sizeof *msg, MPI_BYTE, p, TAG_NOTICE, m->comm, &r) !=
-      MPI_SUCCESS) {
+  if (SHMAP__MPI_CHECK(MPI_Isend, msg, (int)sizeof *msg, MPI_BYTE, p,
+                       TAG_NOTICE, m->comm, &r)) {
     free(msg);
     return;
   }
@@ -322,8 +337,10 @@ static void reap_pending(shmap__mpimesh *m)
 {
   for (int i = 0; i < m->npend;) {
     int flag = 0;
-    MPI_Test(&m->pend[i].req, &flag, MPI_STATUS_IGNORE);
-    if (!flag) {
+    /* One that fails is kept, and waited for when the mesh goes. */
+    if (SHMAP__MPI_CHECK(MPI_Test, &m->pend[i].req, &flag,
+                         MPI_STATUS_IGNORE) ||
+        !flag) {
       i++;
       continue;
     }
@@ -354,14 +371,14 @@ static void drain(shmap__mpimesh *m)
     int flag = 0;
     MPI_Message msg;
     MPI_Status st;
-    if (MPI_Improbe(MPI_ANY_SOURCE, TAG_NOTICE, m->comm, &flag, &msg, &st) !=
-            MPI_SUCCESS ||
+    if (SHMAP__MPI_CHECK(MPI_Improbe, MPI_ANY_SOURCE, TAG_NOTICE, m->comm,
+                         &flag, &msg, &st) ||
         !flag)
       return;
     int len = 0;
-    MPI_Get_count(&st, MPI_BYTE, &len);
-    if (MPI_Mrecv(m->in, (int)sizeof(notice), MPI_BYTE, &msg, MPI_STATUS_IGNORE) !=
-        MPI_SUCCESS)
+    if (SHMAP__MPI_CHECK(MPI_Get_count, &st, MPI_BYTE, &len) ||
+        SHMAP__MPI_CHECK(MPI_Mrecv, m->in, (int)sizeof(notice), MPI_BYTE,
+                         &msg, MPI_STATUS_IGNORE))
       return;
     atomic_fetch_add(&m->got[st.MPI_SOURCE], 1);
     const notice *n = (const notice *)m->in;
@@ -494,6 +511,7 @@ typedef struct waitarg {
   uint32_t short_calls;
   int polls;
   bool done;
+  int err;            /* an MPI error ended the wait (message set) */
   bool cancel;        /* a watched member left without entering the call */
   /* Descriptor exchange only (arrive, see Cross-group agreement): */
   shmap__coll *c;
@@ -522,22 +540,30 @@ typedef struct mwire {
 
 static bool arrive_check(waitarg *w);
 
+/* Whether every request completed.  One MPI_Test per request rather than
+ * MPI_Testall: MPICH declares MPI_STATUSES_IGNORE as a zero-length array,
+ * which GCC's -Wstringop-overflow takes for a too-small status buffer.  A
+ * completed request becomes MPI_REQUEST_NULL, which tests as complete
+ * again.  An MPI error counts as the end, with w->err set. */
+static bool tested_all(waitarg *w)
+{
+  int flag = 1;
+  for (int i = 0; i < w->nreq; i++) {
+    int one = 0;
+    if ((w->err = SHMAP__MPI_CHECK(MPI_Test, &w->reqs[i], &one,
+                                   MPI_STATUS_IGNORE)))
+      return true;
+    flag &= one;
+  }
+  return flag;
+}
+
 static bool requests_done(void *arg)
 {
   waitarg *w = arg;
   if (w->c)
     return arrive_check(w);
-  /* One MPI_Test per request rather than MPI_Testall: MPICH declares
-   * MPI_STATUSES_IGNORE as a zero-length array, which GCC's
-   * -Wstringop-overflow takes for a too-small status buffer.  A completed
-   * request becomes MPI_REQUEST_NULL, which tests as complete again. */
-  int flag = 1;
-  for (int i = 0; i < w->nreq; i++) {
-    int one = 0;
-    MPI_Test(&w->reqs[i], &one, MPI_STATUS_IGNORE);
-    flag &= one;
-  }
-  if (flag) {
+  if (tested_all(w)) {
     w->done = true;
     return true;
   }
@@ -586,20 +612,22 @@ static bool abandon(shmap__mpimesh *m, MPI_Request *reqs, int n,
   for (int i = 0; i < n; i++) {
     if (reqs[i] == MPI_REQUEST_NULL)
       continue;
+    /* The call failed already: an MPI error here leaves its message
+     * set and changes nothing else. */
     int flag = 0;
-    MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE);
-    if (flag)
+    if (SHMAP__MPI_CHECK(MPI_Test, &reqs[i], &flag, MPI_STATUS_IGNORE) == 0 &&
+        flag)
       continue;
     if (i % 2 == 0) {
       MPI_Status st;
       int cancelled = 0;
-      MPI_Cancel(&reqs[i]);
-      MPI_Wait(&reqs[i], &st);
-      MPI_Test_cancelled(&st, &cancelled);
-      if (cancelled)
+      if (SHMAP__MPI_CHECK(MPI_Cancel, &reqs[i]) == 0 &&
+          SHMAP__MPI_CHECK(MPI_Wait, &reqs[i], &st) == 0 &&
+          SHMAP__MPI_CHECK(MPI_Test_cancelled, &st, &cancelled) == 0 &&
+          cancelled)
         atomic_fetch_sub(&m->got[procs[i / 2]], 1);
     } else {
-      MPI_Request_free(&reqs[i]);
+      (void)SHMAP__MPI_CHECK(MPI_Request_free, &reqs[i]);
       orphan = true;
     }
   }
@@ -613,8 +641,11 @@ static void orphan(shmap__mpimesh *m, void *buf)
   if (m->norphans == m->caporphans) {
     int cap = m->caporphans ? 2 * m->caporphans : 8;
     void **n = shmap__realloc(m->orphans, sizeof *n * (size_t)cap);
-    if (!n)
-      abort(); /* a few pointers: the allocator is gone */
+    if (!n) {
+      /* Not kept, not freed: a send may still read it. */
+      uv_mutex_unlock(&m->orphan_lock);
+      return;
+    }
     m->orphans = n;
     m->caporphans = cap;
   }
@@ -635,6 +666,7 @@ static int wait_all(shmap_ctx *ctx, waitarg *w)
   w->rt = rt;
   w->short_dev = -1;
   w->done = false;
+  w->err = 0;
   w->cancel = false;
   if (rt->mode == SHMAP__FIBERS) {
     /* The worker tests again on its rounds, which stay short while a
@@ -647,6 +679,8 @@ static int wait_all(shmap_ctx *ctx, waitarg *w)
     while (shmap__poll_until(rt, &self->waiter, requests_done, w, NULL) != 1)
       ;
   }
+  if (w->err)
+    return w->err;
   if (w->done)
     return 0;
   return w->cancel ? SHMAP_ECANCELED : SHMAP_EMISMATCH;
@@ -717,8 +751,11 @@ static bool decide(waitarg *w, int i, const smsg *s)
   bool failed = atomic_load(&rt->abort) != 0;
   bool later = false;
   int flag = 0;
+  /* An error leaves the request as it is; the next round's tested_all
+   * reports it. */
   if (w->reqs[2 * i] != MPI_REQUEST_NULL)
-    MPI_Test(&w->reqs[2 * i], &flag, MPI_STATUS_IGNORE);
+    (void)SHMAP__MPI_CHECK(MPI_Test, &w->reqs[2 * i], &flag,
+                           MPI_STATUS_IGNORE);
   if (w->reqs[2 * i] == MPI_REQUEST_NULL) {
     if (w->theirs[i].k == k)
       return false; /* it came meanwhile */
@@ -765,14 +802,11 @@ static bool arrive_check(waitarg *w)
   uint32_t k = w->k;
   int me = w->c->ctx->dev;
   /* A verdict stands: a fiber's worker may ask again before resuming it. */
-  if (w->done || w->cancel || w->why[0])
+  if (w->done || w->err || w->cancel || w->why[0])
     return true;
-  int flag = 1;
-  for (int i = 0; i < w->nreq; i++) {
-    int one = 0;
-    MPI_Test(&w->reqs[i], &one, MPI_STATUS_IGNORE);
-    flag &= one;
-  }
+  int flag = tested_all(w);
+  if (w->err)
+    return true;
   bool later = false;
   for (int i = 0; i < w->nwatch; i++) {
     if (w->reqs[2 * i] != MPI_REQUEST_NULL || w->theirs[i].k == k)
@@ -912,21 +946,29 @@ typedef struct mcall {
 
 static mcall *MC(shmap__coll *c) { return *(mcall **)c->priv; }
 
-static void add_req(shmap__coll *c, MPI_Request r)
+/* A data operation's failure (message set): the job fails with it. */
+static int call_fail(shmap__coll *c, int rc)
+{
+  return shmap__dev_fail(c->ctx, shmap__coll_opname(c), rc, "%s",
+                         shmap__errbuf());
+}
+
+/* Track request r until depart; 0 or an MPI error (message set). */
+static int add_req(shmap__coll *c, MPI_Request r)
 {
   mcall *mc = MC(c);
   if (mc->nreq == mc->cap) {
     int cap = mc->cap ? 2 * mc->cap : 16;
     MPI_Request *n = shmap__realloc(mc->reqs, sizeof *n * (size_t)cap);
     if (!n) /* cannot track it: wait for it now instead */
-      { MPI_Wait(&r, MPI_STATUS_IGNORE); return; }
+      return SHMAP__MPI_CHECK(MPI_Wait, &r, MPI_STATUS_IGNORE);
     mc->reqs = n;
     mc->cap = cap;
   }
   mc->reqs[mc->nreq++] = r;
+  return 0;
 }
 
-/* The MPI type of a strided box of elements of `es` bytes. */
 /* The MPI type of a box of `rank` dimensions with these element strides:
  * *count of it.  A dense box (row-major strides of its shape: a whole
  * block, or a piece cut along its first axis) is plain bytes, which MPI
@@ -934,8 +976,8 @@ static void add_req(shmap__coll *c, MPI_Request r)
  * one host); any other box is a nest of hvectors over the element.  The
  * signature is the same either way (bytes), so the two sides of a
  * transfer may describe it differently. */
-static MPI_Datatype box_type(int rank, const int64_t shape[],
-                             const int64_t strides[], size_t es, int *count)
+static int box_type(int rank, const int64_t shape[], const int64_t strides[],
+                    size_t es, MPI_Datatype *type, int *count)
 {
   int64_t n = 1; /* elements of the dimensions after d */
   bool dense = true;
@@ -944,27 +986,41 @@ static MPI_Datatype box_type(int rank, const int64_t shape[],
       dense = false;
     n *= shape[d];
   }
+  *type = MPI_BYTE;
   if (dense && (uint64_t)n * es <= INT_MAX) {
     *count = (int)((uint64_t)n * es);
-    return MPI_BYTE;
+    return 0;
   }
   MPI_Datatype t, nt;
-  MPI_Type_contiguous((int)es, MPI_BYTE, &t);
-  for (int d = rank - 1; d >= 0; d--) {
-    MPI_Type_create_hvector((int)shape[d], 1, (MPI_Aint)(strides[d] * (int64_t)es),
-                            t, &nt);
-    MPI_Type_free(&t);
+  int rc = SHMAP__MPI_CHECK(MPI_Type_contiguous, (int)es, MPI_BYTE, &t);
+  for (int d = rank - 1; rc == 0 && d >= 0; d--) {
+    rc = SHMAP__MPI_CHECK(MPI_Type_create_hvector, (int)shape[d], 1,
+                          (MPI_Aint)(strides[d] * (int64_t)es), t, &nt);
+    (void)SHMAP__MPI_CHECK(MPI_Type_free, &t);
     t = nt;
   }
-  MPI_Type_commit(&t);
+  if (rc == 0 && (rc = SHMAP__MPI_CHECK(MPI_Type_commit, &t)))
+    (void)SHMAP__MPI_CHECK(MPI_Type_free, &t);
+  if (rc)
+    return rc;
+  *type = t;
   *count = 1;
-  return t;
+  return 0;
 }
 
 static void type_done(MPI_Datatype *t)
 {
   if (*t != MPI_BYTE)
-    MPI_Type_free(t);
+    (void)SHMAP__MPI_CHECK(MPI_Type_free, t);
+}
+
+/* An element of `es` bytes, as an MPI type (committed); 0 or an error. */
+static int elem_type(size_t es, MPI_Datatype *t)
+{
+  int rc = SHMAP__MPI_CHECK(MPI_Type_contiguous, (int)es, MPI_BYTE, t);
+  if (rc == 0 && (rc = SHMAP__MPI_CHECK(MPI_Type_commit, t)))
+    (void)SHMAP__MPI_CHECK(MPI_Type_free, t);
+  return rc;
 }
 
 static int peer_proc(shmap__coll *c, int r, int *dev)
@@ -1052,8 +1108,9 @@ static void locals_depart(shmap__coll *c)
 }
 
 /* Wait for requests that must complete (data of a call every member
- * entered): no release by failures, as comm.h requires. */
-static void wait_must(shmap__coll *c, MPI_Request *reqs, int n)
+ * entered): no release by failures, as comm.h requires.  0, or an MPI
+ * error (message set). */
+static int wait_must(shmap__coll *c, MPI_Request *reqs, int n)
 {
   shmap_ctx *ctx = c->ctx;
   waitarg w = {.m = c->comm->priv, .reqs = reqs, .nreq = n};
@@ -1071,6 +1128,7 @@ static void wait_must(shmap__coll *c, MPI_Request *reqs, int n)
            !w.done)
       ;
   }
+  return w.err;
 }
 
 static int mpi_open(shmap__comm *comm)
@@ -1135,6 +1193,45 @@ static void publish(shmap__mpimesh *m, const shmap__coll *c)
   uv_mutex_unlock(&v->lock);
 }
 
+/* Post the descriptor exchange of arrive: for the i-th other member,
+ * reqs[2i] receives its descriptor into theirs[i] and reqs[2i+1] sends
+ * ours (wire, wbytes); procs[i] and watch[i] are its process and device.
+ * *nreq counts the requests posted.  0, or an MPI error (message set):
+ * the posting stops there. */
+static int post_all(shmap__coll *c, const mwire *wire, int wbytes,
+                    mwire *theirs, MPI_Request *reqs, int *procs, int *watch,
+                    int *nreq)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  int me = c->ctx->dev, i = 0;
+  for (int r = 0; r < c->n; r++) {
+    if (r == c->rank)
+      continue;
+    int d, p = peer_proc(c, r, &d);
+    procs[i] = p;
+    watch[i] = d;
+    atomic_fetch_add(&m->got[p], 1);
+    int rc = SHMAP__MPI_CHECK(MPI_Irecv, &theirs[i], (int)sizeof *theirs,
+                              MPI_BYTE, p, tag_of(m, d, me), m->comm,
+                              &reqs[2 * i]);
+    if (rc) {
+      atomic_fetch_sub(&m->got[p], 1);
+      return rc;
+    }
+    atomic_fetch_add(&m->sent[p], 1);
+    rc = SHMAP__MPI_CHECK(MPI_Isend, wire, wbytes, MPI_BYTE, p,
+                          tag_of(m, me, d), m->comm, &reqs[2 * i + 1]);
+    if (rc) {
+      atomic_fetch_sub(&m->sent[p], 1);
+      reqs[2 * i + 1] = MPI_REQUEST_NULL;
+      *nreq = 2 * i + 2;
+      return rc;
+    }
+    *nreq = 2 * ++i;
+  }
+  return 0;
+}
+
 /* Send this device's descriptor (and `bytes` of terms from `data`) to
  * every other member, take theirs, and agree.  0, with the members'
  * messages in *got (by rank, this device's own slot holding its own) when
@@ -1187,24 +1284,16 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
   if (bytes)
     memcpy(wire->data, data, bytes);
   int wbytes = (int)(offsetof(mwire, data) + bytes);
-  int nreq = 0, nwatch = 0;
   /* Before the sends: a member of this process that has our descriptor
    * finds our buffers (see Members in one process). */
   publish(m, c);
-  for (int r = 0; r < n; r++) {
-    if (r == c->rank)
-      continue;
-    int d, p = peer_proc(c, r, &d);
-    atomic_fetch_add(&m->got[p], 1);
-    MPI_Irecv(&theirs[nwatch], (int)sizeof *theirs, MPI_BYTE, p,
-              tag_of(m, d, ctx->dev), m->comm, &reqs[nreq++]);
-    atomic_fetch_add(&m->sent[p], 1);
-    MPI_Isend(wire, wbytes, MPI_BYTE, p, tag_of(m, ctx->dev, d), m->comm,
-              &reqs[nreq++]);
-    procs[nwatch] = p;
-    watch[nwatch++] = d;
-  }
-  atomic_store(&self->coll.arrive, c->k);
+  int nreq = 0;
+  int perr = post_all(c, wire, wbytes, theirs, reqs, procs, watch, &nreq);
+  int nwatch = nreq / 2;
+  /* A call whose descriptors did not all go out was not entered (see
+   * "Giving up a call after a failure"). */
+  if (!perr)
+    atomic_store(&self->coll.arrive, c->k);
   char why[SHMAP__MSG_MAX - 200];
   why[0] = '\0';
   waitarg w = {.m = m, .reqs = reqs, .nreq = nreq, .watch = watch,
@@ -1212,7 +1301,8 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
                .settled = settled, .interval = CHECK_AFTER, .asking = -1,
                .why = why, .nwhy = sizeof why};
   w.next_check = shmap__now() + CHECK_AFTER;
-  int rc = wait_all(ctx, &w);
+  int rc = perr ? perr : wait_all(ctx, &w);
+  int err = perr ? perr : w.err;
   bool orphaned = rc && abandon(m, reqs, nreq, procs);
   free(settled);
   if (atomic_load(&rt->abort))
@@ -1240,6 +1330,8 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
     orphan(m, wire);
   else
     free(wire);
+  if (err)
+    return call_fail(c, err);
   if (why[0])
     return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH, "%s",
                            why);
@@ -1292,65 +1384,93 @@ static int mpi_allreduce_small(shmap__coll *c, size_t count,
   return 0;
 }
 
-static void mpi_send(shmap__coll *c, int peer, const shmap__box *from)
+/* Post the send or receive of box `b` of `buf` with member `peer`'s
+ * process (tag: from -> to), tracked until depart; 0 or an MPI error. */
+static int post_box(shmap__coll *c, bool send, int peer, void *buf,
+                    const shmap__box *b, const int64_t strides[])
+{
+  shmap__mpimesh *m = c->comm->priv;
+  int d, p = peer_proc(c, peer, &d), me = c->ctx->dev;
+  int cnt;
+  MPI_Datatype t;
+  MPI_Request r;
+  int rc = box_type(b->rank, b->shape, strides, c->esize, &t, &cnt);
+  if (rc)
+    return rc;
+  _Atomic int64_t *count = send ? &m->sent[p] : &m->got[p];
+  atomic_fetch_add(count, 1);
+  rc = send ? SHMAP__MPI_CHECK(MPI_Isend, (char *)buf + b->off, cnt, t, p,
+                               tag_of(m, me, d), m->comm, &r)
+            : SHMAP__MPI_CHECK(MPI_Irecv, (char *)buf + b->off, cnt, t, p,
+                               tag_of(m, d, me), m->comm, &r);
+  type_done(&t);
+  if (rc) {
+    atomic_fetch_sub(count, 1);
+    return rc;
+  }
+  return add_req(c, r);
+}
+
+static int mpi_send(shmap__coll *c, int peer, const shmap__box *from)
 {
   shmap__mpimesh *m = c->comm->priv;
   int d, p = peer_proc(c, peer, &d);
   if (p == m->self)
-    return; /* the peer reads it (Members in one process) */
-  int cnt;
-  MPI_Datatype t = box_type(from->rank, from->shape, from->strides, c->esize, &cnt);
-  MPI_Request r;
-  atomic_fetch_add(&m->sent[p], 1);
-  MPI_Isend((const char *)c->call.src + from->off, cnt, t, p,
-            tag_of(m, c->ctx->dev, d), m->comm, &r);
-  type_done(&t);
-  add_req(c, r);
+    return 0; /* the peer reads it (Members in one process) */
+  int rc = post_box(c, true, peer, (void *)c->call.src, from, from->strides);
+  return rc ? call_fail(c, rc) : 0;
 }
 
-static void mpi_recv(shmap__coll *c, int peer, const shmap__box *to)
+static int mpi_recv(shmap__coll *c, int peer, const shmap__box *to)
 {
   shmap__mpimesh *m = c->comm->priv;
   int d, p = peer_proc(c, peer, &d);
   if (p == m->self)
-    return; /* the peer writes it (Members in one process) */
-  int cnt;
-  MPI_Datatype t = box_type(to->rank, to->shape, to->strides, c->esize, &cnt);
-  MPI_Request r;
-  atomic_fetch_add(&m->got[p], 1);
-  MPI_Irecv((char *)c->call.dst + to->off, cnt, t, p,
-            tag_of(m, d, c->ctx->dev), m->comm, &r);
-  type_done(&t);
-  add_req(c, r);
-  c->ctx->remote += p != m->self ? (uint64_t)shmap__numel(to->rank, to->shape) * c->esize : 0;
+    return 0; /* the peer writes it (Members in one process) */
+  int rc = post_box(c, false, peer, c->call.dst, to, to->strides);
+  if (rc)
+    return call_fail(c, rc);
+  c->ctx->remote += (uint64_t)shmap__numel(to->rank, to->shape) * c->esize;
+  return 0;
 }
 
-static void mpi_get(shmap__coll *c, int peer, const shmap__box *from, void *to,
-                    const int64_t to_strides[])
+static int mpi_get(shmap__coll *c, int peer, const shmap__box *from, void *to,
+                   const int64_t to_strides[])
 {
   if (peer == c->rank) {
     shmap__copy_box(to, to_strides, (const char *)c->call.src + from->off,
                     from->strides, from->rank, from->shape, c->esize);
-    return;
+    return 0;
   }
   shmap__mpimesh *m = c->comm->priv;
   int d, p = peer_proc(c, peer, &d);
   if (p == m->self) {
     shmap__copy_box(to, to_strides, (const char *)peer_bufs(c, d)->src + from->off,
                     from->strides, from->rank, from->shape, c->esize);
-    return;
+    return 0;
   }
   int cnt;
-  MPI_Datatype t = box_type(from->rank, from->shape, to_strides, c->esize, &cnt);
+  MPI_Datatype t;
   MPI_Request r;
+  int rc = box_type(from->rank, from->shape, to_strides, c->esize, &t, &cnt);
+  if (rc)
+    return call_fail(c, rc);
   atomic_fetch_add(&m->got[p], 1);
-  MPI_Irecv(to, cnt, t, p, tag_of(m, d, c->ctx->dev), m->comm, &r);
+  rc = SHMAP__MPI_CHECK(MPI_Irecv, to, cnt, t, p, tag_of(m, d, c->ctx->dev),
+                        m->comm, &r);
   type_done(&t);
-  wait_must(c, &r, 1);
-  c->ctx->remote += p != m->self ? (uint64_t)shmap__numel(from->rank, from->shape) * c->esize : 0;
+  if (rc) {
+    atomic_fetch_sub(&m->got[p], 1);
+    return call_fail(c, rc);
+  }
+  if ((rc = wait_must(c, &r, 1)))
+    return call_fail(c, rc);
+  c->ctx->remote += (uint64_t)shmap__numel(from->rank, from->shape) * c->esize;
+  return 0;
 }
 
-/* A device's staging buffer `which` of at least `bytes`.  Kept for the
+/* A device's staging buffer `which` of at least `bytes`, NULL when out of
+ * memory.  Kept for the
  * mesh's life, because fresh memory costs more than the transfer: MPI
  * writes received pieces page by page into it (with Open MPI's
  * single-copy path, process_vm_readv faults each new page in), and the C
@@ -1367,39 +1487,26 @@ static void *scratch(shmap__coll *c, int which, size_t bytes)
     v->scap[which] = 0;
     v->scratch[which] = shmap__alloc(bytes, false);
     if (!v->scratch[which])
-      abort(); /* no way to fail a call every member entered */
+      return NULL;
     v->scap[which] = bytes;
   }
   return v->scratch[which];
 }
 
-/* Every member's src[off..off+count) folded in rank order into acc: terms
- * of other processes received into one buffer, those of this process read
- * where they are. */
-static void fold_terms(shmap__coll *c, size_t off, size_t count,
-                       const shmap__fold *fold, void *acc)
+/* Post the receives of the terms of other processes into `terms`, and
+ * point srcs[r] at every member's term (those of this process where they
+ * are).  *nreq counts the receives posted; 0 or an MPI error (message
+ * set), the posting stopping there. */
+static int post_terms(shmap__coll *c, size_t off, size_t count, char *terms,
+                      const void **srcs, MPI_Request *reqs, int *nreq)
 {
   shmap__mpimesh *m = c->comm->priv;
   size_t bytes = count * c->esize;
-  int n = c->n;
-  const void **srcs = shmap__malloc(sizeof *srcs * (size_t)n);
-  MPI_Request *reqs = shmap__malloc(sizeof *reqs * (size_t)n);
-  if (!srcs || !reqs)
-    abort(); /* no way to fail a call every member entered */
-  int nremote = 0;
-  for (int r = 0; r < n; r++) {
-    int d;
-    if (r != c->rank && !local_member(c, r, &d))
-      nremote++;
-  }
-  char *terms = nremote ? scratch(c, SCRATCH_TERMS, bytes * (size_t)nremote)
-                        : NULL;
   MPI_Datatype t;
-  MPI_Type_contiguous((int)c->esize, MPI_BYTE, &t);
-  MPI_Type_commit(&t);
-  int nreq = 0;
+  int rc = elem_type(c->esize, &t);
+  bool typed = rc == 0;
   char *next = terms;
-  for (int r = 0; r < n; r++) {
+  for (int r = 0; rc == 0 && r < c->n; r++) {
     int d;
     if (r == c->rank) {
       srcs[r] = (const char *)c->call.src + off * c->esize;
@@ -1411,47 +1518,78 @@ static void fold_terms(shmap__coll *c, size_t off, size_t count,
     }
     int p = c->comm->mesh->place->owner[d];
     atomic_fetch_add(&m->got[p], 1);
-    MPI_Irecv(next, (int)count, t, p, tag_of(m, d, c->ctx->dev), m->comm,
-              &reqs[nreq++]);
+    rc = SHMAP__MPI_CHECK(MPI_Irecv, next, (int)count, t, p,
+                          tag_of(m, d, c->ctx->dev), m->comm, &reqs[*nreq]);
+    if (rc) {
+      atomic_fetch_sub(&m->got[p], 1);
+      break;
+    }
+    ++*nreq;
     srcs[r] = next;
     next += bytes;
     c->ctx->remote += bytes;
   }
-  MPI_Type_free(&t);
-  if (nreq)
-    wait_must(c, reqs, nreq);
+  if (typed)
+    type_done(&t);
+  return rc;
+}
+
+/* Every member's src[off..off+count) folded in rank order into acc: terms
+ * of other processes received into one buffer, those of this process read
+ * where they are.  0, or an error code (the job failed with it). */
+static int fold_terms(shmap__coll *c, size_t off, size_t count,
+                      const shmap__fold *fold, void *acc)
+{
+  size_t bytes = count * c->esize;
+  int n = c->n;
+  int nremote = 0;
+  for (int r = 0; r < n; r++) {
+    int d;
+    if (r != c->rank && !local_member(c, r, &d))
+      nremote++;
+  }
+  const void **srcs = shmap__malloc(sizeof *srcs * (size_t)n);
+  MPI_Request *reqs = shmap__malloc(sizeof *reqs * (size_t)n);
+  char *terms = nremote ? scratch(c, SCRATCH_TERMS, bytes * (size_t)nremote)
+                        : NULL;
+  if (!srcs || !reqs || (nremote && !terms)) {
+    free(srcs);
+    free(reqs);
+    return shmap__dev_fail(c->ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
+                           "out of memory");
+  }
+  int nreq = 0;
+  int rc = post_terms(c, off, count, terms, srcs, reqs, &nreq);
+  /* Even after an error: the receives posted write into terms. */
+  int wrc = nreq ? wait_must(c, reqs, nreq) : 0;
+  rc = rc ? rc : wrc;
   /* Every term at once, in rank order: the fused kernel folds them in
    * one pass (and divides for pmean). */
-  fold->fn(acc, srcs, n, count, fold->count);
+  if (rc == 0)
+    fold->fn(acc, srcs, n, count, fold->count);
   free(srcs);
   free(reqs);
+  return rc ? call_fail(c, rc) : 0;
 }
 
-static void mpi_reduce(shmap__coll *c, size_t off, size_t count,
-                       const shmap__fold *fold, void *acc)
+static int mpi_reduce(shmap__coll *c, size_t off, size_t count,
+                      const shmap__fold *fold, void *acc)
 {
-  fold_terms(c, off, count, fold, acc);
+  return fold_terms(c, off, count, fold, acc);
 }
 
-static void mpi_allreduce(shmap__coll *c, size_t off, size_t count,
-                          const shmap__fold *fold)
+/* Send the folded chunk acc (count result elements of des bytes) to every
+ * member of another process; those of this process get it written into
+ * their dst at off.  0 or an MPI error (message set). */
+static int post_result(shmap__coll *c, size_t off, size_t count, size_t des,
+                       const char *acc)
 {
   shmap__mpimesh *m = c->comm->priv;
-  /* The result's elements may be wider than the terms (a bool sum). */
-  size_t des = fold->out_esize;
   size_t bytes = count * des;
-  char *acc = scratch(c, SCRATCH_ACC, bytes + 1);
-  fold_terms(c, off, count, fold, acc);
-  /* In place (psum): what this device sent from src must be out before
-   * its dst, the same memory, changes. */
-  mcall *mc = MC(c);
-  wait_must(c, mc->reqs, mc->nreq);
-  mc->nreq = 0;
-  shmap__copy((char *)c->call.dst + off * des, acc, bytes);
   MPI_Datatype t;
-  MPI_Type_contiguous((int)des, MPI_BYTE, &t);
-  MPI_Type_commit(&t);
-  for (int r = 0; r < c->n; r++) {
+  int rc = elem_type(des, &t);
+  bool typed = rc == 0;
+  for (int r = 0; rc == 0 && r < c->n; r++) {
     if (r == c->rank)
       continue;
     int d, p = peer_proc(c, r, &d);
@@ -1461,10 +1599,42 @@ static void mpi_allreduce(shmap__coll *c, size_t off, size_t count,
     }
     MPI_Request q;
     atomic_fetch_add(&m->sent[p], 1);
-    MPI_Isend(acc, (int)count, t, p, tag_of(m, c->ctx->dev, d), m->comm, &q);
-    add_req(c, q);
+    rc = SHMAP__MPI_CHECK(MPI_Isend, acc, (int)count, t, p,
+                          tag_of(m, c->ctx->dev, d), m->comm, &q);
+    if (rc) {
+      atomic_fetch_sub(&m->sent[p], 1);
+      break;
+    }
+    rc = add_req(c, q);
   }
-  MPI_Type_free(&t);
+  if (typed)
+    type_done(&t);
+  return rc;
+}
+
+static int mpi_allreduce(shmap__coll *c, size_t off, size_t count,
+                         const shmap__fold *fold)
+{
+  /* The result's elements may be wider than the terms (a bool sum). */
+  size_t des = fold->out_esize;
+  size_t bytes = count * des;
+  char *acc = scratch(c, SCRATCH_ACC, bytes + 1);
+  if (!acc)
+    return shmap__dev_fail(c->ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
+                           "out of memory");
+  int rc = fold_terms(c, off, count, fold, acc);
+  if (rc)
+    return rc;
+  /* In place (psum): what this device sent from src must be out before
+   * its dst, the same memory, changes. */
+  mcall *mc = MC(c);
+  rc = wait_must(c, mc->reqs, mc->nreq);
+  mc->nreq = 0;
+  if (rc)
+    return call_fail(c, rc);
+  shmap__copy((char *)c->call.dst + off * des, acc, bytes);
+  rc = post_result(c, off, count, des, acc);
+  return rc ? call_fail(c, rc) : 0;
 }
 
 static int mpi_depart(shmap__coll *c)
@@ -1472,26 +1642,21 @@ static int mpi_depart(shmap__coll *c)
   mcall *mc = MC(c);
   if (!mc)
     return 0;
-  if (mc->nreq)
-    wait_must(c, mc->reqs, mc->nreq);
+  int rc = mc->nreq ? wait_must(c, mc->reqs, mc->nreq) : 0;
   locals_depart(c);
   free(mc->reqs);
   free(mc);
   memset(c->priv, 0, sizeof mc);
-  return 0;
+  return rc ? call_fail(c, rc) : 0;
 }
 
 /* ---- the end of a map ----------------------------------------------------------- */
-
-typedef struct verdict {
-  int32_t code, origin;
-  char msg[SHMAP__MSG_MAX];
-} verdict;
 
 typedef struct endwait {
   shmap__mpimesh *m;
   MPI_Request *req;
   unsigned polls;
+  int err; /* an MPI error ended the wait (message set) */
 } endwait;
 
 /* The results' exchange is done; meanwhile notices are taken in. */
@@ -1499,8 +1664,8 @@ static bool end_done(void *arg)
 {
   endwait *w = arg;
   int flag = 0;
-  MPI_Test(w->req, &flag, MPI_STATUS_IGNORE);
-  if (flag)
+  if ((w->err = SHMAP__MPI_CHECK(MPI_Test, w->req, &flag, MPI_STATUS_IGNORE)) ||
+      flag)
     return true;
   if ((w->polls++ & 15) == 0) {
     uv_mutex_lock(&w->m->lock);
@@ -1518,22 +1683,22 @@ static int mpi_verdict(shmap__comm *comm, int rc)
 {
   shmap__mpimesh *m = comm->priv;
   /* Exchange the results, still taking in notices while waiting. */
-  verdict *all = shmap__calloc((size_t)m->nproc, sizeof *all);
-  if (!all)
-    MPI_Abort(m->comm, 1); /* cannot take part: stop rather than hang */
+  verdict *all = m->all;
+  memset(all, 0, sizeof *all * (size_t)m->nproc);
   all[m->self].code = rc;
   all[m->self].origin = rc && !atomic_load(&m->remote_fail);
   if (rc)
     snprintf(all[m->self].msg, sizeof all[0].msg, "%s", shmap__errbuf());
   MPI_Request req;
-  int err = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all,
-                           (int)sizeof *all, MPI_BYTE, m->comm, &req);
-  if (err != MPI_SUCCESS) {
-    free(all);
-    return shmap__err(SHMAP_ESYS, "MPI_Iallgather failed at the end of a map");
-  }
+  int err = SHMAP__MPI_CHECK(MPI_Iallgather, MPI_IN_PLACE, 0,
+                             MPI_DATATYPE_NULL, all, (int)sizeof *all,
+                             MPI_BYTE, m->comm, &req);
+  if (err)
+    return err;
   endwait ew = {.m = m, .req = &req};
   shmap__poll_until(NULL, NULL, end_done, &ew, NULL);
+  if (ew.err)
+    return ew.err;
   int pick = -1;
   for (int p = 0; p < m->nproc && pick < 0; p++)
     if (all[p].code && all[p].origin)
@@ -1547,7 +1712,6 @@ static int mpi_verdict(shmap__comm *comm, int rc)
     all[pick].msg[sizeof all[pick].msg - 1] = '\0';
     shmap__err_set(all[pick].msg);
   }
-  free(all);
   /* This map is over everywhere: its slot serves the map after next. */
   uv_mutex_lock(&m->lock);
   eslot *s = &m->slot[m->epoch & 1];

@@ -1368,18 +1368,20 @@ static int shm_allreduce_small(shmap__coll *c, size_t count,
 /* Bytes of the stack buffer allreduce folds one piece into. */
 #define PIECE_BYTES 8192
 
-static void shm_get(shmap__coll *c, int r, const shmap__box *from, void *to,
-                    const int64_t to_strides[])
+/* The data operations read and write memory only: they cannot fail. */
+static int shm_get(shmap__coll *c, int r, const shmap__box *from, void *to,
+                   const int64_t to_strides[])
 {
   shmap__copy_box(to, to_strides, (const char *)peer(c, r)->src + from->off,
                   from->strides, from->rank, from->shape, c->esize);
+  return 0;
 }
 
 /* The members' terms are folded in one pass by the fused kernel (every
  * member's piece at once, partial results in registers), straight into
  * acc. */
-static void shm_reduce(shmap__coll *c, size_t off, size_t count,
-                       const shmap__fold *fold, void *acc)
+static int shm_reduce(shmap__coll *c, size_t off, size_t count,
+                      const shmap__fold *fold, void *acc)
 {
   fill_members(c);
   const void **srcs = S(c)->srcs;
@@ -1387,12 +1389,13 @@ static void shm_reduce(shmap__coll *c, size_t off, size_t count,
   for (int r = 0; r < c->n; r++)
     srcs[r] = (const char *)peer(c, r)->src + off * es;
   fold->fn(acc, srcs, c->n, count, fold->count);
+  return 0;
 }
 
 /* Fold one piece at a time into a buffer that stays in cache, then write
  * it to every member. */
-static void shm_allreduce(shmap__coll *c, size_t off, size_t count,
-                          const shmap__fold *fold)
+static int shm_allreduce(shmap__coll *c, size_t off, size_t count,
+                         const shmap__fold *fold)
 {
   fill_members(c);
   const void **srcs = S(c)->srcs;
@@ -1407,6 +1410,7 @@ static void shm_allreduce(shmap__coll *c, size_t off, size_t count,
     for (int r = 0; r < c->n; r++)
       shmap__copy((char *)peer(c, r)->dst + o * des, tmp, len * des);
   }
+  return 0;
 }
 
 const shmap__transport shmap__shm_transport = {
