@@ -246,8 +246,7 @@ int shmap__stage(const shmap_array *a, shmap_mesh *tm, const shmap__spec *tspec,
     s->bufs = shmap__calloc((size_t)sm->ndev, sizeof *s->bufs);
     ok = s->view.blocks && s->bufs && list_pieces(a, tm, tspec, tbshape, &l) == 0;
   }
-  /* The requests too, before the agreement: a process that cannot track
-   * them would leave the others waiting. */
+  /* The requests too: one process short of them must not hang the rest. */
   MPI_Request *reqs = ok && l.n ? shmap__malloc(l.n * sizeof *reqs) : NULL;
   ok = ok && (reqs || !l.n);
   /* Receive buffers, one per class of source blocks this process lacks. */
@@ -292,8 +291,7 @@ int shmap__stage(const shmap_array *a, shmap_mesh *tm, const shmap__spec *tspec,
       received += (uint64_t)shmap__numel(a->rank, p->shape) * es;
     (void)SHMAP__MPI_CHECK(MPI_Type_free, &t);
   }
-  /* After a failed post, those posted still complete before the buffers
-   * go. */
+  /* After a failed post, those posted complete before the buffers go. */
   if (rc == 0 && nreq)
     rc = shmap__mpi_wait_all(nreq, reqs, what);
   rc = rc ? rc : prc;

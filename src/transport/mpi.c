@@ -795,6 +795,64 @@ static bool decide(waitarg *w, int i, const smsg *s)
 }
 
 /* The predicate of a device waiting for its group's descriptors. */
+/* Members of other processes that returned from their bodies (DONE):
+ * true when that settles the wait (w->why or w->cancel set). */
+static bool remote_left(waitarg *w, bool failed)
+{
+  shmap__mpimesh *m = w->m;
+  eslot *es = &m->slot[m->epoch & 1];
+  const shmap__place *pl = w->rt->mesh->place;
+  uint32_t k = w->k;
+  for (int i = 0; i < w->nwatch; i++) {
+    int d = w->watch[i];
+    if (pl->owner[d] == pl->self || w->reqs[2 * i] == MPI_REQUEST_NULL ||
+        !es->done[d])
+      continue;
+    if (!failed && es->counts[d] < k) {
+      w->short_dev = d;
+      w->short_calls = es->counts[d];
+      shmap__call_mismatch(w->rt->mesh, w->c->ctx->dev, &w->c->call, d, NULL,
+                           k, es->counts[d], w->why, w->nwhy);
+      return true;
+    }
+    if (failed && es->entered[d] < k) {
+      w->cancel = true;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* The answer to our question, if any: 1 when it settles the wait, -1 to
+ * wait on for it, 0 to go on (asking again when unanswered too long). */
+static int take_answer(waitarg *w, uint64_t now)
+{
+  shmap__mpimesh *m = w->m;
+  int me = w->c->ctx->dev;
+  if (w->asking < 0)
+    return 0;
+  smsg s;
+  bool got = false;
+  uv_mutex_lock(&m->lock);
+  if (m->reply[me].epoch == m->epoch && m->reply[me].id == w->ask_id) {
+    s = m->reply[me];
+    m->reply[me].epoch = 0;
+    got = true;
+  }
+  uv_mutex_unlock(&m->lock);
+  if (got) {
+    int i = w->asking;
+    w->asking = -1;
+    return decide(w, i, &s) ? 1 : 0;
+  }
+  if (now - w->asked_at < REASK_AFTER)
+    return -1;
+  w->asking = -1; /* unanswered (a process between maps): ask again */
+  return 0;
+}
+
+static bool ask_members(waitarg *w, uint64_t now);
+
 static bool arrive_check(waitarg *w)
 {
   shmap__mpimesh *m = w->m;
@@ -845,55 +903,29 @@ static bool arrive_check(waitarg *w)
     w->cancel = true;
     return true;
   }
-  /* Members of other processes that returned from their bodies (DONE). */
-  eslot *es = &m->slot[m->epoch & 1];
-  const shmap__place *pl = rt->mesh->place;
-  for (int i = 0; i < w->nwatch; i++) {
-    int d = w->watch[i];
-    if (pl->owner[d] == pl->self || w->reqs[2 * i] == MPI_REQUEST_NULL ||
-        !es->done[d])
-      continue;
-    if (!failed && es->counts[d] < k) {
-      w->short_dev = d;
-      w->short_calls = es->counts[d];
-      shmap__call_mismatch(rt->mesh, me, &w->c->call, d, NULL, k,
-                           es->counts[d], w->why, w->nwhy);
-      return true;
-    }
-    if (failed && es->entered[d] < k) {
-      w->cancel = true;
-      return true;
-    }
-  }
+  if (remote_left(w, failed))
+    return true;
   uint64_t now = shmap__now();
   /* The answer to our question. */
-  if (w->asking >= 0) {
-    smsg s;
-    bool got = false;
-    uv_mutex_lock(&m->lock);
-    if (m->reply[me].epoch == m->epoch && m->reply[me].id == w->ask_id) {
-      s = m->reply[me];
-      m->reply[me].epoch = 0;
-      got = true;
-    }
-    uv_mutex_unlock(&m->lock);
-    if (got) {
-      int i = w->asking;
-      w->asking = -1;
-      if (decide(w, i, &s))
-        return true;
-    } else if (now - w->asked_at < REASK_AFTER) {
-      return false;
-    } else {
-      w->asking = -1; /* unanswered (a process between maps): ask again */
-    }
-  }
+  int a = take_answer(w, now);
+  if (a)
+    return a > 0;
   if (!later && now < w->next_check)
     return false;
   if (w->next_check)
     w->interval = w->interval < CHECK_MAX ? 2 * w->interval : CHECK_MAX;
   w->next_check = now + w->interval;
-  /* Members of this process: read directly.  Others: one question. */
+  return ask_members(w, now);
+}
+
+/* Members of this process: read directly.  Others: one question.  true
+ * when a verdict was reached. */
+static bool ask_members(waitarg *w, uint64_t now)
+{
+  shmap__mpimesh *m = w->m;
+  const shmap__place *pl = w->rt->mesh->place;
+  uint32_t k = w->k;
+  int me = w->c->ctx->dev;
   for (int t = 0; t < w->nwatch; t++) {
     int i = (w->rr + t) % w->nwatch;
     int d = w->watch[i];
