@@ -45,8 +45,8 @@ int shmap__proc_tag_ub(void)
 {
   int *ub = NULL, flag = 0;
   MPI_Comm world = *(MPI_Comm *)shmap__proc_comm();
-  if (SHMAP__MPI_CHECK(MPI_Comm_get_attr, world, MPI_TAG_UB, &ub, &flag) || !flag ||
-      !ub)
+  if (SHMAP__MPI_CHECK(MPI_Comm_get_attr, world, MPI_TAG_UB, &ub, &flag) ||
+      !flag || !ub)
     return 0;
   return *ub;
 }
@@ -68,7 +68,8 @@ int shmap__proc_mesh_open(shmap_mesh *mesh)
     rc = shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
   else if ((rc = shmap__host_agree(
                 mesh->parent ? "shmap_mesh_submesh" : "shmap_mesh_create",
-                mesh, mesh->parent ? "creating a sub-mesh" : "creating a mesh")))
+                mesh,
+                mesh->parent ? "creating a sub-mesh" : "creating a mesh")))
     ;
   else if ((m->pub.tag_free = shmap__proc_tag_ub()) <= 0)
     rc = shmap__err(SHMAP_ESYS, "MPI offers no tags for a new mesh");
@@ -110,13 +111,15 @@ static int quiesce(pmesh *pm)
       MPI_Message msg;
       MPI_Status st;
       int len = 0;
-      if ((rc = SHMAP__MPI_CHECK(MPI_Mprobe, p, MPI_ANY_TAG, pm->comm, &msg, &st)) ||
+      if ((rc = SHMAP__MPI_CHECK(MPI_Mprobe, p, MPI_ANY_TAG, pm->comm, &msg,
+                                 &st)) ||
           (rc = SHMAP__MPI_CHECK(MPI_Get_count, &st, MPI_BYTE, &len)))
         break;
       char *buf = shmap__malloc(len > 0 ? (size_t)len : 1);
       if (!buf)
         MPI_Abort(pm->comm, 1);
-      rc = SHMAP__MPI_CHECK(MPI_Mrecv, buf, len, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+      rc = SHMAP__MPI_CHECK(MPI_Mrecv, buf, len, MPI_BYTE, &msg,
+                            MPI_STATUS_IGNORE);
       free(buf);
       atomic_fetch_add(&m->got[p], 1);
     }

@@ -1756,7 +1756,7 @@ static int mpi_verdict(shmap__comm *comm, int rc)
   return rc;
 }
 
-/* ---- the table ------------------------------------------------------------ */
+/* ---- the table -------------------------------------------------------- */
 
 const shmap__transport shmap__mpi_transport = {
     .name = "mpi",
