@@ -9,6 +9,7 @@
 #define SHMAP_DTYPE_H
 
 #include <shmap.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /* Elementwise reductions, in the order of the table's kernel columns. */
@@ -52,6 +53,10 @@ typedef struct shmap__dtype_info {
   /* The kernels per instruction set and reduction (NULL where not
    * allowed). */
   const shmap__fold_fn *kernels[SHMAP__NISA];
+  /* A sum accumulates wider than the element across all the terms and
+   * rounds once at the end (bf16, f16): a partial sum is then not a term,
+   * and a fold may not go in two levels (transport/shm.c). */
+  bool rounds_once;
 } shmap__dtype_info;
 
 /* The table, indexed by dtype (read by gdb/shmap-gdb.py too). */

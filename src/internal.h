@@ -109,7 +109,7 @@ struct shmap_mesh {
 };
 
 void shmap__mesh_retain(shmap_mesh *mesh);
-/* 0, or the error of the release over processes (transport/mpi.h). */
+/* 0, or the error of the release over processes (transport/comm.h). */
 int shmap__mesh_release(shmap_mesh *mesh);
 /* Add a map's data movement to the mesh's counters. */
 void shmap__mesh_stats_add(shmap_mesh *mesh, const shmap_stats *delta);

@@ -30,6 +30,7 @@ src_libshmap_core_la_SOURCES = \
 	src/map/blocks.c \
 	src/map/mesh.c \
 	src/proc/proc.c \
+	src/proc/pmesh.c \
 	src/proc/spmd.c \
 	src/proc/stage.c \
 	src/sched/runtime.c \

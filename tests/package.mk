@@ -16,12 +16,15 @@
 #                       `pkg-config --cflags --libs shmap` and, with
 #                       --static, a fully static one, with every C compiler
 #                       at hand (gcc, clang), and runs them.
+# check-layers.sh       every arrow between the folders of src/ (an #include
+#                       or a symbol one object uses and another defines)
+#                       points down the layer order of ARCHITECTURE.md.
 # check-layers-selftest.sh  the layering check (check-layers.sh) fails on an
 #                       up-call, a sideways call, an #include that points up
 #                       and a folder the table lacks, in a toy tree of its
 #                       own, and passes on the toy tree without them.
 TESTS += tests/check-spdx.sh tests/check-man-examples.sh tests/test_install.sh \
-	tests/check-layers-selftest.sh
+	tests/check-layers.sh tests/check-layers-selftest.sh
 EXTRA_DIST += tests/check-spdx.sh tests/check-man-examples.sh \
 	tests/check-layers.sh tests/check-layers-selftest.sh \
 	tests/test_install.sh tests/version_prog.c

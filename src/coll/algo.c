@@ -154,7 +154,8 @@ int shmap__algo_all_gather(shmap__plan *p, shmap_block *res)
 {
   shmap__coll *c = &p->c;
   const shmap_block *x = p->x;
-  shmap__fold cat = {concat_fold, (int)c->esize, c->esize * (size_t)c->n};
+  shmap__fold cat = {concat_fold, (int)c->esize, c->esize * (size_t)c->n,
+                     false};
   size_t numel = shmap__valid_numel(x);
   int rc;
   if (small_or_arrive(c, c->call.p1 == 0 && !p->groups, numel, &cat, 0, numel,

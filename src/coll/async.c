@@ -83,6 +83,8 @@ static adev *_Atomic *table(shmap__runtime *rt)
   if (t)
     return t;
   shmap__runtime_hooks(&async_hooks); /* frees the table with the runtime */
+  /* A device that started a call runs it before its next one. */
+  shmap__comm_set_before_call(shmap__async_drain);
   return shmap__progress_table(&rt->async, sizeof *t * (size_t)rt->ndev);
 }
 

@@ -8,6 +8,7 @@
  */
 #include "coll/plan.h"
 #include "group.h"
+#include "coll/coll.h"
 #include "hash.h"
 
 #include "sched/sched.h"
@@ -15,19 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-const char *shmap__coll_opname(shmap__coll *c)
-{
-  if (!c->op[0]) {
-    char af[SHMAP__AXES_MAX];
-    if (c->axes_ok)
-      shmap__axes_format(c->ctx->rt->mesh, c->call.axes, c->call.naxes, af,
-                         sizeof af);
-    snprintf(c->op, sizeof c->op, "%s%s%s", c->name,
-             c->axes_ok ? " over " : "", c->axes_ok ? af : "");
-  }
-  return c->op;
-}
 
 /* Bodies name the same axes call after call: keep the last parse. */
 static int axes_cached(shmap_ctx *ctx, const char *name, const char *text,
@@ -65,6 +53,7 @@ int shmap__plan_prepare(shmap_ctx *ctx, int kind, const shmap_block *x,
   c->axes_ok = false;
   c->op[0] = '\0';
   c->from = c->to = -1;
+  c->one_reader = kind == SHMAP__PPERMUTE;
   p->x = x;
   int rc = shmap__ctx_check(ctx, name);
   if (rc)
@@ -195,6 +184,7 @@ static int plan_fold(shmap__plan *p, int kind)
   p->fold.fn = shmap__kernel(op, (shmap_dtype)c->call.dtype);
   p->fold.count = kind == SHMAP__PMEAN ? p->gn : 0;
   p->fold.out_esize = shmap_dtype_size((shmap_dtype)p->odtype);
+  p->fold.partial = op != SHMAP__OP_MEAN && !t->rounds_once;
   return 0;
 }
 

@@ -8,7 +8,7 @@
 #include "device/device.h"
 #include "proc/proc.h"
 #include "sched/runtime.h"
-#include "transport/mpi.h"
+#include "transport/comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,8 +44,10 @@ int shmap__mesh_rejected(int rc)
  * 0, or the error of the release over processes (transport/mpi.h). */
 static int mesh_free(shmap_mesh *mesh)
 {
+  /* The transport first: between processes it drains the mesh's
+   * communicator, which the runtime's devices no longer use. */
+  int rc = shmap__comm_mesh_free(mesh->rt);
   shmap__runtime_destroy(mesh->rt);
-  int rc = shmap__mpi_mesh_free(mesh);
   shmap__place_free(mesh->place);
   shmap_mesh *parent = mesh->parent;
   free(mesh->pdev);
@@ -85,15 +87,12 @@ int shmap__mesh_build_over(shmap_mesh **out, int naxes,
   m->serial = atomic_fetch_add(&serials, 1) + 1;
   /* A sub-mesh's devices run where its parent's devices run. */
   rc = parent ? shmap__place_sub(m, parent, pdev) : shmap__place_default(m);
-  if (rc == 0 && (rc = shmap__mpi_mesh_init(m)))
-    shmap__place_free(m->place);
-  if (rc) {
-    free(m);
-    return rc;
-  }
   shmap__debug_init();
-  if ((rc = shmap__runtime_create(&m->rt, m))) {
-    shmap__mpi_mesh_free(m);
+  /* The runtime first: the transport keeps its state in it. */
+  if (rc == 0 && (rc = shmap__runtime_create(&m->rt, m)) == 0 &&
+      (rc = shmap__comm_mesh_init(m->rt)))
+    shmap__runtime_destroy(m->rt);
+  if (rc) {
     shmap__place_free(m->place);
     free(m);
     return rc;

@@ -7,7 +7,7 @@
 
 #include "dtype.h"
 #include "proc/proc.h"
-#include "transport/mpi.h"
+#include "transport/comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -315,7 +315,7 @@ int shmap__map_outputs(shmap__job *job, const char *const out_specs[],
   if (rc == 0 && !multi)
     rc = check_outputs(job, out_specs, ospec);
   /* Every process of the job returns the same result (proc.c). */
-  if ((rc = shmap__mpi_map_end(mesh, rc, NULL)))
+  if ((rc = shmap__comm_verdict(&job->comm, rc)))
     return rc;
   int nout = job->nout;
   shmap_block b0_local[4], *b0 = b0_local;

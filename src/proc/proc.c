@@ -17,7 +17,6 @@
 #include "proc/proc.h"
 #include "hash.h"
 #include "sched/runtime.h"
-#include "transport/mpi.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,11 +79,13 @@ static int self_delete(MPI_Comm c, int key, void *val, void *extra)
 {
   (void)c; (void)key; (void)val; (void)extra;
   say_goodbye();
+  /* Inside MPI_Finalize: a failure has nobody to go to but MPI. */
+  int rc = MPI_SUCCESS;
   if (acomm != MPI_COMM_NULL)
-    MPI_Comm_free(&acomm);
-  if (comm != MPI_COMM_NULL)
-    MPI_Comm_free(&comm);
-  return MPI_SUCCESS;
+    rc = MPI_Comm_free(&acomm);
+  if (comm != MPI_COMM_NULL && rc == MPI_SUCCESS)
+    rc = MPI_Comm_free(&comm);
+  return rc;
 }
 
 static void exit_in_map(void);
@@ -92,10 +93,10 @@ static void exit_in_map(void);
 static void finalize_at_exit(void)
 {
   exit_in_map();
+  /* At exit: nobody to tell of a failure. */
   int fin = 0;
-  MPI_Finalized(&fin);
-  if (!fin)
-    MPI_Finalize();
+  if (SHMAP__MPI_CHECK(MPI_Finalized, &fin) == 0 && !fin)
+    (void)SHMAP__MPI_CHECK(MPI_Finalize);
 }
 
 static int mpi_fail(int code, const char *what, int err)
@@ -107,11 +108,17 @@ static int mpi_fail(int code, const char *what, int err)
   return shmap__err(code, "%s failed: %s", what, s);
 }
 
+int shmap__mpi_check(int err, const char *fn)
+{
+  return err == MPI_SUCCESS ? 0 : mpi_fail(SHMAP_ESYS, fn, err);
+}
+
 static int init_mpi(void)
 {
   int inited = 0, fin = 0, provided = 0, rc;
-  MPI_Initialized(&inited);
-  MPI_Finalized(&fin);
+  if ((rc = SHMAP__MPI_CHECK(MPI_Initialized, &inited)) ||
+      (rc = SHMAP__MPI_CHECK(MPI_Finalized, &fin)))
+    return rc;
   if (fin) {
     if (!launched())
       return 0;
@@ -127,8 +134,8 @@ static int init_mpi(void)
       return mpi_fail(SHMAP_ESYS, "MPI_Init_thread", rc);
     self.own_init = true;
     atexit(finalize_at_exit);
-  } else {
-    MPI_Query_thread(&provided);
+  } else if ((rc = SHMAP__MPI_CHECK(MPI_Query_thread, &provided))) {
+    return rc;
   }
   if (provided < MPI_THREAD_MULTIPLE)
     return shmap__err(SHMAP_ESTATE,
@@ -143,15 +150,20 @@ static int init_mpi(void)
   if ((rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm)) != MPI_SUCCESS ||
       (rc = MPI_Comm_dup(MPI_COMM_WORLD, &acomm)) != MPI_SUCCESS)
     return mpi_fail(SHMAP_ESYS, "MPI_Comm_dup", rc);
-  MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
-  MPI_Comm_set_errhandler(acomm, MPI_ERRORS_RETURN);
+  if ((rc = SHMAP__MPI_CHECK(MPI_Comm_set_errhandler, comm,
+                             MPI_ERRORS_RETURN)) ||
+      (rc = SHMAP__MPI_CHECK(MPI_Comm_set_errhandler, acomm,
+                             MPI_ERRORS_RETURN)))
+    return rc;
   if (!self.own_init)
     atexit(exit_in_map);
   int key;
-  MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, self_delete, &key, NULL);
-  MPI_Comm_set_attr(MPI_COMM_SELF, key, NULL);
-  MPI_Comm_rank(comm, &self.rank);
-  MPI_Comm_size(comm, &self.size);
+  if ((rc = SHMAP__MPI_CHECK(MPI_Comm_create_keyval, MPI_COMM_NULL_COPY_FN,
+                             self_delete, &key, NULL)) ||
+      (rc = SHMAP__MPI_CHECK(MPI_Comm_set_attr, MPI_COMM_SELF, key, NULL)) ||
+      (rc = SHMAP__MPI_CHECK(MPI_Comm_rank, comm, &self.rank)) ||
+      (rc = SHMAP__MPI_CHECK(MPI_Comm_size, comm, &self.size)))
+    return rc;
   self.mpi = true;
   hosts = shmap__calloc((size_t)self.size, sizeof *hosts);
   byes = shmap__calloc((size_t)self.size, sizeof *byes);
@@ -169,6 +181,11 @@ static int init_mpi(void)
 }
 #else
 void *shmap__proc_comm(void) { return NULL; }
+int shmap__mpi_check(int err, const char *fn)
+{
+  (void)fn;
+  return err;
+}
 #endif
 
 static void init(void)
@@ -231,6 +248,7 @@ static int place_alloc(const shmap_mesh *mesh, shmap__place **out)
 void shmap__place_free(shmap__place *p)
 {
   if (p) {
+    shmap__proc_mesh_close(p->pm);
     free(p->owner);
     free(p->local);
     free(p);
@@ -431,11 +449,18 @@ static void abort_job(void)
   MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
+void shmap__proc_abort(const char *why)
+{
+  fprintf(stderr, "libshmap: process %d (host %s): %s: aborting the job\n",
+          self.rank, self.host, why);
+  abort_job();
+}
+
 static void exit_in_map(void)
 {
   int fin = 0;
-  MPI_Finalized(&fin);
-  if (fin || !self.mpi || self.size < 2 || atomic_load(&maps_running) == 0)
+  if (SHMAP__MPI_CHECK(MPI_Finalized, &fin) || fin || !self.mpi ||
+      self.size < 2 || atomic_load(&maps_running) == 0)
     return;
   fprintf(stderr,
           "libshmap: process %d (host %s) exits while a map runs; the other "
@@ -457,8 +482,8 @@ static void say_goodbye(void)
   int n = 0;
   for (int p = 0; p < self.size; p++)
     if (p != self.rank &&
-        MPI_Isend(&seq, 1, MPI_UINT64_T, p, TAG_BYE, acomm, &r[n]) ==
-            MPI_SUCCESS)
+        SHMAP__MPI_CHECK(MPI_Isend, &seq, 1, MPI_UINT64_T, p, TAG_BYE, acomm,
+                         &r[n]) == 0)
       n++;
   /* Then wait for everybody's goodbye, outside MPI_Finalize: a process
    * that waits for this one in a later call aborts the job meanwhile (see
@@ -474,8 +499,9 @@ static void say_goodbye(void)
     struct timespec ts = {0, 200000};
     nanosleep(&ts, NULL);
   }
+  /* The job is ending: a send that fails leaves its message set. */
   for (int i = 0; i < n; i++)
-    MPI_Wait(&r[i], MPI_STATUS_IGNORE);
+    (void)SHMAP__MPI_CHECK(MPI_Wait, &r[i], MPI_STATUS_IGNORE);
   free(r);
 }
 
@@ -485,12 +511,13 @@ static void take_byes(void)
   for (;;) {
     int flag = 0;
     MPI_Status st;
-    if (MPI_Iprobe(MPI_ANY_SOURCE, TAG_BYE, acomm, &flag, &st) != MPI_SUCCESS ||
+    if (SHMAP__MPI_CHECK(MPI_Iprobe, MPI_ANY_SOURCE, TAG_BYE, acomm, &flag,
+                         &st) ||
         !flag)
       break;
     uint64_t seq = 0;
-    if (MPI_Recv(&seq, 1, MPI_UINT64_T, st.MPI_SOURCE, TAG_BYE, acomm,
-                 MPI_STATUS_IGNORE) != MPI_SUCCESS)
+    if (SHMAP__MPI_CHECK(MPI_Recv, &seq, 1, MPI_UINT64_T, st.MPI_SOURCE,
+                         TAG_BYE, acomm, MPI_STATUS_IGNORE))
       break;
     atomic_store(&byes[st.MPI_SOURCE], seq + 1);
   }
@@ -601,13 +628,13 @@ int shmap__host_agree_call(const char *op, const shmap_mesh *mesh,
    * A mesh being created has none yet: meshes are created in the same
    * order everywhere. */
   int tag;
-  MPI_Comm *mc = mesh ? shmap__mpi_mesh_comm(mesh, &tag) : NULL;
+  MPI_Comm *mc = mesh ? shmap__proc_mesh_comm(mesh, &tag) : NULL;
   MPI_Request req;
-  int arc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all,
-                           (int)sizeof *all, MPI_BYTE, mc ? *mc : acomm, &req);
-  arc = arc != MPI_SUCCESS ? mpi_fail(SHMAP_ESYS, "MPI_Iallgather", arc)
-                           : shmap__mpi_wait_all(1, &req,
-                                                 "agreeing on a library call");
+  int arc = SHMAP__MPI_CHECK(MPI_Iallgather, MPI_IN_PLACE, 0,
+                             MPI_DATATYPE_NULL, all, (int)sizeof *all,
+                             MPI_BYTE, mc ? *mc : acomm, &req);
+  if (arc == 0)
+    arc = shmap__mpi_wait_all(1, &req, "agreeing on a library call");
   for (int p = 0; p < self.size; p++) {
     all[p].what[sizeof all[p].what - 1] = '\0';
     all[p].args[sizeof all[p].args - 1] = '\0';
@@ -718,7 +745,8 @@ SHMAP_EXTERN int shmap_mesh_set_process_axes(shmap_mesh *mesh, const char *axes)
   }
   shmap__place *p = NULL;
   if (self.mpi && (rc = shmap__place_new(mesh, ax, n, &p)) == 0) {
-    p->mpi = mesh->place->mpi; /* the mesh keeps its communicator */
+    p->pm = mesh->place->pm; /* the mesh keeps its communicator */
+    mesh->place->pm = NULL;
     shmap__place_free(mesh->place);
     mesh->place = p;
   }

@@ -39,7 +39,8 @@ typedef struct shmap__place {
   int *owner;  /* process of each device */
   int nlocal;  /* devices of this process ... */
   int *local;  /* ... in increasing device number */
-  struct shmap__mpimesh *mpi; /* with several processes (transport/mpi.c) */
+  struct shmap__pmesh *pm; /* with several processes: the mesh's own
+                              communicator (pmesh.c) */
 } shmap__place;
 
 /* Compute a placement of `mesh` over the job's processes (mesh->place is
@@ -57,15 +58,63 @@ int shmap__place_sub(shmap_mesh *mesh, const shmap_mesh *parent,
                      const int pdev[]);
 /* The library's job-wide communicator (an MPI_Comm *) under MPI: only
  * creating a mesh uses it; every exchange of a call on a mesh goes over
- * that mesh's own (shmap__mpi_mesh_comm), so calls on different meshes
+ * that mesh's own (shmap__proc_mesh_comm), so calls on different meshes
  * from different threads never pair. */
 void *shmap__proc_comm(void);
+
+/* ---- a mesh's own communicator (pmesh.c) ------------------------------ */
+
+/* What a mesh spread over several processes has of its own: a
+ * communicator for the exchanges of the map's caller (tag tag_free) and of
+ * a transport between processes (tags below tag_free), and the messages
+ * each process sent to and received from each other one on it, which
+ * whoever sends or receives there counts (see pmesh.c, Quiescence). */
+typedef struct shmap__pmesh {
+  void *comm;             /* an MPI_Comm * */
+  int nproc;
+  int tag_free;           /* MPI_TAG_UB: above every transport tag */
+  _Atomic int64_t *sent;  /* nproc: messages sent to each process */
+  _Atomic int64_t *got;   /* nproc: received (or posted to be) from each */
+  bool quiet;             /* quiesced: the communicator may be freed */
+} shmap__pmesh;
+
+/* The largest tag MPI offers (MPI_TAG_UB), 0 without MPI. */
+int shmap__proc_tag_ub(void);
+/* A mesh placed on several processes: agree on its creation with every
+ * process (collective over the job: every process creates its meshes in
+ * the same order) and make its communicator (mesh->place->pm).  A no-op
+ * with one process.  0 or an error. */
+int shmap__proc_mesh_open(shmap_mesh *mesh);
+/* Every process releases its meshes in the same order: agree on the
+ * release, then receive every message still on its way on the mesh's
+ * communicator.  0, or the mismatch of a process that did not (the
+ * communicator is then left as it is). */
+int shmap__proc_mesh_quiesce(shmap_mesh *mesh);
+/* Free it (shmap__place_free calls this; the communicator itself only
+ * when quiesced). */
+void shmap__proc_mesh_close(shmap__pmesh *pm);
+/* The mesh's communicator (an MPI_Comm *) and a tag that no map's messages
+ * use, for exchanges the caller of a map makes between maps (stage.c,
+ * spmd.c); NULL when the mesh is not spread over processes. */
+void *shmap__proc_mesh_comm(const shmap_mesh *mesh, int *tag);
+
+/* The result of MPI function `fn` called with the arguments that follow:
+ * 0, or SHMAP_ESYS with the message "fn failed: " and MPI's description
+ * of the error (MPI_Error_string).  Every MPI call of the library goes
+ * through it (MPI_ERRORS_RETURN is set on every communicator it uses). */
+#define SHMAP__MPI_CHECK(fn, ...) shmap__mpi_check(fn(__VA_ARGS__), #fn)
+int shmap__mpi_check(int err, const char *fn);
 
 /* True when device `dev` of the mesh runs in this process. */
 static inline bool shmap__dev_local(const shmap_mesh *mesh, int dev)
 {
   return !mesh->place || mesh->place->owner[dev] == mesh->place->self;
 }
+
+/* End the whole job (MPI_Abort) after a message on stderr naming this
+ * process and `why`: for a failure the other processes cannot be told of
+ * in a way that releases them. */
+void shmap__proc_abort(const char *why);
 
 /* The host name of process `rank` (this process's when unknown). */
 const char *shmap__proc_host(int rank);

@@ -8,12 +8,11 @@
  * being sent by the process of the lowest-numbered device holding it (the
  * block's representative, whose coordinates are 0 on the axes the spec
  * leaves out).  Every exchange here goes over the mesh's own communicator
- * (shmap__mpi_mesh_comm), never the job-wide one: calls on other meshes,
+ * (shmap__proc_mesh_comm), never the job-wide one: calls on other meshes,
  * from other threads, may be exchanging at the same time.
  */
 #include "proc/proc.h"
 #include "sched/runtime.h"
-#include "transport/mpi.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -48,7 +47,7 @@ void shmap__array_assemble_local(const shmap_array *a, void *dst)
   shmap__strides(a->rank, a->bshape, bstr);
   /* The first local holder of each distinct block writes it. */
   for (int d = 0; d < mesh->ndev; d++) {
-    if (!a->blocks[d].data && shmap_block_numel(&a->blocks[d]) > 0)
+    if (!a->blocks[d].data && shmap__valid_numel(&a->blocks[d]) > 0)
       continue;
     if (!shmap__dev_local(mesh, d))
       continue;
@@ -70,7 +69,7 @@ int shmap__array_exchange(const shmap_array *a, void *dst)
   const shmap_mesh *mesh = a->mesh;
   const shmap__place *pl = mesh->place;
   int tag;
-  MPI_Comm *comm = shmap__mpi_mesh_comm(mesh, &tag);
+  MPI_Comm *comm = shmap__proc_mesh_comm(mesh, &tag);
   if (!pl || pl->nproc == 1 || !comm)
     return 0;
   (void)tag;
@@ -113,17 +112,18 @@ int shmap__array_exchange(const shmap_array *a, void *dst)
       mine += (size_t)bnumel * es;
     }
   MPI_Datatype elem;
-  MPI_Type_contiguous((int)es, MPI_BYTE, &elem);
-  MPI_Type_commit(&elem);
   MPI_Request req;
-  int rc = 0;
-  int err = MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, counts,
-                            displs, elem, *comm, &req);
-  if (err != MPI_SUCCESS)
-    rc = shmap__err(SHMAP_ESYS, "%s: MPI_Iallgatherv failed (%d)", op, err);
-  else
+  int rc = SHMAP__MPI_CHECK(MPI_Type_contiguous, (int)es, MPI_BYTE, &elem);
+  bool typed = rc == 0;
+  if (rc == 0)
+    rc = SHMAP__MPI_CHECK(MPI_Type_commit, &elem);
+  if (rc == 0)
+    rc = SHMAP__MPI_CHECK(MPI_Iallgatherv, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL,
+                          buf, counts, displs, elem, *comm, &req);
+  if (rc == 0)
     rc = shmap__mpi_wait(&req);
-  MPI_Type_free(&elem);
+  if (typed)
+    (void)SHMAP__MPI_CHECK(MPI_Type_free, &elem);
   if (rc == 0) {
     int64_t gstr[SHMAP_MAX_RANK], bstr[SHMAP_MAX_RANK];
     shmap__strides(a->rank, a->shape, gstr);
@@ -212,7 +212,7 @@ int shmap__proc_outputs(const shmap_mesh *mesh, int nout,
 {
 #ifdef SHMAP_HAVE_MPI
   int tag;
-  MPI_Comm *comm = shmap__mpi_mesh_comm(mesh, &tag);
+  MPI_Comm *comm = shmap__proc_mesh_comm(mesh, &tag);
   const shmap__place *pl = mesh->place;
   if (!comm || nout == 0)
     return 0;
@@ -241,12 +241,11 @@ int shmap__proc_outputs(const shmap_mesh *mesh, int nout,
     }
   }
   MPI_Request req;
-  int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all,
-                          (int)(sizeof *all * per), MPI_BYTE, *comm,
-                          &req) == MPI_SUCCESS
-               ? shmap__mpi_wait_all(1, &req, AGREE_OUTPUTS)
-               : shmap__err(SHMAP_ESYS, "MPI_Iallgather failed at the end of "
-                            "a map");
+  int rc = SHMAP__MPI_CHECK(MPI_Iallgather, MPI_IN_PLACE, 0, MPI_DATATYPE_NULL,
+                            all, (int)(sizeof *all * per), MPI_BYTE, *comm,
+                            &req);
+  if (rc == 0)
+    rc = shmap__mpi_wait_all(1, &req, AGREE_OUTPUTS);
   for (int k = 0; k < nout && rc == 0; k++) {
     /* The lowest device's block, then the lowest device whose block
      * differs, as one process checks them in device order. */
@@ -321,7 +320,7 @@ int shmap__proc_rep_blocks(const shmap_mesh *mesh, unsigned mask,
   *received = 0;
 #ifdef SHMAP_HAVE_MPI
   int tag;
-  MPI_Comm *comm = shmap__mpi_mesh_comm(mesh, &tag);
+  MPI_Comm *comm = shmap__proc_mesh_comm(mesh, &tag);
   const shmap__place *pl = mesh->place;
   if (!comm || bytes == 0)
     return 0;
@@ -349,21 +348,20 @@ int shmap__proc_rep_blocks(const shmap_mesh *mesh, unsigned mask,
   MPI_Request *reqs = shmap__malloc(sizeof *reqs * (size_t)(nrecv + nsend + 1));
   int ok = buf && reqs, all = ok;
   MPI_Request req;
-  int rc = MPI_Iallreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, *comm,
-                          &req) == MPI_SUCCESS
-               ? shmap__mpi_wait_all(1, &req, AGREE_OUTPUTS)
-               : shmap__err(SHMAP_ESYS, "MPI_Iallreduce failed at the end of "
-                            "a map");
+  int rc = SHMAP__MPI_CHECK(MPI_Iallreduce, MPI_IN_PLACE, &all, 1, MPI_INT,
+                            MPI_MIN, *comm, &req);
+  if (rc == 0)
+    rc = shmap__mpi_wait_all(1, &req, AGREE_OUTPUTS);
   if (rc == 0 && !all)
     rc = shmap__err(SHMAP_ENOMEM, "out of memory for the copies of outputs "
                     "that other processes hold (in %s)",
                     ok ? "another process" : "this process");
-  int n = 0;
+  int n = 0, prc = 0;
   char *at = buf;
-  for (int c = 0; rc == 0 && c < mesh->ndev; c++) {
+  for (int c = 0; rc == 0 && prc == 0 && c < mesh->ndev; c++) {
     if (shmap__representative(mesh, mask, c) != c)
       continue;
-    for (int p = 0; p < pl->nproc; p++) {
+    for (int p = 0; p < pl->nproc && prc == 0; p++) {
       if (p == pl->owner[c] || (p != pl->self && pl->owner[c] != pl->self))
         continue;
       bool needs = false;
@@ -372,20 +370,26 @@ int shmap__proc_rep_blocks(const shmap_mesh *mesh, unsigned mask,
       if (!needs)
         continue;
       if (p == pl->self) {
-        MPI_Irecv(at, (int)bytes, MPI_BYTE, pl->owner[c], tag, *comm,
-                  &reqs[n++]);
+        if ((prc = SHMAP__MPI_CHECK(MPI_Irecv, at, (int)bytes, MPI_BYTE,
+                                    pl->owner[c], tag, *comm, &reqs[n])))
+          break;
+        n++;
         for (int d = 0; d < mesh->ndev; d++)
           if (pl->owner[d] == p && shmap__representative(mesh, mask, d) == c)
             rep[d] = at;
         at += bytes;
-      } else {
-        MPI_Isend(data[c], (int)bytes, MPI_BYTE, p, tag, *comm, &reqs[n++]);
+      } else if ((prc = SHMAP__MPI_CHECK(MPI_Isend, data[c], (int)bytes,
+                                         MPI_BYTE, p, tag, *comm,
+                                         &reqs[n])) == 0) {
+        n++;
       }
     }
   }
+  /* After a failed post, those posted still complete before buf goes. */
   if (rc == 0 && n)
     rc = shmap__mpi_wait_all(n, reqs,
                              "moving copies of outputs between processes");
+  rc = rc ? rc : prc;
   free(reqs);
   if (rc) {
     free(buf);
@@ -404,7 +408,7 @@ int shmap__proc_agree_first(const shmap_mesh *mesh, int dev, int rc)
 {
 #ifdef SHMAP_HAVE_MPI
   int tag;
-  MPI_Comm *comm = shmap__mpi_mesh_comm(mesh, &tag);
+  MPI_Comm *comm = shmap__proc_mesh_comm(mesh, &tag);
   if (!comm)
     return rc;
   (void)tag;
@@ -421,11 +425,11 @@ int shmap__proc_agree_first(const shmap_mesh *mesh, int dev, int rc)
   if (rc)
     snprintf(all[pl->self].msg, sizeof all[0].msg, "%s", shmap__errbuf());
   MPI_Request req;
-  int err = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all,
-                           (int)sizeof *all, MPI_BYTE, *comm, &req) == MPI_SUCCESS
-                ? shmap__mpi_wait_all(1, &req, AGREE_OUTPUTS)
-                : shmap__err(SHMAP_ESYS, "MPI_Iallgather failed at the end "
-                             "of a map");
+  int err = SHMAP__MPI_CHECK(MPI_Iallgather, MPI_IN_PLACE, 0,
+                             MPI_DATATYPE_NULL, all, (int)sizeof *all,
+                             MPI_BYTE, *comm, &req);
+  if (err == 0)
+    err = shmap__mpi_wait_all(1, &req, AGREE_OUTPUTS);
   if (err) {
     free(all);
     return err;

@@ -28,7 +28,6 @@
  */
 #include "proc/proc.h"
 #include "sched/runtime.h"
-#include "transport/mpi.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -198,24 +197,28 @@ static int list_pieces(const shmap_array *a, const shmap_mesh *tm,
   return 0;
 }
 
-/* The MPI type of box `p` inside a row-major block of shape sb. */
-static MPI_Datatype piece_type(int rank, const int64_t sb[], const piece *p,
-                               size_t es, MPI_Aint *disp)
+/* The MPI type of box `p` inside a row-major block of shape sb (*type,
+ * committed) and its displacement: 0 or an MPI error (message set). */
+static int piece_type(int rank, const int64_t sb[], const piece *p, size_t es,
+                      MPI_Datatype *type, MPI_Aint *disp)
 {
   int64_t str[SHMAP_MAX_RANK];
   shmap__strides(rank, sb, str);
   MPI_Datatype t, nt;
-  MPI_Type_contiguous((int)es, MPI_BYTE, &t);
+  int rc = SHMAP__MPI_CHECK(MPI_Type_contiguous, (int)es, MPI_BYTE, &t);
   *disp = 0;
-  for (int d = rank - 1; d >= 0; d--) {
-    MPI_Type_create_hvector((int)p->shape[d], 1, (MPI_Aint)(str[d] * (int64_t)es),
-                            t, &nt);
-    MPI_Type_free(&t);
+  for (int d = rank - 1; rc == 0 && d >= 0; d--) {
+    rc = SHMAP__MPI_CHECK(MPI_Type_create_hvector, (int)p->shape[d], 1,
+                          (MPI_Aint)(str[d] * (int64_t)es), t, &nt);
+    (void)SHMAP__MPI_CHECK(MPI_Type_free, &t);
     t = nt;
     *disp += (MPI_Aint)(p->start[d] * str[d] * (int64_t)es);
   }
-  MPI_Type_commit(&t);
-  return t;
+  if (rc == 0 && (rc = SHMAP__MPI_CHECK(MPI_Type_commit, &t)))
+    (void)SHMAP__MPI_CHECK(MPI_Type_free, &t);
+  if (rc == 0)
+    *type = t;
+  return rc;
 }
 
 int shmap__stage(const shmap_array *a, shmap_mesh *tm, const shmap__spec *tspec,
@@ -223,9 +226,9 @@ int shmap__stage(const shmap_array *a, shmap_mesh *tm, const shmap__spec *tspec,
 {
   *out = NULL;
   int tag = 0;
-  MPI_Comm *comm = shmap__mpi_mesh_comm(tm, &tag);
+  MPI_Comm *comm = shmap__proc_mesh_comm(tm, &tag);
   if (!comm)
-    comm = shmap__mpi_mesh_comm(a->mesh, &tag);
+    comm = shmap__proc_mesh_comm(a->mesh, &tag);
   if (!comm)
     return 0;
   const shmap_mesh *sm = a->mesh;
@@ -243,6 +246,9 @@ int shmap__stage(const shmap_array *a, shmap_mesh *tm, const shmap__spec *tspec,
     s->bufs = shmap__calloc((size_t)sm->ndev, sizeof *s->bufs);
     ok = s->view.blocks && s->bufs && list_pieces(a, tm, tspec, tbshape, &l) == 0;
   }
+  /* The requests too: one process short of them must not hang the rest. */
+  MPI_Request *reqs = ok && l.n ? shmap__malloc(l.n * sizeof *reqs) : NULL;
+  ok = ok && (reqs || !l.n);
   /* Receive buffers, one per class of source blocks this process lacks. */
   for (size_t k = 0; ok && k < l.n; k++) {
     const piece *p = &l.v[k];
@@ -255,41 +261,40 @@ int shmap__stage(const shmap_array *a, shmap_mesh *tm, const shmap__spec *tspec,
   int rc = 0;
   char what[128];
   snprintf(what, sizeof what, "%s: moving pieces between processes", op);
-  if (MPI_Iallreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, *comm, &req) !=
-      MPI_SUCCESS)
-    rc = shmap__err(SHMAP_ESYS, "%s: MPI_Iallreduce failed", op);
-  else
+  if ((rc = SHMAP__MPI_CHECK(MPI_Iallreduce, MPI_IN_PLACE, &all, 1, MPI_INT,
+                             MPI_MIN, *comm, &req)) == 0)
     rc = shmap__mpi_wait_all(1, &req, what);
   if (rc == 0 && !all)
     rc = shmap__err(SHMAP_ENOMEM, "%s: out of memory for the pieces of the "
                     "array that other processes hold (in %s)", op,
                     ok ? "another process" : "this process");
-  MPI_Request *reqs = NULL;
-  int nreq = 0;
+  int nreq = 0, prc = 0;
   uint64_t received = 0;
-  if (rc == 0 && l.n) {
-    reqs = shmap__malloc(l.n * sizeof *reqs);
-    if (!reqs) /* nobody else can tell: stop rather than hang them */
-      MPI_Abort(*comm, 1);
-  }
-  for (size_t k = 0; rc == 0 && k < l.n; k++) {
+  for (size_t k = 0; rc == 0 && prc == 0 && k < l.n; k++) {
     const piece *p = &l.v[k];
     int from = owner(sm, p->from);
     if (from != self && p->to != self)
       continue;
     MPI_Aint disp;
-    MPI_Datatype t = piece_type(a->rank, a->bshape, p, es, &disp);
+    MPI_Datatype t;
+    if ((prc = piece_type(a->rank, a->bshape, p, es, &t, &disp)))
+      break;
     if (from == self)
-      MPI_Isend((const char *)a->blocks[p->from].data + disp, 1, t, p->to, tag,
-                *comm, &reqs[nreq++]);
-    else {
-      MPI_Irecv(s->bufs[p->cls] + disp, 1, t, from, tag, *comm, &reqs[nreq++]);
+      prc = SHMAP__MPI_CHECK(MPI_Isend,
+                             (const char *)a->blocks[p->from].data + disp, 1,
+                             t, p->to, tag, *comm, &reqs[nreq]);
+    else
+      prc = SHMAP__MPI_CHECK(MPI_Irecv, s->bufs[p->cls] + disp, 1, t, from,
+                             tag, *comm, &reqs[nreq]);
+    nreq += prc == 0;
+    if (prc == 0 && from != self)
       received += (uint64_t)shmap__numel(a->rank, p->shape) * es;
-    }
-    MPI_Type_free(&t);
+    (void)SHMAP__MPI_CHECK(MPI_Type_free, &t);
   }
+  /* After a failed post, those posted complete before the buffers go. */
   if (rc == 0 && nreq)
     rc = shmap__mpi_wait_all(nreq, reqs, what);
+  rc = rc ? rc : prc;
   free(reqs);
   free(l.v);
   if (rc) {

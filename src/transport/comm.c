@@ -4,7 +4,6 @@
  * each call. */
 #include "transport/comm.h"
 
-#include "coll/async.h"
 #include "device/device.h"
 #include "proc/proc.h"
 #include "transport/mpi.h"
@@ -22,8 +21,14 @@ const shmap__transport *shmap__transport_for(shmap__runtime *rt)
   return &shmap__shm_transport;
 }
 
-/* The runtime reaches a mesh's transport through these: the transport
- * releases the devices a failure stops, and frees its state. */
+/* The runtime reaches a mesh's transport through these hooks: the
+ * transport tells the other processes of a failure, releases the devices
+ * a failure stops, and frees its state. */
+static void tp_failed(shmap__runtime *rt, int dev, int code, const char *msg)
+{
+  if (rt->tp && rt->tp->notify)
+    rt->tp->notify(rt, dev, code, msg);
+}
 static bool tp_release(shmap__runtime *rt)
 {
   if (!rt->tp)
@@ -36,15 +41,28 @@ static void tp_destroy(shmap__runtime *rt)
   if (rt->tp && rt->tp->destroy)
     rt->tp->destroy(rt);
 }
-static const shmap__rt_hooks tp_hooks = {.release = tp_release,
-                                         .destroy = tp_destroy};
+static const shmap__rt_hooks tp_hooks = {
+    .failed = tp_failed, .release = tp_release, .destroy = tp_destroy};
+
+int shmap__comm_mesh_init(shmap__runtime *rt)
+{
+  shmap__runtime_hooks(&tp_hooks);
+  rt->tp = shmap__transport_for(rt);
+  return rt->tp->mesh_init ? rt->tp->mesh_init(rt) : 0;
+}
+
+int shmap__comm_mesh_free(shmap__runtime *rt)
+{
+  return rt->tp && rt->tp->mesh_free ? rt->tp->mesh_free(rt) : 0;
+}
+
+int shmap__comm_verdict(shmap__comm *comm, int rc)
+{
+  return comm->tp->verdict ? comm->tp->verdict(comm, rc) : rc;
+}
 
 int shmap__comm_open(shmap__comm *comm, shmap__runtime *rt)
 {
-  if (!rt->tp) {
-    shmap__runtime_hooks(&tp_hooks);
-    rt->tp = shmap__transport_for(rt);
-  }
   comm->tp = rt->tp;
   comm->rt = rt;
   comm->mesh = rt->mesh;
@@ -55,6 +73,40 @@ int shmap__comm_open(shmap__comm *comm, shmap__runtime *rt)
 void shmap__comm_close(shmap__comm *comm, bool failed)
 {
   comm->tp->close(comm, failed);
+}
+
+const char *shmap__coll_opname(shmap__coll *c)
+{
+  if (!c->op[0]) {
+    char af[SHMAP__AXES_MAX];
+    if (c->axes_ok)
+      shmap__axes_format(c->ctx->rt->mesh, c->call.axes, c->call.naxes, af,
+                         sizeof af);
+    snprintf(c->op, sizeof c->op, "%s%s%s", c->name,
+             c->axes_ok ? " over " : "", c->axes_ok ? af : "");
+  }
+  return c->op;
+}
+
+/* Calls a device started run first, on its progress helper (coll/async.c);
+ * the helper itself makes them through this file.  Set once a device
+ * starts one, and looked at only while rt->async says some device did. */
+static void (*_Atomic before_call)(shmap_ctx *ctx);
+
+void shmap__comm_set_before_call(void (*fn)(shmap_ctx *ctx))
+{
+  atomic_store_explicit(&before_call, fn, memory_order_release);
+}
+
+static void run_started(shmap_ctx *ctx)
+{
+  if (shmap__helper_for ||
+      !atomic_load_explicit(&ctx->rt->async, memory_order_relaxed))
+    return;
+  void (*fn)(shmap_ctx *) =
+      atomic_load_explicit(&before_call, memory_order_acquire);
+  if (fn)
+    fn(ctx);
 }
 
 int shmap__comm_member(const shmap__coll *c, int r)
@@ -95,11 +147,8 @@ static void enter(shmap__coll *c)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
-  /* Calls the device started run first, on its progress helper
-   * (coll/async.c); the helper itself makes them here. */
-  if (!shmap__helper_for && atomic_load_explicit(&rt->async,
-                                                 memory_order_relaxed))
-    shmap__async_drain(ctx);
+  /* Calls the device started run first (see run_started). */
+  run_started(ctx);
   shmap__dev *self = &rt->devs[ctx->dev];
   c->comm = ctx->comm;
   /* The dtype rides in the top byte, for traces. */
@@ -110,6 +159,7 @@ static void enter(shmap__coll *c)
   if (!shmap__helper_for)
     shmap__set_state(self, SHMAP__ST_COLL, c->packed, c->t0);
   c->k = ++ctx->seq;
+  c->err = 0;
 }
 
 int shmap__comm_allreduce_small(shmap__coll *c, size_t count,
@@ -143,6 +193,7 @@ int shmap__comm_arrive(shmap__coll *c)
 int shmap__comm_depart(shmap__coll *c, uint64_t bytes)
 {
   int rc = c->comm->tp->depart(c);
+  rc = c->err ? c->err : rc;
   return leave(c, rc ? 0 : bytes, rc);
 }
 
@@ -151,6 +202,7 @@ int shmap__comm_depart_deferred(shmap__coll *c, uint64_t bytes, bool *deferred)
   const shmap__transport *tp = c->comm->tp;
   *deferred = tp->depart_deferred != NULL;
   int rc = *deferred ? tp->depart_deferred(c) : tp->depart(c);
+  rc = c->err ? c->err : rc;
   return leave(c, rc ? 0 : bytes, rc);
 }
 
@@ -162,8 +214,6 @@ void shmap__comm_src_wait(shmap_ctx *ctx, int reader, uint32_t k)
   /* The wait may sleep on the device's waiter, where its progress helper
    * sleeps while it carries out a started call, and a waiter has one
    * sleeper: the calls the device started finish first. */
-  if (!shmap__helper_for &&
-      atomic_load_explicit(&ctx->rt->async, memory_order_relaxed))
-    shmap__async_drain(ctx);
+  run_started(ctx);
   tp->src_wait(ctx, reader, k);
 }

@@ -97,14 +97,31 @@
  * is called only for the first failure a job records in this address
  * space.
  *
+ * Errors.  The data operations (get, reduce, allreduce, send, recv)
+ * return 0 or an error code; a transport that returns one has failed the
+ * job with its message (shmap__dev_fail).  The wrappers below keep the
+ * call's first error in c->err and the algorithm goes on listing its
+ * pieces (peers match them by order); shmap__comm_depart completes the
+ * call and returns that error, so an algorithm that returns depart's
+ * result propagates it.
+ *
+ * Lifecycle.  A mesh's runtime gets its transport when the mesh is made
+ * (shmap__comm_mesh_init), which may set up state for the mesh
+ * (rt->tstate) and, between processes, agree with the other processes;
+ * mesh_free undoes it.  Each map opens and closes the communicator
+ * (open/close: the map's begin and end) and asks the transport for the
+ * verdict every address space returns.  Nobody above calls a transport
+ * by name: mesh.c, map.c and the runtime go through this table.
+ *
  * Adding a transport: implement struct shmap__transport in a file of
  * its own under transport/ and return it from shmap__transport_for()
- * (comm.c) for the runtimes it serves.
+ * (comm.c) for the runtimes it serves.  One between processes uses the
+ * mesh's communicator of the process engine (proc/pmesh.c).
  */
 #ifndef SHMAP_COMM_H
 #define SHMAP_COMM_H
 
-#include "coll/coll.h"
+#include "dtype.h"
 #include "transport/desc.h"
 #include "sched/sched.h"
 
@@ -148,12 +165,18 @@ typedef struct shmap__coll {
    * -1 for every other collective.  The member of rank `to` is the one
    * peer that reads this device's src. */
   int from, to;
+  /* Each member's src has at most one reader, the member of rank `to`
+   * (ppermute), and no member waits for the others to leave the call: a
+   * transport may then complete the call without waiting for every
+   * member (see depart_deferred).  Set by the plan. */
+  bool one_reader;
   size_t esize;       /* bytes per element of the call's dtype */
-  const char *name;   /* "psum", for messages */
+  const char *name;   /* "psum", for messages (set by the plan) */
   bool axes_ok;       /* call.axes hold the parsed axes */
   char op[360];       /* "psum over 'j'", formatted on demand */
   /* Set by shmap__comm_arrive. */
   uint32_t k;         /* this call's number on this device (from 1) */
+  int err;            /* the first error of a data operation (see Errors) */
   uint64_t t0;        /* when the device entered the call */
   uint64_t packed;    /* shmap__pack_op() of the call */
   /* The transport's own state for this call. */
@@ -168,6 +191,17 @@ typedef struct shmap__coll {
 typedef struct shmap__transport {
   const char *name;
 
+  /* ---- a mesh -------------------------------------------------------- */
+  /* A new mesh (its runtime made, no map run yet): set up rt->tstate.
+   * Collective over the processes of a transport between processes (every
+   * process creates its meshes in the same order).  0, or an error code
+   * with the message set.  Optional. */
+  int (*mesh_init)(shmap__runtime *rt);
+  /* The mesh goes away (before its runtime): free rt->tstate.  Collective
+   * like mesh_init: 0, or the error of a process that did not release the
+   * mesh at the same point (the state is freed either way).  Optional. */
+  int (*mesh_free)(shmap__runtime *rt);
+
   /* ---- a map --------------------------------------------------------- */
   /* Before a map's devices start (the map's calling thread, the runtime
    * lock held, every device parked): set up comm->priv and reset whatever
@@ -176,8 +210,14 @@ typedef struct shmap__transport {
   /* After every device returned from the map; `failed`: the job failed
    * (a call may have been left half done). */
   void (*close)(shmap__comm *comm, bool failed);
-  /* The mesh goes away: free rt->tstate.  Optional. */
+  /* The mesh's runtime goes away (its threads stopped): free what
+   * rt->tstate still holds.  Optional. */
   void (*destroy)(shmap__runtime *rt);
+  /* After close, on the map's calling thread: the map's result `rc`
+   * (0, or an error code with the message set) as every address space
+   * agrees on it; a transport between processes exchanges the results.
+   * Optional: NULL keeps rc. */
+  int (*verdict)(shmap__comm *comm, int rc);
   /* Whether device `dev` runs in this address space.  Optional: NULL
    * means every device does. */
   bool (*is_local)(const shmap__comm *comm, int dev);
@@ -190,6 +230,13 @@ typedef struct shmap__transport {
    * between processes, in every other process.  May be called from any
    * device's thread, more than once per job. */
   void (*failed)(shmap__runtime *rt);
+  /* shmap__fail() is recording the job's first failure in this address
+   * space (device dev, code, msg), before waiters here are released:
+   * tell the other address spaces, unless the failure came from one of
+   * them.  Before failed(), so that no device released here can tell
+   * another process it left before that process hears of the failure.
+   * Optional. */
+  void (*notify)(shmap__runtime *rt, int dev, int code, const char *msg);
 
   /* ---- a call -------------------------------------------------------- */
   /* Rendezvous and agreement.  Publish c->call as this device's call
@@ -207,26 +254,26 @@ typedef struct shmap__transport {
   /* Copy box `from` of member `peer`'s src into this device's memory at
    * `to` (strides in elements, same shape as from).  When this returns,
    * the data is at `to`. */
-  void (*get)(shmap__coll *c, int peer, const shmap__box *from, void *to,
-              const int64_t to_strides[]);
+  int (*get)(shmap__coll *c, int peer, const shmap__box *from, void *to,
+             const int64_t to_strides[]);
   /* acc[0..count) = left fold in rank order of every member's
    * src[off..off+count) (elements), with fold->fn.  When this returns the
    * result is in acc (this device's memory, not a published buffer). */
-  void (*reduce)(shmap__coll *c, size_t off, size_t count,
-                 const shmap__fold *fold, void *acc);
+  int (*reduce)(shmap__coll *c, size_t off, size_t count,
+                const shmap__fold *fold, void *acc);
   /* The same fold, then (pmean) divided by the group size, and written to
    * every member's dst[off..off+count).  The result is in a member's dst
    * when that member's depart returns. */
-  void (*allreduce)(shmap__coll *c, size_t off, size_t count,
-                    const shmap__fold *fold);
+  int (*allreduce)(shmap__coll *c, size_t off, size_t count,
+                   const shmap__fold *fold);
   /* Two-sided transports only (both NULL for shm): this device's src box
    * `from` is a piece member `peer` takes (its get, or its term from this
    * device in reduce/allreduce); and box `to` of this device's dst is
    * where member `peer`'s allreduce result for this device lands.  Both
    * only post: they may not wait for the peer (every member lists its
    * sends before its first get/reduce/allreduce). */
-  void (*send)(shmap__coll *c, int peer, const shmap__box *from);
-  void (*recv)(shmap__coll *c, int peer, const shmap__box *to);
+  int (*send)(shmap__coll *c, int peer, const shmap__box *from);
+  int (*recv)(shmap__coll *c, int peer, const shmap__box *to);
   /* Completion: wait until every piece this device listed has moved and
    * every member of the group is done with this device's buffers (after
    * which the owner may change them).  Not released by a failure
@@ -284,6 +331,11 @@ struct shmap__fold {
   shmap__fold_fn fn;
   int count;        /* pmean: the group size to divide by, else 0 */
   size_t out_esize; /* bytes per result element (i32 for a bool sum) */
+  /* The fold of a run of terms is itself a term, bit for bit (psum, pmax,
+   * pmin of a dtype that rounds at every step): the fold may then go in
+   * two levels.  Set by the plan from the operation and the dtype table
+   * (shmap__dtype_info.rounds_once). */
+  bool partial;
 };
 
 /* The transport of a mesh's runtime (shm, unless the process was started
@@ -291,11 +343,21 @@ struct shmap__fold {
 const shmap__transport *shmap__transport_for(shmap__runtime *rt);
 extern const shmap__transport shmap__shm_transport;
 
+/* ---- a mesh's lifecycle (mesh.c) ------------------------------------ */
+
+/* Choose the transport of a new mesh's runtime and let it set up (its
+ * mesh_init).  0 or an error code with the message set. */
+int shmap__comm_mesh_init(shmap__runtime *rt);
+/* The mesh goes away: its transport's mesh_free (0 or an error). */
+int shmap__comm_mesh_free(shmap__runtime *rt);
+
 /* ---- used by map.c -------------------------------------------------- */
 
 /* Set up the communicator of a map on rt (runtime lock held). */
 int shmap__comm_open(shmap__comm *comm, shmap__runtime *rt);
 void shmap__comm_close(shmap__comm *comm, bool failed);
+/* The map's result as every address space agrees on it (see verdict). */
+int shmap__comm_verdict(shmap__comm *comm, int rc);
 static inline void shmap__comm_finish(shmap__comm *comm, int dev)
 {
   comm->tp->finish(comm, dev);
@@ -311,7 +373,8 @@ bool shmap__comm_is_local(const shmap__coll *c, int r);
  * arrive.  0, or an error code (the device is back in its body). */
 int shmap__comm_arrive(shmap__coll *c);
 /* Leave the call: the transport's depart, then the device's state and
- * trace (`bytes` moved, for the trace).  0 or an error code. */
+ * trace (`bytes` moved, for the trace).  0 or an error code: the first
+ * of the call's data operations (c->err), else depart's. */
 int shmap__comm_depart(shmap__coll *c, uint64_t bytes);
 /* A small reduction in one operation when the transport has one for this
  * size and group (0 or an error code, the call entered and left as by
@@ -336,8 +399,13 @@ static inline const void *shmap__comm_handover(shmap__coll *c)
   return c->call.hand && c->comm->tp->handover ? c->comm->tp->handover(c)
                                                : NULL;
 }
-/* The call's name for messages: "psum over ('i', 'j')" (coll/plan.c). */
+/* The call's name for messages: "psum over ('i', 'j')", from the name
+ * and axes the plan set, formatted on first use (comm.c). */
 const char *shmap__coll_opname(shmap__coll *c);
+/* What a device does before each call it makes: coll/async.c sets it when
+ * a device first starts a call that runs on (runs the device's started
+ * calls first, see comm.c).  Process-wide; setting it again is harmless. */
+void shmap__comm_set_before_call(void (*fn)(struct shmap_ctx *ctx));
 
 /* Whether the transport wants the push side (send, recv) listed. */
 static inline bool shmap__comm_two_sided(const shmap__coll *c)
@@ -345,35 +413,43 @@ static inline bool shmap__comm_two_sided(const shmap__coll *c)
   return c->comm->tp->send != NULL;
 }
 
-static inline void shmap__comm_get(shmap__coll *c, int peer,
-                                   const shmap__box *from, void *to,
-                                   const int64_t to_strides[])
+/* Keep the first error of the call's data operations (see Errors). */
+static inline int shmap__comm_keep(shmap__coll *c, int rc)
 {
-  c->comm->tp->get(c, peer, from, to, to_strides);
+  if (rc && !c->err)
+    c->err = rc;
+  return rc;
 }
 
-static inline void shmap__comm_reduce(shmap__coll *c, size_t off, size_t count,
-                                      const shmap__fold *fold, void *acc)
+static inline int shmap__comm_get(shmap__coll *c, int peer,
+                                  const shmap__box *from, void *to,
+                                  const int64_t to_strides[])
 {
-  c->comm->tp->reduce(c, off, count, fold, acc);
+  return shmap__comm_keep(c, c->comm->tp->get(c, peer, from, to, to_strides));
 }
 
-static inline void shmap__comm_allreduce(shmap__coll *c, size_t off,
-                                         size_t count, const shmap__fold *fold)
+static inline int shmap__comm_reduce(shmap__coll *c, size_t off, size_t count,
+                                     const shmap__fold *fold, void *acc)
 {
-  c->comm->tp->allreduce(c, off, count, fold);
+  return shmap__comm_keep(c, c->comm->tp->reduce(c, off, count, fold, acc));
 }
 
-static inline void shmap__comm_send(shmap__coll *c, int peer,
-                                    const shmap__box *from)
+static inline int shmap__comm_allreduce(shmap__coll *c, size_t off,
+                                        size_t count, const shmap__fold *fold)
 {
-  c->comm->tp->send(c, peer, from);
+  return shmap__comm_keep(c, c->comm->tp->allreduce(c, off, count, fold));
 }
 
-static inline void shmap__comm_recv(shmap__coll *c, int peer,
-                                    const shmap__box *to)
+static inline int shmap__comm_send(shmap__coll *c, int peer,
+                                   const shmap__box *from)
 {
-  c->comm->tp->recv(c, peer, to);
+  return shmap__comm_keep(c, c->comm->tp->send(c, peer, from));
+}
+
+static inline int shmap__comm_recv(shmap__coll *c, int peer,
+                                   const shmap__box *to)
+{
+  return shmap__comm_keep(c, c->comm->tp->recv(c, peer, to));
 }
 
 #endif /* SHMAP_COMM_H */

@@ -41,20 +41,17 @@
  * enters posts its descriptor to every peer at once, so when all enter,
  * all pass.  (Without a failure, such a peer is a mismatch.)
  *
- * Quiescence.  Notices are never awaited one by one, and a failed map
- * leaves sends nobody receives.  MPI may give a freed communicator's
- * context to the next one made (MPICH does), where such leftovers would
- * match the receives of a new mesh.  So each process counts the messages
- * it sends to and receives from each process on a mesh's communicator;
- * destroying the mesh (collective, like MPI_Comm_free) exchanges the
- * counts, receives whatever is still on its way, and only then frees the
- * communicator.
+ * Quiescence.  A failed map leaves sends nobody receives, and notices are
+ * never awaited one by one.  The mesh's communicator belongs to the
+ * process engine (proc/pmesh.c), which drains it before freeing it: this
+ * file counts every message it sends and receives there (pm->sent,
+ * pm->got), and its mesh_free lets the engine quiesce first.
  */
 #include "transport/mpi.h"
 
-#include "coll/coll.h"
 #include "device/device.h"
 #include "proc/proc.h"
+#include "sched/runtime.h"
 #include "sched/trace.h"
 #include "transport/comm.h"
 
@@ -117,6 +114,12 @@ typedef struct mdev {
 } mdev;
 enum { SCRATCH_TERMS, SCRATCH_ACC };
 
+/* A process's result of a map, as exchanged at its end. */
+typedef struct verdict {
+  int32_t code, origin;
+  char msg[SHMAP__MSG_MAX];
+} verdict;
+
 /* A send left to complete on its own, with its buffer (status notices). */
 typedef struct pend {
   MPI_Request req;
@@ -136,10 +139,9 @@ typedef struct eslot {
 } eslot;
 
 typedef struct shmap__mpimesh {
-  MPI_Comm comm;
+  MPI_Comm comm;            /* the mesh's, from the process engine */
   int nproc, self, ndev;
   int tagk;                 /* epochs the tags tell apart */
-  int tag_free;             /* above every map's tags: host-side exchanges */
   uint32_t epoch;           /* the current map */
   uv_mutex_t lock;          /* receiving notices, the slots */
   eslot slot[2];
@@ -149,7 +151,7 @@ typedef struct shmap__mpimesh {
   _Atomic int remote_fail;  /* the map's failure came from another process */
   _Atomic int64_t *sent;    /* nproc: messages sent to each process */
   _Atomic int64_t *got;     /* nproc: messages received (or posted to be)
-                               from each process */
+                               from each process (both the engine's) */
   uv_mutex_t orphan_lock;
   void **orphans;           /* buffers of sends a failed call left behind */
   int norphans, caporphans;
@@ -158,154 +160,24 @@ typedef struct shmap__mpimesh {
                                for, as received (under lock) */
   uint32_t *ask_id;         /* ndev: the asker's last question */
   pend *pend;               /* status notices still being sent (lock) */
+  verdict *all;             /* nproc: the results of a map, at its end */
   int npend, cappend;
 } shmap__mpimesh;
 
 static _Thread_local bool applying_remote;
 
-static shmap__mpimesh *mm_of(const shmap_mesh *mesh)
+static shmap__mpimesh *mm_of(const shmap__runtime *rt)
 {
-  return mesh->place ? mesh->place->mpi : NULL;
+  return rt->tstate;
 }
 
-/* The runtime tells the other processes of a failure through this hook. */
-static const shmap__rt_hooks mpi_hooks = {.failed = shmap__mpi_on_fail};
-
-int shmap__mpi_mesh_init(shmap_mesh *mesh)
+/* Free what mesh_init allocated (m may be half built). */
+static void mm_free(shmap__mpimesh *m)
 {
-  shmap__place *pl = mesh->place;
-  if (!pl || pl->nproc == 1)
-    return 0;
-  shmap__runtime_hooks(&mpi_hooks);
-  shmap__mpimesh *m = shmap__calloc(1, sizeof *m);
-  if (!m)
-    return shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
-  m->nproc = pl->nproc;
-  m->self = pl->self;
-  m->ndev = mesh->ndev;
-  bool ok = true;
-  for (int s = 0; s < 2; s++) {
-    m->slot[s].done = shmap__calloc((size_t)mesh->ndev, 1);
-    m->slot[s].counts = shmap__calloc((size_t)mesh->ndev, sizeof(uint32_t));
-    m->slot[s].entered = shmap__calloc((size_t)mesh->ndev, sizeof(uint32_t));
-    m->slot[s].fail_dev = -1;
-    m->slot[s].epoch = s ? 1 : 2; /* maps are numbered from 1 */
-    m->out[s] = shmap__calloc(1, sizeof(notice));
-    m->dout[s] = shmap__calloc((size_t)mesh->ndev, sizeof(notice));
-    ok = ok && m->slot[s].done && m->slot[s].counts && m->slot[s].entered &&
-         m->out[s] && m->dout[s];
-  }
-  m->in = shmap__malloc(sizeof(notice));
-  m->dev = shmap__calloc((size_t)mesh->ndev, sizeof *m->dev);
-  m->reply = shmap__calloc((size_t)mesh->ndev, sizeof *m->reply);
-  m->ask_id = shmap__calloc((size_t)mesh->ndev, sizeof *m->ask_id);
-  ok = ok && m->dev && m->reply && m->ask_id;
-  m->sent = shmap__calloc((size_t)m->nproc, sizeof *m->sent);
-  m->got = shmap__calloc((size_t)m->nproc, sizeof *m->got);
-  int *ub = NULL, flag = 0;
-  MPI_Comm world = *(MPI_Comm *)shmap__proc_comm();
-  MPI_Comm_get_attr(world, MPI_TAG_UB, &ub, &flag);
-  long long pairs = (long long)mesh->ndev * mesh->ndev;
-  m->tagk = flag && ub ? (int)((*ub - 1LL) / pairs) : 0;
-  int rc = 0;
-  if (!ok || !m->in || !m->sent || !m->got)
-    rc = shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
-  else if (m->tagk < 2)
-    rc = shmap__err(SHMAP_EINVAL,
-                    "a mesh of %d devices over several processes needs MPI "
-                    "tags up to %lld; this MPI offers %d",
-                    mesh->ndev, 2 * pairs, flag && ub ? *ub : 0);
-  else if ((rc = shmap__host_agree(
-                mesh->parent ? "shmap_mesh_submesh" : "shmap_mesh_create",
-                mesh, mesh->parent ? "creating a sub-mesh" : "creating a mesh")))
-    ;
-  else if ((m->tag_free = *ub) <= 0 ||
-           MPI_Comm_dup(world, &m->comm) != MPI_SUCCESS)
-    rc = shmap__err(SHMAP_ESYS, "MPI_Comm_dup failed for a new mesh");
-  if (rc == 0) {
-    MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
-    uv_mutex_init(&m->lock);
-    uv_mutex_init(&m->orphan_lock);
-    for (int d = 0; d < m->ndev; d++)
-      uv_mutex_init(&m->dev[d].lock);
-    atomic_init(&m->remote_fail, 0);
-    pl->mpi = m;
-    return 0;
-  }
-  for (int s = 0; s < 2; s++) {
-    free(m->slot[s].done);
-    free(m->slot[s].counts);
-    free(m->slot[s].entered);
-    free(m->out[s]);
-    free(m->dout[s]);
-  }
-  free(m->in);
-  free(m->dev);
-  free(m->reply);
-  free(m->ask_id);
-  free(m->sent);
-  free(m->got);
-  free(m);
-  return rc;
-}
-
-/* Receive every message still addressed to this process on the mesh's
- * communicator (see Quiescence above); every process calls it. */
-static void quiesce(shmap__mpimesh *m)
-{
-  int64_t *mine = shmap__malloc(sizeof *mine * (size_t)m->nproc);
-  int64_t *theirs = shmap__malloc(sizeof *theirs * (size_t)m->nproc);
-  if (!mine || !theirs)
-    MPI_Abort(m->comm, 1); /* cannot take part: stop rather than hang */
-  for (int p = 0; p < m->nproc; p++)
-    mine[p] = atomic_load(&m->sent[p]);
-  MPI_Alltoall(mine, 1, MPI_INT64_T, theirs, 1, MPI_INT64_T, m->comm);
-  for (int p = 0; p < m->nproc; p++)
-    while (atomic_load(&m->got[p]) < theirs[p]) {
-      MPI_Message msg;
-      MPI_Status st;
-      int len = 0;
-      MPI_Mprobe(p, MPI_ANY_TAG, m->comm, &msg, &st);
-      MPI_Get_count(&st, MPI_BYTE, &len);
-      char *buf = shmap__malloc(len > 0 ? (size_t)len : 1);
-      if (!buf)
-        MPI_Abort(m->comm, 1);
-      MPI_Mrecv(buf, len, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-      free(buf);
-      atomic_fetch_add(&m->got[p], 1);
-    }
-  /* Until every process has its messages, senders keep theirs moving. */
-  MPI_Barrier(m->comm);
-  free(mine);
-  free(theirs);
-}
-
-int shmap__mpi_mesh_free(shmap_mesh *mesh)
-{
-  shmap__mpimesh *m = mm_of(mesh);
-  if (!m)
-    return 0;
-  int rc = 0;
-  int fin = 0;
-  MPI_Finalized(&fin);
-  /* Every process releases the mesh at the same point of its calls; one
-   * that does not would leave the others in the exchange below: the
-   * communicator is then left as it is. */
-  if (!fin && (rc = shmap__host_agree(
-                   "shmap_mesh_destroy", mesh,
-                   "releasing a mesh (shmap_mesh_destroy or the destroy of "
-                   "its last array)")) == 0) {
-    quiesce(m);
-    /* Every message was received: the last status notices are sent. */
-    for (int i = 0; i < m->npend; i++)
-      MPI_Wait(&m->pend[i].req, MPI_STATUS_IGNORE);
-    MPI_Comm_free(&m->comm);
-  }
   for (int i = 0; i < m->npend; i++)
     free(m->pend[i].buf);
   free(m->pend);
-  for (int d = 0; d < m->ndev; d++) {
-    uv_mutex_destroy(&m->dev[d].lock);
+  for (int d = 0; m->dev && d < m->ndev; d++) {
     free(m->dev[d].scratch[SCRATCH_TERMS]);
     free(m->dev[d].scratch[SCRATCH_ACC]);
   }
@@ -315,8 +187,6 @@ int shmap__mpi_mesh_free(shmap_mesh *mesh)
   for (int i = 0; i < m->norphans; i++)
     free(m->orphans[i]);
   free(m->orphans);
-  uv_mutex_destroy(&m->orphan_lock);
-  uv_mutex_destroy(&m->lock);
   for (int s = 0; s < 2; s++) {
     free(m->slot[s].done);
     free(m->slot[s].counts);
@@ -325,21 +195,97 @@ int shmap__mpi_mesh_free(shmap_mesh *mesh)
     free(m->dout[s]);
   }
   free(m->in);
-  free(m->sent);
-  free(m->got);
+  free(m->all);
   free(m);
-  mesh->place->mpi = NULL;
-  return rc;
 }
 
-void *shmap__mpi_mesh_comm(const shmap_mesh *mesh, int *tag)
+/* The memory of a mesh's state: false when some allocation failed. */
+static bool mm_alloc(shmap__mpimesh *m, int ndev)
 {
-  shmap__mpimesh *m = mm_of(mesh);
+  bool ok = true;
+  for (int s = 0; s < 2; s++) {
+    m->slot[s].done = shmap__calloc((size_t)ndev, 1);
+    m->slot[s].counts = shmap__calloc((size_t)ndev, sizeof(uint32_t));
+    m->slot[s].entered = shmap__calloc((size_t)ndev, sizeof(uint32_t));
+    m->slot[s].fail_dev = -1;
+    m->slot[s].epoch = s ? 1 : 2; /* maps are numbered from 1 */
+    m->out[s] = shmap__calloc(1, sizeof(notice));
+    m->dout[s] = shmap__calloc((size_t)ndev, sizeof(notice));
+    ok = ok && m->slot[s].done && m->slot[s].counts && m->slot[s].entered &&
+         m->out[s] && m->dout[s];
+  }
+  m->in = shmap__malloc(sizeof(notice));
+  m->dev = shmap__calloc((size_t)ndev, sizeof *m->dev);
+  m->reply = shmap__calloc((size_t)ndev, sizeof *m->reply);
+  m->ask_id = shmap__calloc((size_t)ndev, sizeof *m->ask_id);
+  /* Kept for the mesh's life: the end of a map cannot fail for memory,
+   * which would leave the other processes waiting for this one. */
+  m->all = shmap__calloc((size_t)m->nproc, sizeof *m->all);
+  return ok && m->in && m->dev && m->reply && m->ask_id && m->all;
+}
+
+/* A mesh placed on several processes: this file's state for it, over the
+ * communicator the process engine makes for it (proc/pmesh.c). */
+static int mpi_mesh_init(shmap__runtime *rt)
+{
+  shmap_mesh *mesh = rt->mesh;
+  shmap__place *pl = mesh->place;
+  if (!pl || pl->nproc == 1)
+    return 0;
+  shmap__mpimesh *m = shmap__calloc(1, sizeof *m);
   if (!m)
-    return NULL;
-  /* Map tags end at tagk * ndev^2 <= MPI_TAG_UB - 1 (tag_of). */
-  *tag = m->tag_free;
-  return &m->comm;
+    return shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
+  m->nproc = pl->nproc;
+  m->self = pl->self;
+  m->ndev = mesh->ndev;
+  bool ok = mm_alloc(m, mesh->ndev);
+  int ub = shmap__proc_tag_ub();
+  long long pairs = (long long)mesh->ndev * mesh->ndev;
+  m->tagk = ub > 0 ? (int)((ub - 1LL) / pairs) : 0;
+  int rc = 0;
+  if (!ok)
+    rc = shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
+  else if (m->tagk < 2)
+    rc = shmap__err(SHMAP_EINVAL,
+                    "a mesh of %d devices over several processes needs MPI "
+                    "tags up to %lld; this MPI offers %d",
+                    mesh->ndev, 2 * pairs, ub);
+  else
+    rc = shmap__proc_mesh_open(mesh);
+  if (rc) {
+    mm_free(m);
+    return rc;
+  }
+  m->comm = *(MPI_Comm *)pl->pm->comm;
+  m->sent = pl->pm->sent;
+  m->got = pl->pm->got;
+  uv_mutex_init(&m->lock);
+  uv_mutex_init(&m->orphan_lock);
+  for (int d = 0; d < m->ndev; d++)
+    uv_mutex_init(&m->dev[d].lock);
+  atomic_init(&m->remote_fail, 0);
+  rt->tstate = m;
+  return 0;
+}
+
+/* Every process releases its meshes in the same order: 0, or the
+ * mismatch of a process that did not (the state is freed either way). */
+static int mpi_mesh_free(shmap__runtime *rt)
+{
+  shmap__mpimesh *m = mm_of(rt);
+  if (!m)
+    return 0;
+  int rc = shmap__proc_mesh_quiesce(rt->mesh);
+  /* Every message was received: the last status notices are sent. */
+  for (int i = 0; rc == 0 && rt->mesh->place->pm->quiet && i < m->npend; i++)
+    (void)SHMAP__MPI_CHECK(MPI_Wait, &m->pend[i].req, MPI_STATUS_IGNORE);
+  for (int d = 0; d < m->ndev; d++)
+    uv_mutex_destroy(&m->dev[d].lock);
+  uv_mutex_destroy(&m->orphan_lock);
+  uv_mutex_destroy(&m->lock);
+  mm_free(m);
+  rt->tstate = NULL;
+  return rc;
 }
 
 /* ---- notices -------------------------------------------------------------- */
@@ -352,11 +298,13 @@ static void send_notice(shmap__mpimesh *m, const void *buf, size_t len)
   for (int p = 0; p < m->nproc; p++) {
     if (p == m->self)
       continue;
+    /* A notice that cannot go is lost: the message stays set, and the
+     * other process learns what it says from the map's end instead. */
     MPI_Request r;
-    if (MPI_Isend(buf, (int)len, MPI_BYTE, p, TAG_NOTICE, m->comm, &r) ==
-        MPI_SUCCESS) {
+    if (SHMAP__MPI_CHECK(MPI_Isend, buf, (int)len, MPI_BYTE, p, TAG_NOTICE,
+                         m->comm, &r) == 0) {
       atomic_fetch_add(&m->sent[p], 1);
-      MPI_Request_free(&r);
+      (void)SHMAP__MPI_CHECK(MPI_Request_free, &r);
     }
   }
 }
@@ -368,14 +316,16 @@ static void send_pending(shmap__mpimesh *m, int p, smsg *msg)
   if (m->npend == m->cappend) {
     int cap = m->cappend ? 2 * m->cappend : 8;
     pend *n = shmap__realloc(m->pend, sizeof *n * (size_t)cap);
-    if (!n)
-      abort(); /* a few words: the allocator is gone */
+    if (!n) {
+      free(msg); /* unanswered: the asker asks again */
+      return;
+    }
     m->pend = n;
     m->cappend = cap;
   }
   MPI_Request r;
-  if (MPI_Isend(msg, (int)sizeof *msg, MPI_BYTE, p, TAG_NOTICE, m->comm, &r) !=
-      MPI_SUCCESS) {
+  if (SHMAP__MPI_CHECK(MPI_Isend, msg, (int)sizeof *msg, MPI_BYTE, p,
+                       TAG_NOTICE, m->comm, &r)) {
     free(msg);
     return;
   }
@@ -388,8 +338,10 @@ static void reap_pending(shmap__mpimesh *m)
 {
   for (int i = 0; i < m->npend;) {
     int flag = 0;
-    MPI_Test(&m->pend[i].req, &flag, MPI_STATUS_IGNORE);
-    if (!flag) {
+    /* One that fails is kept, and waited for when the mesh goes. */
+    if (SHMAP__MPI_CHECK(MPI_Test, &m->pend[i].req, &flag,
+                         MPI_STATUS_IGNORE) ||
+        !flag) {
       i++;
       continue;
     }
@@ -420,14 +372,14 @@ static void drain(shmap__mpimesh *m)
     int flag = 0;
     MPI_Message msg;
     MPI_Status st;
-    if (MPI_Improbe(MPI_ANY_SOURCE, TAG_NOTICE, m->comm, &flag, &msg, &st) !=
-            MPI_SUCCESS ||
+    if (SHMAP__MPI_CHECK(MPI_Improbe, MPI_ANY_SOURCE, TAG_NOTICE, m->comm,
+                         &flag, &msg, &st) ||
         !flag)
       return;
     int len = 0;
-    MPI_Get_count(&st, MPI_BYTE, &len);
-    if (MPI_Mrecv(m->in, (int)sizeof(notice), MPI_BYTE, &msg, MPI_STATUS_IGNORE) !=
-        MPI_SUCCESS)
+    if (SHMAP__MPI_CHECK(MPI_Get_count, &st, MPI_BYTE, &len) ||
+        SHMAP__MPI_CHECK(MPI_Mrecv, m->in, (int)sizeof(notice), MPI_BYTE,
+                         &msg, MPI_STATUS_IGNORE))
       return;
     atomic_fetch_add(&m->got[st.MPI_SOURCE], 1);
     const notice *n = (const notice *)m->in;
@@ -490,10 +442,11 @@ static void poll_notices(shmap__runtime *rt, shmap__mpimesh *m)
   }
 }
 
-void shmap__mpi_on_fail(shmap__runtime *rt, int dev, int code,
-                        const char *msg)
+/* shmap__fail() is recording the first failure of a map: tell the other
+ * processes (unless it came from one of them). */
+static void mpi_notify(shmap__runtime *rt, int dev, int code, const char *msg)
 {
-  shmap__mpimesh *m = mm_of(rt->mesh);
+  shmap__mpimesh *m = mm_of(rt);
   if (!m)
     return;
   if (applying_remote) {
@@ -509,9 +462,11 @@ void shmap__mpi_on_fail(shmap__runtime *rt, int dev, int code,
   send_notice(m, n, sizeof *n);
 }
 
-void shmap__mpi_dev_done(shmap__runtime *rt, int dev, uint32_t calls)
+/* Device dev returned from its body after `calls` collective calls: tell
+ * the other processes, whose devices may wait for it. */
+static void dev_done(shmap__runtime *rt, int dev, uint32_t calls)
 {
-  shmap__mpimesh *m = mm_of(rt->mesh);
+  shmap__mpimesh *m = mm_of(rt);
   if (!m)
     return;
   /* A send buffer must not change before its send completes.  One buffer
@@ -527,11 +482,9 @@ void shmap__mpi_dev_done(shmap__runtime *rt, int dev, uint32_t calls)
   send_notice(m, n, DONE_LEN);
 }
 
-void shmap__mpi_map_begin(shmap_mesh *mesh)
+/* The caller of a map, before its devices start. */
+static void map_begin(shmap__mpimesh *m)
 {
-  shmap__mpimesh *m = mm_of(mesh);
-  if (!m)
-    return;
   uv_mutex_lock(&m->lock);
   m->epoch++;
   for (int d = 0; d < m->ndev; d++) {
@@ -559,6 +512,7 @@ typedef struct waitarg {
   uint32_t short_calls;
   int polls;
   bool done;
+  int err;            /* an MPI error ended the wait (message set) */
   bool cancel;        /* a watched member left without entering the call */
   /* Descriptor exchange only (arrive, see Cross-group agreement): */
   shmap__coll *c;
@@ -587,22 +541,30 @@ typedef struct mwire {
 
 static bool arrive_check(waitarg *w);
 
+/* Whether every request completed.  One MPI_Test per request rather than
+ * MPI_Testall: MPICH declares MPI_STATUSES_IGNORE as a zero-length array,
+ * which GCC's -Wstringop-overflow takes for a too-small status buffer.  A
+ * completed request becomes MPI_REQUEST_NULL, which tests as complete
+ * again.  An MPI error counts as the end, with w->err set. */
+static bool tested_all(waitarg *w)
+{
+  int flag = 1;
+  for (int i = 0; i < w->nreq; i++) {
+    int one = 0;
+    if ((w->err = SHMAP__MPI_CHECK(MPI_Test, &w->reqs[i], &one,
+                                   MPI_STATUS_IGNORE)))
+      return true;
+    flag &= one;
+  }
+  return flag;
+}
+
 static bool requests_done(void *arg)
 {
   waitarg *w = arg;
   if (w->c)
     return arrive_check(w);
-  /* One MPI_Test per request rather than MPI_Testall: MPICH declares
-   * MPI_STATUSES_IGNORE as a zero-length array, which GCC's
-   * -Wstringop-overflow takes for a too-small status buffer.  A completed
-   * request becomes MPI_REQUEST_NULL, which tests as complete again. */
-  int flag = 1;
-  for (int i = 0; i < w->nreq; i++) {
-    int one = 0;
-    MPI_Test(&w->reqs[i], &one, MPI_STATUS_IGNORE);
-    flag &= one;
-  }
-  if (flag) {
+  if (tested_all(w)) {
     w->done = true;
     return true;
   }
@@ -651,20 +613,22 @@ static bool abandon(shmap__mpimesh *m, MPI_Request *reqs, int n,
   for (int i = 0; i < n; i++) {
     if (reqs[i] == MPI_REQUEST_NULL)
       continue;
+    /* The call failed already: an MPI error here leaves its message
+     * set and changes nothing else. */
     int flag = 0;
-    MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE);
-    if (flag)
+    if (SHMAP__MPI_CHECK(MPI_Test, &reqs[i], &flag, MPI_STATUS_IGNORE) == 0 &&
+        flag)
       continue;
     if (i % 2 == 0) {
       MPI_Status st;
       int cancelled = 0;
-      MPI_Cancel(&reqs[i]);
-      MPI_Wait(&reqs[i], &st);
-      MPI_Test_cancelled(&st, &cancelled);
-      if (cancelled)
+      if (SHMAP__MPI_CHECK(MPI_Cancel, &reqs[i]) == 0 &&
+          SHMAP__MPI_CHECK(MPI_Wait, &reqs[i], &st) == 0 &&
+          SHMAP__MPI_CHECK(MPI_Test_cancelled, &st, &cancelled) == 0 &&
+          cancelled)
         atomic_fetch_sub(&m->got[procs[i / 2]], 1);
     } else {
-      MPI_Request_free(&reqs[i]);
+      (void)SHMAP__MPI_CHECK(MPI_Request_free, &reqs[i]);
       orphan = true;
     }
   }
@@ -678,8 +642,11 @@ static void orphan(shmap__mpimesh *m, void *buf)
   if (m->norphans == m->caporphans) {
     int cap = m->caporphans ? 2 * m->caporphans : 8;
     void **n = shmap__realloc(m->orphans, sizeof *n * (size_t)cap);
-    if (!n)
-      abort(); /* a few pointers: the allocator is gone */
+    if (!n) {
+      /* Not kept, not freed: a send may still read it. */
+      uv_mutex_unlock(&m->orphan_lock);
+      return;
+    }
     m->orphans = n;
     m->caporphans = cap;
   }
@@ -700,9 +667,12 @@ static int wait_all(shmap_ctx *ctx, waitarg *w)
   w->rt = rt;
   w->short_dev = -1;
   w->done = false;
+  w->err = 0;
   w->cancel = false;
   while (!shmap__dev_poll(rt, self, requests_done, w, NULL))
     ;
+  if (w->err)
+    return w->err;
   if (w->done)
     return 0;
   return w->cancel ? SHMAP_ECANCELED : SHMAP_EMISMATCH;
@@ -773,8 +743,11 @@ static bool decide(waitarg *w, int i, const smsg *s)
   bool failed = atomic_load(&rt->abort) != 0;
   bool later = false;
   int flag = 0;
+  /* An error leaves the request as it is; the next round's tested_all
+   * reports it. */
   if (w->reqs[2 * i] != MPI_REQUEST_NULL)
-    MPI_Test(&w->reqs[2 * i], &flag, MPI_STATUS_IGNORE);
+    (void)SHMAP__MPI_CHECK(MPI_Test, &w->reqs[2 * i], &flag,
+                           MPI_STATUS_IGNORE);
   if (w->reqs[2 * i] == MPI_REQUEST_NULL) {
     if (w->theirs[i].k == k)
       return false; /* it came meanwhile */
@@ -814,6 +787,64 @@ static bool decide(waitarg *w, int i, const smsg *s)
 }
 
 /* The predicate of a device waiting for its group's descriptors. */
+/* Members of other processes that returned from their bodies (DONE):
+ * true when that settles the wait (w->why or w->cancel set). */
+static bool remote_left(waitarg *w, bool failed)
+{
+  shmap__mpimesh *m = w->m;
+  eslot *es = &m->slot[m->epoch & 1];
+  const shmap__place *pl = w->rt->mesh->place;
+  uint32_t k = w->k;
+  for (int i = 0; i < w->nwatch; i++) {
+    int d = w->watch[i];
+    if (pl->owner[d] == pl->self || w->reqs[2 * i] == MPI_REQUEST_NULL ||
+        !es->done[d])
+      continue;
+    if (!failed && es->counts[d] < k) {
+      w->short_dev = d;
+      w->short_calls = es->counts[d];
+      shmap__call_mismatch(w->rt->mesh, w->c->ctx->dev, &w->c->call, d, NULL,
+                           k, es->counts[d], w->why, w->nwhy);
+      return true;
+    }
+    if (failed && es->entered[d] < k) {
+      w->cancel = true;
+      return true;
+    }
+  }
+  return false;
+}
+
+/* The answer to our question, if any: 1 when it settles the wait, -1 to
+ * wait on for it, 0 to go on (asking again when unanswered too long). */
+static int take_answer(waitarg *w, uint64_t now)
+{
+  shmap__mpimesh *m = w->m;
+  int me = w->c->ctx->dev;
+  if (w->asking < 0)
+    return 0;
+  smsg s;
+  bool got = false;
+  uv_mutex_lock(&m->lock);
+  if (m->reply[me].epoch == m->epoch && m->reply[me].id == w->ask_id) {
+    s = m->reply[me];
+    m->reply[me].epoch = 0;
+    got = true;
+  }
+  uv_mutex_unlock(&m->lock);
+  if (got) {
+    int i = w->asking;
+    w->asking = -1;
+    return decide(w, i, &s) ? 1 : 0;
+  }
+  if (now - w->asked_at < REASK_AFTER)
+    return -1;
+  w->asking = -1; /* unanswered (a process between maps): ask again */
+  return 0;
+}
+
+static bool ask_members(waitarg *w, uint64_t now);
+
 static bool arrive_check(waitarg *w)
 {
   shmap__mpimesh *m = w->m;
@@ -821,14 +852,11 @@ static bool arrive_check(waitarg *w)
   uint32_t k = w->k;
   int me = w->c->ctx->dev;
   /* A verdict stands: a fiber's worker may ask again before resuming it. */
-  if (w->done || w->cancel || w->why[0])
+  if (w->done || w->err || w->cancel || w->why[0])
     return true;
-  int flag = 1;
-  for (int i = 0; i < w->nreq; i++) {
-    int one = 0;
-    MPI_Test(&w->reqs[i], &one, MPI_STATUS_IGNORE);
-    flag &= one;
-  }
+  int flag = tested_all(w);
+  if (w->err)
+    return true;
   bool later = false;
   for (int i = 0; i < w->nwatch; i++) {
     if (w->reqs[2 * i] != MPI_REQUEST_NULL || w->theirs[i].k == k)
@@ -867,55 +895,29 @@ static bool arrive_check(waitarg *w)
     w->cancel = true;
     return true;
   }
-  /* Members of other processes that returned from their bodies (DONE). */
-  eslot *es = &m->slot[m->epoch & 1];
-  const shmap__place *pl = rt->mesh->place;
-  for (int i = 0; i < w->nwatch; i++) {
-    int d = w->watch[i];
-    if (pl->owner[d] == pl->self || w->reqs[2 * i] == MPI_REQUEST_NULL ||
-        !es->done[d])
-      continue;
-    if (!failed && es->counts[d] < k) {
-      w->short_dev = d;
-      w->short_calls = es->counts[d];
-      shmap__call_mismatch(rt->mesh, me, &w->c->call, d, NULL, k,
-                           es->counts[d], w->why, w->nwhy);
-      return true;
-    }
-    if (failed && es->entered[d] < k) {
-      w->cancel = true;
-      return true;
-    }
-  }
+  if (remote_left(w, failed))
+    return true;
   uint64_t now = shmap__now();
   /* The answer to our question. */
-  if (w->asking >= 0) {
-    smsg s;
-    bool got = false;
-    uv_mutex_lock(&m->lock);
-    if (m->reply[me].epoch == m->epoch && m->reply[me].id == w->ask_id) {
-      s = m->reply[me];
-      m->reply[me].epoch = 0;
-      got = true;
-    }
-    uv_mutex_unlock(&m->lock);
-    if (got) {
-      int i = w->asking;
-      w->asking = -1;
-      if (decide(w, i, &s))
-        return true;
-    } else if (now - w->asked_at < REASK_AFTER) {
-      return false;
-    } else {
-      w->asking = -1; /* unanswered (a process between maps): ask again */
-    }
-  }
+  int a = take_answer(w, now);
+  if (a)
+    return a > 0;
   if (!later && now < w->next_check)
     return false;
   if (w->next_check)
     w->interval = w->interval < CHECK_MAX ? 2 * w->interval : CHECK_MAX;
   w->next_check = now + w->interval;
-  /* Members of this process: read directly.  Others: one question. */
+  return ask_members(w, now);
+}
+
+/* Members of this process: read directly.  Others: one question.  true
+ * when a verdict was reached. */
+static bool ask_members(waitarg *w, uint64_t now)
+{
+  shmap__mpimesh *m = w->m;
+  const shmap__place *pl = w->rt->mesh->place;
+  uint32_t k = w->k;
+  int me = w->c->ctx->dev;
   for (int t = 0; t < w->nwatch; t++) {
     int i = (w->rr + t) % w->nwatch;
     int d = w->watch[i];
@@ -968,21 +970,40 @@ typedef struct mcall {
 
 static mcall *MC(shmap__coll *c) { return *(mcall **)c->priv; }
 
-static void add_req(shmap__coll *c, MPI_Request r)
+/* A data operation's failure (message set): the job fails with it. */
+static int call_fail(shmap__coll *c, int rc)
+{
+  return shmap__dev_fail(c->ctx, shmap__coll_opname(c), rc, "%s",
+                         shmap__errbuf());
+}
+
+/* A failure after every member passed arrive: the peers wait for this
+ * device's data, and by the seam's promise (comm.h) no failure releases
+ * that wait, so no notice could end it.  The job ends instead, with the
+ * device's message, rather than leave the other processes waiting. */
+static int data_fail(shmap__coll *c, int rc)
+{
+  rc = call_fail(c, rc);
+  shmap__proc_abort(shmap__errbuf());
+  return rc; /* not reached with MPI; kept for the compiler */
+}
+
+/* Track request r until depart; 0 or an MPI error (message set). */
+static int add_req(shmap__coll *c, MPI_Request r)
 {
   mcall *mc = MC(c);
   if (mc->nreq == mc->cap) {
     int cap = mc->cap ? 2 * mc->cap : 16;
     MPI_Request *n = shmap__realloc(mc->reqs, sizeof *n * (size_t)cap);
     if (!n) /* cannot track it: wait for it now instead */
-      { MPI_Wait(&r, MPI_STATUS_IGNORE); return; }
+      return SHMAP__MPI_CHECK(MPI_Wait, &r, MPI_STATUS_IGNORE);
     mc->reqs = n;
     mc->cap = cap;
   }
   mc->reqs[mc->nreq++] = r;
+  return 0;
 }
 
-/* The MPI type of a strided box of elements of `es` bytes. */
 /* The MPI type of a box of `rank` dimensions with these element strides:
  * *count of it.  A dense box (row-major strides of its shape: a whole
  * block, or a piece cut along its first axis) is plain bytes, which MPI
@@ -990,8 +1011,8 @@ static void add_req(shmap__coll *c, MPI_Request r)
  * one host); any other box is a nest of hvectors over the element.  The
  * signature is the same either way (bytes), so the two sides of a
  * transfer may describe it differently. */
-static MPI_Datatype box_type(int rank, const int64_t shape[],
-                             const int64_t strides[], size_t es, int *count)
+static int box_type(int rank, const int64_t shape[], const int64_t strides[],
+                    size_t es, MPI_Datatype *type, int *count)
 {
   int64_t n = 1; /* elements of the dimensions after d */
   bool dense = true;
@@ -1000,27 +1021,41 @@ static MPI_Datatype box_type(int rank, const int64_t shape[],
       dense = false;
     n *= shape[d];
   }
+  *type = MPI_BYTE;
   if (dense && (uint64_t)n * es <= INT_MAX) {
     *count = (int)((uint64_t)n * es);
-    return MPI_BYTE;
+    return 0;
   }
   MPI_Datatype t, nt;
-  MPI_Type_contiguous((int)es, MPI_BYTE, &t);
-  for (int d = rank - 1; d >= 0; d--) {
-    MPI_Type_create_hvector((int)shape[d], 1, (MPI_Aint)(strides[d] * (int64_t)es),
-                            t, &nt);
-    MPI_Type_free(&t);
+  int rc = SHMAP__MPI_CHECK(MPI_Type_contiguous, (int)es, MPI_BYTE, &t);
+  for (int d = rank - 1; rc == 0 && d >= 0; d--) {
+    rc = SHMAP__MPI_CHECK(MPI_Type_create_hvector, (int)shape[d], 1,
+                          (MPI_Aint)(strides[d] * (int64_t)es), t, &nt);
+    (void)SHMAP__MPI_CHECK(MPI_Type_free, &t);
     t = nt;
   }
-  MPI_Type_commit(&t);
+  if (rc == 0 && (rc = SHMAP__MPI_CHECK(MPI_Type_commit, &t)))
+    (void)SHMAP__MPI_CHECK(MPI_Type_free, &t);
+  if (rc)
+    return rc;
+  *type = t;
   *count = 1;
-  return t;
+  return 0;
 }
 
 static void type_done(MPI_Datatype *t)
 {
   if (*t != MPI_BYTE)
-    MPI_Type_free(t);
+    (void)SHMAP__MPI_CHECK(MPI_Type_free, t);
+}
+
+/* An element of `es` bytes, as an MPI type (committed); 0 or an error. */
+static int elem_type(size_t es, MPI_Datatype *t)
+{
+  int rc = SHMAP__MPI_CHECK(MPI_Type_contiguous, (int)es, MPI_BYTE, t);
+  if (rc == 0 && (rc = SHMAP__MPI_CHECK(MPI_Type_commit, t)))
+    (void)SHMAP__MPI_CHECK(MPI_Type_free, t);
+  return rc;
 }
 
 static int peer_proc(shmap__coll *c, int r, int *dev)
@@ -1108,8 +1143,9 @@ static void locals_depart(shmap__coll *c)
 }
 
 /* Wait for requests that must complete (data of a call every member
- * entered): no release by failures, as comm.h requires. */
-static void wait_must(shmap__coll *c, MPI_Request *reqs, int n)
+ * entered): no release by failures, as comm.h requires.  0, or an MPI
+ * error (message set). */
+static int wait_must(shmap__coll *c, MPI_Request *reqs, int n)
 {
   shmap_ctx *ctx = c->ctx;
   waitarg w = {.m = c->comm->priv, .reqs = reqs, .nreq = n};
@@ -1119,12 +1155,13 @@ static void wait_must(shmap__coll *c, MPI_Request *reqs, int n)
   shmap__dev *self = &rt->devs[ctx->dev];
   while (!shmap__dev_poll(rt, self, requests_done, &w, NULL) || !w.done)
     ;
+  return w.err;
 }
 
 static int mpi_open(shmap__comm *comm)
 {
-  shmap__mpimesh *m = mm_of(comm->mesh);
-  shmap__mpi_map_begin((shmap_mesh *)comm->mesh);
+  shmap__mpimesh *m = mm_of(comm->rt);
+  map_begin(m);
   comm->priv = m;
   return 0;
 }
@@ -1156,7 +1193,7 @@ static void mpi_finish(shmap__comm *comm, int dev)
   uv_mutex_lock(&v->lock);
   v->finished = ST_FINISHED | (calls == UINT32_MAX ? ST_RELEASED : 0);
   uv_mutex_unlock(&v->lock);
-  shmap__mpi_dev_done(rt, dev, calls);
+  dev_done(rt, dev, calls);
   atomic_store(&rt->devs[dev].coll.finished, 1);
   shmap__wake_all(rt);
 }
@@ -1181,6 +1218,45 @@ static void publish(shmap__mpimesh *m, const shmap__coll *c)
   v->ring[c->k % RING].dst = NULL;
   v->published = c->k;
   uv_mutex_unlock(&v->lock);
+}
+
+/* Post the descriptor exchange of arrive: for the i-th other member,
+ * reqs[2i] receives its descriptor into theirs[i] and reqs[2i+1] sends
+ * ours (wire, wbytes); procs[i] and watch[i] are its process and device.
+ * *nreq counts the requests posted.  0, or an MPI error (message set):
+ * the posting stops there. */
+static int post_all(shmap__coll *c, const mwire *wire, int wbytes,
+                    mwire *theirs, MPI_Request *reqs, int *procs, int *watch,
+                    int *nreq)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  int me = c->ctx->dev, i = 0;
+  for (int r = 0; r < c->n; r++) {
+    if (r == c->rank)
+      continue;
+    int d, p = peer_proc(c, r, &d);
+    procs[i] = p;
+    watch[i] = d;
+    atomic_fetch_add(&m->got[p], 1);
+    int rc = SHMAP__MPI_CHECK(MPI_Irecv, &theirs[i], (int)sizeof *theirs,
+                              MPI_BYTE, p, tag_of(m, d, me), m->comm,
+                              &reqs[2 * i]);
+    if (rc) {
+      atomic_fetch_sub(&m->got[p], 1);
+      return rc;
+    }
+    atomic_fetch_add(&m->sent[p], 1);
+    rc = SHMAP__MPI_CHECK(MPI_Isend, wire, wbytes, MPI_BYTE, p,
+                          tag_of(m, me, d), m->comm, &reqs[2 * i + 1]);
+    if (rc) {
+      atomic_fetch_sub(&m->sent[p], 1);
+      reqs[2 * i + 1] = MPI_REQUEST_NULL;
+      *nreq = 2 * i + 2;
+      return rc;
+    }
+    *nreq = 2 * ++i;
+  }
+  return 0;
 }
 
 /* Send this device's descriptor (and `bytes` of terms from `data`) to
@@ -1235,24 +1311,16 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
   if (bytes)
     memcpy(wire->data, data, bytes);
   int wbytes = (int)(offsetof(mwire, data) + bytes);
-  int nreq = 0, nwatch = 0;
   /* Before the sends: a member of this process that has our descriptor
    * finds our buffers (see Members in one process). */
   publish(m, c);
-  for (int r = 0; r < n; r++) {
-    if (r == c->rank)
-      continue;
-    int d, p = peer_proc(c, r, &d);
-    atomic_fetch_add(&m->got[p], 1);
-    MPI_Irecv(&theirs[nwatch], (int)sizeof *theirs, MPI_BYTE, p,
-              tag_of(m, d, ctx->dev), m->comm, &reqs[nreq++]);
-    atomic_fetch_add(&m->sent[p], 1);
-    MPI_Isend(wire, wbytes, MPI_BYTE, p, tag_of(m, ctx->dev, d), m->comm,
-              &reqs[nreq++]);
-    procs[nwatch] = p;
-    watch[nwatch++] = d;
-  }
-  atomic_store(&self->coll.arrive, c->k);
+  int nreq = 0;
+  int perr = post_all(c, wire, wbytes, theirs, reqs, procs, watch, &nreq);
+  int nwatch = nreq / 2;
+  /* A call whose descriptors did not all go out was not entered (see
+   * "Giving up a call after a failure"). */
+  if (!perr)
+    atomic_store(&self->coll.arrive, c->k);
   char why[SHMAP__MSG_MAX - 200];
   why[0] = '\0';
   waitarg w = {.m = m, .reqs = reqs, .nreq = nreq, .watch = watch,
@@ -1260,7 +1328,8 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
                .settled = settled, .interval = CHECK_AFTER, .asking = -1,
                .why = why, .nwhy = sizeof why};
   w.next_check = shmap__now() + CHECK_AFTER;
-  int rc = wait_all(ctx, &w);
+  int rc = perr ? perr : wait_all(ctx, &w);
+  int err = perr ? perr : w.err;
   bool orphaned = rc && abandon(m, reqs, nreq, procs);
   free(settled);
   if (atomic_load(&rt->abort))
@@ -1288,6 +1357,8 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
     orphan(m, wire);
   else
     free(wire);
+  if (err)
+    return call_fail(c, err);
   if (why[0])
     return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH, "%s",
                            why);
@@ -1340,65 +1411,93 @@ static int mpi_allreduce_small(shmap__coll *c, size_t count,
   return 0;
 }
 
-static void mpi_send(shmap__coll *c, int peer, const shmap__box *from)
+/* Post the send or receive of box `b` of `buf` with member `peer`'s
+ * process (tag: from -> to), tracked until depart; 0 or an MPI error. */
+static int post_box(shmap__coll *c, bool send, int peer, void *buf,
+                    const shmap__box *b, const int64_t strides[])
+{
+  shmap__mpimesh *m = c->comm->priv;
+  int d, p = peer_proc(c, peer, &d), me = c->ctx->dev;
+  int cnt;
+  MPI_Datatype t;
+  MPI_Request r;
+  int rc = box_type(b->rank, b->shape, strides, c->esize, &t, &cnt);
+  if (rc)
+    return rc;
+  _Atomic int64_t *count = send ? &m->sent[p] : &m->got[p];
+  atomic_fetch_add(count, 1);
+  rc = send ? SHMAP__MPI_CHECK(MPI_Isend, (char *)buf + b->off, cnt, t, p,
+                               tag_of(m, me, d), m->comm, &r)
+            : SHMAP__MPI_CHECK(MPI_Irecv, (char *)buf + b->off, cnt, t, p,
+                               tag_of(m, d, me), m->comm, &r);
+  type_done(&t);
+  if (rc) {
+    atomic_fetch_sub(count, 1);
+    return rc;
+  }
+  return add_req(c, r);
+}
+
+static int mpi_send(shmap__coll *c, int peer, const shmap__box *from)
 {
   shmap__mpimesh *m = c->comm->priv;
   int d, p = peer_proc(c, peer, &d);
   if (p == m->self)
-    return; /* the peer reads it (Members in one process) */
-  int cnt;
-  MPI_Datatype t = box_type(from->rank, from->shape, from->strides, c->esize, &cnt);
-  MPI_Request r;
-  atomic_fetch_add(&m->sent[p], 1);
-  MPI_Isend((const char *)c->call.src + from->off, cnt, t, p,
-            tag_of(m, c->ctx->dev, d), m->comm, &r);
-  type_done(&t);
-  add_req(c, r);
+    return 0; /* the peer reads it (Members in one process) */
+  int rc = post_box(c, true, peer, (void *)c->call.src, from, from->strides);
+  return rc ? data_fail(c, rc) : 0;
 }
 
-static void mpi_recv(shmap__coll *c, int peer, const shmap__box *to)
+static int mpi_recv(shmap__coll *c, int peer, const shmap__box *to)
 {
   shmap__mpimesh *m = c->comm->priv;
   int d, p = peer_proc(c, peer, &d);
   if (p == m->self)
-    return; /* the peer writes it (Members in one process) */
-  int cnt;
-  MPI_Datatype t = box_type(to->rank, to->shape, to->strides, c->esize, &cnt);
-  MPI_Request r;
-  atomic_fetch_add(&m->got[p], 1);
-  MPI_Irecv((char *)c->call.dst + to->off, cnt, t, p,
-            tag_of(m, d, c->ctx->dev), m->comm, &r);
-  type_done(&t);
-  add_req(c, r);
-  c->ctx->remote += p != m->self ? (uint64_t)shmap__numel(to->rank, to->shape) * c->esize : 0;
+    return 0; /* the peer writes it (Members in one process) */
+  int rc = post_box(c, false, peer, c->call.dst, to, to->strides);
+  if (rc)
+    return data_fail(c, rc);
+  c->ctx->remote += (uint64_t)shmap__numel(to->rank, to->shape) * c->esize;
+  return 0;
 }
 
-static void mpi_get(shmap__coll *c, int peer, const shmap__box *from, void *to,
-                    const int64_t to_strides[])
+static int mpi_get(shmap__coll *c, int peer, const shmap__box *from, void *to,
+                   const int64_t to_strides[])
 {
   if (peer == c->rank) {
     shmap__copy_box(to, to_strides, (const char *)c->call.src + from->off,
                     from->strides, from->rank, from->shape, c->esize);
-    return;
+    return 0;
   }
   shmap__mpimesh *m = c->comm->priv;
   int d, p = peer_proc(c, peer, &d);
   if (p == m->self) {
     shmap__copy_box(to, to_strides, (const char *)peer_bufs(c, d)->src + from->off,
                     from->strides, from->rank, from->shape, c->esize);
-    return;
+    return 0;
   }
   int cnt;
-  MPI_Datatype t = box_type(from->rank, from->shape, to_strides, c->esize, &cnt);
+  MPI_Datatype t;
   MPI_Request r;
+  int rc = box_type(from->rank, from->shape, to_strides, c->esize, &t, &cnt);
+  if (rc)
+    return data_fail(c, rc);
   atomic_fetch_add(&m->got[p], 1);
-  MPI_Irecv(to, cnt, t, p, tag_of(m, d, c->ctx->dev), m->comm, &r);
+  rc = SHMAP__MPI_CHECK(MPI_Irecv, to, cnt, t, p, tag_of(m, d, c->ctx->dev),
+                        m->comm, &r);
   type_done(&t);
-  wait_must(c, &r, 1);
-  c->ctx->remote += p != m->self ? (uint64_t)shmap__numel(from->rank, from->shape) * c->esize : 0;
+  if (rc) {
+    atomic_fetch_sub(&m->got[p], 1);
+    return data_fail(c, rc);
+  }
+  if ((rc = wait_must(c, &r, 1)))
+    return data_fail(c, rc);
+  c->ctx->remote += (uint64_t)shmap__numel(from->rank, from->shape) * c->esize;
+  return 0;
 }
 
-/* A device's staging buffer `which` of at least `bytes`.  Kept for the
+/* A device's staging buffer `which` of at least `bytes`, NULL when out of
+ * memory.  Kept for the
  * mesh's life, because fresh memory costs more than the transfer: MPI
  * writes received pieces page by page into it (with Open MPI's
  * single-copy path, process_vm_readv faults each new page in), and the C
@@ -1415,39 +1514,26 @@ static void *scratch(shmap__coll *c, int which, size_t bytes)
     v->scap[which] = 0;
     v->scratch[which] = shmap__alloc(bytes, false);
     if (!v->scratch[which])
-      abort(); /* no way to fail a call every member entered */
+      return NULL;
     v->scap[which] = bytes;
   }
   return v->scratch[which];
 }
 
-/* Every member's src[off..off+count) folded in rank order into acc: terms
- * of other processes received into one buffer, those of this process read
- * where they are. */
-static void fold_terms(shmap__coll *c, size_t off, size_t count,
-                       const shmap__fold *fold, void *acc)
+/* Post the receives of the terms of other processes into `terms`, and
+ * point srcs[r] at every member's term (those of this process where they
+ * are).  *nreq counts the receives posted; 0 or an MPI error (message
+ * set), the posting stopping there. */
+static int post_terms(shmap__coll *c, size_t off, size_t count, char *terms,
+                      const void **srcs, MPI_Request *reqs, int *nreq)
 {
   shmap__mpimesh *m = c->comm->priv;
   size_t bytes = count * c->esize;
-  int n = c->n;
-  const void **srcs = shmap__malloc(sizeof *srcs * (size_t)n);
-  MPI_Request *reqs = shmap__malloc(sizeof *reqs * (size_t)n);
-  if (!srcs || !reqs)
-    abort(); /* no way to fail a call every member entered */
-  int nremote = 0;
-  for (int r = 0; r < n; r++) {
-    int d;
-    if (r != c->rank && !local_member(c, r, &d))
-      nremote++;
-  }
-  char *terms = nremote ? scratch(c, SCRATCH_TERMS, bytes * (size_t)nremote)
-                        : NULL;
   MPI_Datatype t;
-  MPI_Type_contiguous((int)c->esize, MPI_BYTE, &t);
-  MPI_Type_commit(&t);
-  int nreq = 0;
+  int rc = elem_type(c->esize, &t);
+  bool typed = rc == 0;
   char *next = terms;
-  for (int r = 0; r < n; r++) {
+  for (int r = 0; rc == 0 && r < c->n; r++) {
     int d;
     if (r == c->rank) {
       srcs[r] = (const char *)c->call.src + off * c->esize;
@@ -1459,47 +1545,77 @@ static void fold_terms(shmap__coll *c, size_t off, size_t count,
     }
     int p = c->comm->mesh->place->owner[d];
     atomic_fetch_add(&m->got[p], 1);
-    MPI_Irecv(next, (int)count, t, p, tag_of(m, d, c->ctx->dev), m->comm,
-              &reqs[nreq++]);
+    rc = SHMAP__MPI_CHECK(MPI_Irecv, next, (int)count, t, p,
+                          tag_of(m, d, c->ctx->dev), m->comm, &reqs[*nreq]);
+    if (rc) {
+      atomic_fetch_sub(&m->got[p], 1);
+      break;
+    }
+    ++*nreq;
     srcs[r] = next;
     next += bytes;
     c->ctx->remote += bytes;
   }
-  MPI_Type_free(&t);
-  if (nreq)
-    wait_must(c, reqs, nreq);
+  if (typed)
+    type_done(&t);
+  return rc;
+}
+
+/* Every member's src[off..off+count) folded in rank order into acc: terms
+ * of other processes received into one buffer, those of this process read
+ * where they are.  0, or an error code (the job failed with it). */
+static int fold_terms(shmap__coll *c, size_t off, size_t count,
+                      const shmap__fold *fold, void *acc)
+{
+  size_t bytes = count * c->esize;
+  int n = c->n;
+  int nremote = 0;
+  for (int r = 0; r < n; r++) {
+    int d;
+    if (r != c->rank && !local_member(c, r, &d))
+      nremote++;
+  }
+  const void **srcs = shmap__malloc(sizeof *srcs * (size_t)n);
+  MPI_Request *reqs = shmap__malloc(sizeof *reqs * (size_t)n);
+  char *terms = nremote ? scratch(c, SCRATCH_TERMS, bytes * (size_t)nremote)
+                        : NULL;
+  if (!srcs || !reqs || (nremote && !terms)) {
+    free(srcs);
+    free(reqs);
+    return data_fail(c, shmap__err(SHMAP_ENOMEM, "out of memory"));
+  }
+  int nreq = 0;
+  int rc = post_terms(c, off, count, terms, srcs, reqs, &nreq);
+  /* Even after an error: the receives posted write into terms. */
+  int wrc = nreq ? wait_must(c, reqs, nreq) : 0;
+  rc = rc ? rc : wrc;
   /* Every term at once, in rank order: the fused kernel folds them in
    * one pass (and divides for pmean). */
-  fold->fn(acc, srcs, n, count, fold->count);
+  if (rc == 0)
+    fold->fn(acc, srcs, n, count, fold->count);
   free(srcs);
   free(reqs);
+  return rc ? data_fail(c, rc) : 0;
 }
 
-static void mpi_reduce(shmap__coll *c, size_t off, size_t count,
-                       const shmap__fold *fold, void *acc)
+static int mpi_reduce(shmap__coll *c, size_t off, size_t count,
+                      const shmap__fold *fold, void *acc)
 {
-  fold_terms(c, off, count, fold, acc);
+  return fold_terms(c, off, count, fold, acc);
 }
 
-static void mpi_allreduce(shmap__coll *c, size_t off, size_t count,
-                          const shmap__fold *fold)
+/* Send the folded chunk acc (count result elements of des bytes) to every
+ * member of another process; those of this process get it written into
+ * their dst at off.  0 or an MPI error (message set). */
+static int post_result(shmap__coll *c, size_t off, size_t count, size_t des,
+                       const char *acc)
 {
   shmap__mpimesh *m = c->comm->priv;
-  /* The result's elements may be wider than the terms (a bool sum). */
-  size_t des = fold->out_esize;
   size_t bytes = count * des;
-  char *acc = scratch(c, SCRATCH_ACC, bytes + 1);
-  fold_terms(c, off, count, fold, acc);
-  /* In place (psum): what this device sent from src must be out before
-   * its dst, the same memory, changes. */
-  mcall *mc = MC(c);
-  wait_must(c, mc->reqs, mc->nreq);
-  mc->nreq = 0;
-  shmap__copy((char *)c->call.dst + off * des, acc, bytes);
   MPI_Datatype t;
-  MPI_Type_contiguous((int)des, MPI_BYTE, &t);
-  MPI_Type_commit(&t);
-  for (int r = 0; r < c->n; r++) {
+  int rc = elem_type(des, &t);
+  bool typed = rc == 0;
+  for (int r = 0; rc == 0 && r < c->n; r++) {
     if (r == c->rank)
       continue;
     int d, p = peer_proc(c, r, &d);
@@ -1509,10 +1625,41 @@ static void mpi_allreduce(shmap__coll *c, size_t off, size_t count,
     }
     MPI_Request q;
     atomic_fetch_add(&m->sent[p], 1);
-    MPI_Isend(acc, (int)count, t, p, tag_of(m, c->ctx->dev, d), m->comm, &q);
-    add_req(c, q);
+    rc = SHMAP__MPI_CHECK(MPI_Isend, acc, (int)count, t, p,
+                          tag_of(m, c->ctx->dev, d), m->comm, &q);
+    if (rc) {
+      atomic_fetch_sub(&m->sent[p], 1);
+      break;
+    }
+    rc = add_req(c, q);
   }
-  MPI_Type_free(&t);
+  if (typed)
+    type_done(&t);
+  return rc;
+}
+
+static int mpi_allreduce(shmap__coll *c, size_t off, size_t count,
+                         const shmap__fold *fold)
+{
+  /* The result's elements may be wider than the terms (a bool sum). */
+  size_t des = fold->out_esize;
+  size_t bytes = count * des;
+  char *acc = scratch(c, SCRATCH_ACC, bytes + 1);
+  if (!acc)
+    return data_fail(c, shmap__err(SHMAP_ENOMEM, "out of memory"));
+  int rc = fold_terms(c, off, count, fold, acc);
+  if (rc)
+    return rc;
+  /* In place (psum): what this device sent from src must be out before
+   * its dst, the same memory, changes. */
+  mcall *mc = MC(c);
+  rc = wait_must(c, mc->reqs, mc->nreq);
+  mc->nreq = 0;
+  if (rc)
+    return data_fail(c, rc);
+  shmap__copy((char *)c->call.dst + off * des, acc, bytes);
+  rc = post_result(c, off, count, des, acc);
+  return rc ? data_fail(c, rc) : 0;
 }
 
 static int mpi_depart(shmap__coll *c)
@@ -1520,44 +1667,21 @@ static int mpi_depart(shmap__coll *c)
   mcall *mc = MC(c);
   if (!mc)
     return 0;
-  if (mc->nreq)
-    wait_must(c, mc->reqs, mc->nreq);
+  int rc = mc->nreq ? wait_must(c, mc->reqs, mc->nreq) : 0;
   locals_depart(c);
   free(mc->reqs);
   free(mc);
   memset(c->priv, 0, sizeof mc);
-  return 0;
+  return rc ? data_fail(c, rc) : 0;
 }
 
-const shmap__transport shmap__mpi_transport = {
-    .name = "mpi",
-    .open = mpi_open,
-    .close = mpi_close,
-    .is_local = mpi_is_local,
-    .finish = mpi_finish,
-    .failed = mpi_failed,
-    .arrive = mpi_arrive,
-    .get = mpi_get,
-    .reduce = mpi_reduce,
-    .allreduce = mpi_allreduce,
-    .send = mpi_send,
-    .recv = mpi_recv,
-    .depart = mpi_depart,
-    .allreduce_small = mpi_allreduce_small,
-    .small_max_n = SHMAP_MAX_DEVICES,
-};
-
 /* ---- the end of a map ----------------------------------------------------------- */
-
-typedef struct verdict {
-  int32_t code, origin;
-  char msg[SHMAP__MSG_MAX];
-} verdict;
 
 typedef struct endwait {
   shmap__mpimesh *m;
   MPI_Request *req;
   unsigned polls;
+  int err; /* an MPI error ended the wait (message set) */
 } endwait;
 
 /* The results' exchange is done; meanwhile notices are taken in. */
@@ -1565,8 +1689,8 @@ static bool end_done(void *arg)
 {
   endwait *w = arg;
   int flag = 0;
-  MPI_Test(w->req, &flag, MPI_STATUS_IGNORE);
-  if (flag)
+  if ((w->err = SHMAP__MPI_CHECK(MPI_Test, w->req, &flag, MPI_STATUS_IGNORE)) ||
+      flag)
     return true;
   if ((w->polls++ & 15) == 0) {
     uv_mutex_lock(&w->m->lock);
@@ -1576,30 +1700,30 @@ static bool end_done(void *arg)
   return false;
 }
 
-int shmap__mpi_map_end(shmap_mesh *mesh, int rc, const uint32_t *calls)
+/* After the map's devices finished: exchange every process's result and
+ * return the agreed code (message set): the first failure that began in
+ * the lowest-numbered process where one began, else the lowest-numbered
+ * process's. */
+static int mpi_verdict(shmap__comm *comm, int rc)
 {
-  shmap__mpimesh *m = mm_of(mesh);
-  if (!m)
-    return rc;
-  shmap__runtime *rt = mesh->rt;
-  (void)calls;
+  shmap__mpimesh *m = comm->priv;
   /* Exchange the results, still taking in notices while waiting. */
-  verdict *all = shmap__calloc((size_t)m->nproc, sizeof *all);
-  if (!all)
-    MPI_Abort(m->comm, 1); /* cannot take part: stop rather than hang */
+  verdict *all = m->all;
+  memset(all, 0, sizeof *all * (size_t)m->nproc);
   all[m->self].code = rc;
   all[m->self].origin = rc && !atomic_load(&m->remote_fail);
   if (rc)
     snprintf(all[m->self].msg, sizeof all[0].msg, "%s", shmap__errbuf());
   MPI_Request req;
-  int err = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, all,
-                           (int)sizeof *all, MPI_BYTE, m->comm, &req);
-  if (err != MPI_SUCCESS) {
-    free(all);
-    return shmap__err(SHMAP_ESYS, "MPI_Iallgather failed at the end of a map");
-  }
+  int err = SHMAP__MPI_CHECK(MPI_Iallgather, MPI_IN_PLACE, 0,
+                             MPI_DATATYPE_NULL, all, (int)sizeof *all,
+                             MPI_BYTE, m->comm, &req);
+  if (err)
+    return err;
   endwait ew = {.m = m, .req = &req};
   shmap__poll_until(NULL, NULL, end_done, &ew, NULL);
+  if (ew.err)
+    return ew.err;
   int pick = -1;
   for (int p = 0; p < m->nproc && pick < 0; p++)
     if (all[p].code && all[p].origin)
@@ -1613,7 +1737,6 @@ int shmap__mpi_map_end(shmap_mesh *mesh, int rc, const uint32_t *calls)
     all[pick].msg[sizeof all[pick].msg - 1] = '\0';
     shmap__err_set(all[pick].msg);
   }
-  free(all);
   /* This map is over everywhere: its slot serves the map after next. */
   uv_mutex_lock(&m->lock);
   eslot *s = &m->slot[m->epoch & 1];
@@ -1623,33 +1746,34 @@ int shmap__mpi_map_end(shmap_mesh *mesh, int rc, const uint32_t *calls)
   memset(s->counts, 0, sizeof(uint32_t) * (size_t)m->ndev);
   memset(s->entered, 0, sizeof(uint32_t) * (size_t)m->ndev);
   uv_mutex_unlock(&m->lock);
-  (void)rt;
   return rc;
 }
 
-#else /* no MPI */
+/* ---- the table -------------------------------------------------------- */
 
-int shmap__mpi_mesh_init(shmap_mesh *mesh) { (void)mesh; return 0; }
-void *shmap__mpi_mesh_comm(const shmap_mesh *mesh, int *tag)
-{
-  (void)mesh;
-  (void)tag;
-  return NULL;
-}
-int shmap__mpi_mesh_free(shmap_mesh *mesh) { (void)mesh; return 0; }
-void shmap__mpi_map_begin(shmap_mesh *mesh) { (void)mesh; }
-void shmap__mpi_dev_done(shmap__runtime *rt, int dev, uint32_t calls)
-{
-  (void)rt; (void)dev; (void)calls;
-}
-int shmap__mpi_map_end(shmap_mesh *mesh, int rc, const uint32_t *calls)
-{
-  (void)mesh;
-  (void)calls;
-  return rc;
-}
-void shmap__mpi_on_fail(shmap__runtime *rt, int dev, int code, const char *msg)
-{
-  (void)rt; (void)dev; (void)code; (void)msg;
-}
+const shmap__transport shmap__mpi_transport = {
+    .name = "mpi",
+    .mesh_init = mpi_mesh_init,
+    .mesh_free = mpi_mesh_free,
+    .open = mpi_open,
+    .close = mpi_close,
+    .is_local = mpi_is_local,
+    .finish = mpi_finish,
+    .notify = mpi_notify,
+    .failed = mpi_failed,
+    .verdict = mpi_verdict,
+    .arrive = mpi_arrive,
+    .get = mpi_get,
+    .reduce = mpi_reduce,
+    .allreduce = mpi_allreduce,
+    .send = mpi_send,
+    .recv = mpi_recv,
+    .depart = mpi_depart,
+    .allreduce_small = mpi_allreduce_small,
+    .small_max_n = SHMAP_MAX_DEVICES,
+};
+
+#else /* no MPI: no transport between processes (comm.c) */
+
+typedef int shmap__no_mpi;
 #endif

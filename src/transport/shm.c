@@ -623,7 +623,7 @@ static int shm_arrive(shmap__coll *c)
   shmap__dev *self = &rt->devs[ctx->dev];
   shm_dev *sd = &st->devs[ctx->dev];
   call_begin(c);
-  hist_take(c, sd, c->call.kind == SHMAP__PPERMUTE);
+  hist_take(c, sd, c->one_reader);
   shmap__call_copy(&sd->calls[c->k % HIST], &c->call);
   shmap__publish(&self->coll.arrive, c->k);
   /* Whoever waits to compare its call with ours (even for a group of one:
@@ -650,8 +650,8 @@ static bool slot_depart(shmap__coll *c)
   atomic_store(&slot->word, 0); /* free the slot for a later call */
   if (w & WAITED)
     shmap__wake_all(rt);
-  else if (c->call.kind != SHMAP__PPERMUTE)
-    wake_members(rt, c); /* ppermute's members do not wait for it */
+  else if (!c->one_reader)
+    wake_members(rt, c); /* one reader's members do not wait for it */
   return false;
 }
 
@@ -702,7 +702,7 @@ static void shm_src_wait(shmap_ctx *ctx, int reader, uint32_t k)
 
 static int shm_depart(shmap__coll *c)
 {
-  if (c->call.kind == SHMAP__PPERMUTE) {
+  if (c->one_reader) {
     shm_depart_deferred(c);
     if (c->n > 1 && c->to >= 0 && c->to != c->rank)
       wait_left(c->ctx->rt, c->ctx->dev, member(c, c->to), c->k);
@@ -1013,10 +1013,10 @@ static void boxes_fold(shmap__coll *c, const void *first, int lo, int hi,
  * cores move one partial result per pair of workers and one result per
  * worker.  This needs each worker's members to hold a run of ranks (the
  * call's axes in the mesh's order, so that ranks follow device numbers)
- * and a fold whose partial result is a term: psum, pmax, pmin and
- * psum_scatter of every dtype but bf16 and f16 (which round once, at the
- * end) and bool (whose sum is wider); pmean divides at the end.  Other
- * calls take one leader.
+ * and a fold whose partial result is a term (fold->partial, which the
+ * plan sets for psum, pmax, pmin and psum_scatter of every dtype but bf16
+ * and f16, which round once, at the end) and no wider (a bool sum is);
+ * pmean divides at the end.  Other calls take one leader.
  *
  * A sub-leader compares its members' hashes and its predecessor's with
  * its own, and compares with the last sub-leader when it takes the
@@ -1208,11 +1208,7 @@ static bool chainable(const shmap__coll *c, const shmap__fold *fold)
   const shmap__call *a = &c->call;
   const shmap__runtime *rt = c->ctx->rt;
   if (shmap__workers(rt) < 2 || a->ngroups || fold->count ||
-      fold->out_esize != c->esize || a->dtype == SHMAP_BF16 ||
-      a->dtype == SHMAP_F16)
-    return false;
-  if (a->kind != SHMAP__PSUM && a->kind != SHMAP__PMAX &&
-      a->kind != SHMAP__PMIN && a->kind != SHMAP__PSUM_SCATTER)
+      fold->out_esize != c->esize || !fold->partial)
     return false;
   for (int i = 1; i < a->naxes; i++)
     if (a->axes[i] <= a->axes[i - 1])
@@ -1367,18 +1363,20 @@ static int shm_allreduce_small(shmap__coll *c, size_t count,
 /* Bytes of the stack buffer allreduce folds one piece into. */
 #define PIECE_BYTES 8192
 
-static void shm_get(shmap__coll *c, int r, const shmap__box *from, void *to,
-                    const int64_t to_strides[])
+/* The data operations read and write memory only: they cannot fail. */
+static int shm_get(shmap__coll *c, int r, const shmap__box *from, void *to,
+                   const int64_t to_strides[])
 {
   shmap__copy_box(to, to_strides, (const char *)peer(c, r)->src + from->off,
                   from->strides, from->rank, from->shape, c->esize);
+  return 0;
 }
 
 /* The members' terms are folded in one pass by the fused kernel (every
  * member's piece at once, partial results in registers), straight into
  * acc. */
-static void shm_reduce(shmap__coll *c, size_t off, size_t count,
-                       const shmap__fold *fold, void *acc)
+static int shm_reduce(shmap__coll *c, size_t off, size_t count,
+                      const shmap__fold *fold, void *acc)
 {
   fill_members(c);
   const void **srcs = S(c)->srcs;
@@ -1386,12 +1384,13 @@ static void shm_reduce(shmap__coll *c, size_t off, size_t count,
   for (int r = 0; r < c->n; r++)
     srcs[r] = (const char *)peer(c, r)->src + off * es;
   fold->fn(acc, srcs, c->n, count, fold->count);
+  return 0;
 }
 
 /* Fold one piece at a time into a buffer that stays in cache, then write
  * it to every member. */
-static void shm_allreduce(shmap__coll *c, size_t off, size_t count,
-                          const shmap__fold *fold)
+static int shm_allreduce(shmap__coll *c, size_t off, size_t count,
+                         const shmap__fold *fold)
 {
   fill_members(c);
   const void **srcs = S(c)->srcs;
@@ -1406,6 +1405,7 @@ static void shm_allreduce(shmap__coll *c, size_t off, size_t count,
     for (int r = 0; r < c->n; r++)
       shmap__copy((char *)peer(c, r)->dst + o * des, tmp, len * des);
   }
+  return 0;
 }
 
 const shmap__transport shmap__shm_transport = {
