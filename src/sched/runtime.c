@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* runtime.c - persistent device threads, parking, waiting and waking. */
+/* runtime.c - the runtime of a mesh: waiting and waking, the failure, the
+ * registry of scheduling modes, starting them and running a job. */
 #include "sched/sched.h"
 
 #include "sched/hooks.h"
@@ -9,7 +10,6 @@
 #include "settings.h"
 
 #include <limits.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>

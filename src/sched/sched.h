@@ -70,7 +70,7 @@ typedef struct shmap__fiber {
   size_t map_size;
   void *tsan;        /* ThreadSanitizer's fiber handle */
   /* The context that last switched to this one: a fiber may be resumed by
-   * another worker than the one it left to (runtime.c). */
+   * another worker than the one it left to (fibers.c). */
   struct shmap__fiber *resumer;
 } shmap__fiber;
 
@@ -102,7 +102,7 @@ enum shmap__mode {
   SHMAP__FIBERS       /* devices are fibers on a few worker threads */
 };
 
-/* States of a device fiber (runtime.c, "Workers and stealing"): not yet
+/* States of a device fiber (fibers.c, "Workers and stealing"): not yet
  * started, ready (its wait is over), running on a worker, waiting, being
  * checked by a worker, done. */
 enum {
@@ -265,7 +265,7 @@ typedef struct shmap__runtime {
   _Atomic int done;        /* devices finished with the job */
   /* Fiber mode: worker 0's thread is inside a job (it runs worker 0's
    * devices when a watchdog keeps the map's caller busy) and may still be
-   * leaving it after the map's last device is done, see runtime.c. */
+   * leaving it after the map's last device is done, see fibers.c. */
   _Atomic int w0_in;
   shmap__waiter host;      /* the thread that called the map */
   /* How this mesh's devices exchange data (transport/comm.h), and the
