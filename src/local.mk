@@ -40,6 +40,8 @@ src_libshmap_core_la_SOURCES = \
 	src/debug/debug.c \
 	src/debug/watchdog.c \
 	src/sched/fiber.c \
+	src/sched/fibers.c \
+	src/sched/threads.c \
 	src/sched/guard.c \
 	src/sched/progress.c \
 	src/transport/comm.c \
@@ -54,7 +56,7 @@ src_libshmap_core_la_SOURCES = \
 	src/dtype.c
 noinst_HEADERS += src/settings.h src/internal.h src/device/arena.h src/device/device.h src/map/map.h \
 	src/sched/runtime.h src/sched/sched.h src/sched/trace.h \
-	src/sched/hooks.h src/debug/debug.h \
+	src/sched/hooks.h src/sched/mode.h src/debug/debug.h \
 	src/transport/comm.h src/coll/coll.h src/transport/desc.h src/coll/plan.h \
 	src/proc/proc.h src/transport/mpi.h src/dtype.h src/kern.h \
 	src/coll/async.h src/sched/progress.h src/hash.h src/kinds.h src/group.h

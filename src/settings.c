@@ -172,17 +172,20 @@ bool shmap__parse_seconds(const char *text, double *out)
   return true;
 }
 
-int shmap__setting_sched(void)
+/* The scheduling modes SHMAP_SCHED may name besides auto: each is a mode
+ * of the scheduler's registry (sched/runtime.c). */
+static const char *const sched_names[] = {"threads", "fibers"};
+
+const char *shmap__setting_sched(void)
 {
   const char *s = env("SHMAP_SCHED");
   if (!s || strcmp(s, "auto") == 0)
-    return SHMAP__SCHED_AUTO;
-  if (strcmp(s, "threads") == 0)
-    return SHMAP__SCHED_THREADS;
-  if (strcmp(s, "fibers") == 0)
-    return SHMAP__SCHED_FIBERS;
+    return NULL;
+  for (size_t i = 0; i < sizeof sched_names / sizeof *sched_names; i++)
+    if (strcmp(s, sched_names[i]) == 0)
+      return sched_names[i];
   bad_value(V_SCHED, "SHMAP_SCHED", s, "threads, fibers, auto", "auto");
-  return SHMAP__SCHED_AUTO;
+  return NULL;
 }
 
 /* An integer setting from lo to hi; `unset` when it is absent or invalid. */

@@ -20,11 +20,9 @@
 #define SHMAP__STACK_MAX ((size_t)1 << 62)
 #define SHMAP__FIBER_STACK_DEFAULT ((size_t)4 << 20)
 
-enum shmap__sched_setting { SHMAP__SCHED_AUTO, SHMAP__SCHED_THREADS,
-                            SHMAP__SCHED_FIBERS };
-
-/* SHMAP_SCHED: threads, fibers or auto (the default). */
-int shmap__setting_sched(void);
+/* SHMAP_SCHED: the name of a scheduling mode (threads, fibers), or NULL
+ * for auto (the default). */
+const char *shmap__setting_sched(void);
 /* SHMAP_WORKERS: worker threads in fiber mode, or 0 for the default. */
 int shmap__setting_workers(void);
 /* SHMAP_SPIN: microseconds of spinning before sleeping, or -1 for the

@@ -58,10 +58,11 @@ static void on_segv(int sig, siginfo_t *si, void *uc)
   if (d) {
     const shmap__runtime *rt = d->rt;
     const shmap__fiber *f = &d->sched.fiber;
-    bool fiber = rt->mode == SHMAP__FIBERS && f->map &&
-                 a >= (uintptr_t)f->map && a < (uintptr_t)f->stack;
-    bool thread = rt->mode == SHMAP__THREADS && thread_lo &&
-                  a < thread_lo + 4096 && a + THREAD_GUARD >= thread_lo;
+    /* A device with a stack of its own (a fiber) overflows into that
+     * stack's gap; one without, into its thread's. */
+    bool fiber = f->map && a >= (uintptr_t)f->map && a < (uintptr_t)f->stack;
+    bool thread = !f->map && thread_lo && a < thread_lo + 4096 &&
+                  a + THREAD_GUARD >= thread_lo;
     if (fiber || thread) {
       const shmap_mesh *mesh = rt->mesh;
       char msg[512];

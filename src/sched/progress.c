@@ -166,8 +166,8 @@ void shmap__progress_wait(shmap__runtime *rt, int dev, shmap__pred pred,
                           void *arg)
 {
   shmap__dev *d = &rt->devs[dev];
-  if (rt->mode == SHMAP__FIBERS) {
-    /* The worker runs the device's neighbours meanwhile. */
+  if (shmap__workers(rt)) {
+    /* The device's worker runs its neighbours meanwhile. */
     while (!shmap__dev_wait(rt, d, pred, arg, NULL))
       ;
     return;
@@ -179,7 +179,7 @@ void shmap__progress_wait(shmap__runtime *rt, int dev, shmap__pred pred,
 void shmap__progress_done(shmap__runtime *rt, int dev)
 {
   shmap__dev *d = &rt->devs[dev];
-  if (rt->mode == SHMAP__FIBERS)
+  if (shmap__workers(rt))
     shmap__wake(d->sched.wq);
   else
     shmap__wake(&helper_of(rt, dev)->donew);

@@ -1,14 +1,15 @@
 /* SPDX-License-Identifier: MIT */
-/* runtime.c - persistent device threads, parking, waiting and waking. */
+/* runtime.c - the runtime of a mesh: waiting and waking, the failure, the
+ * registry of scheduling modes, starting them and running a job. */
 #include "sched/sched.h"
 
 #include "sched/hooks.h"
+#include "sched/mode.h"
 #include "sched/progress.h"
 #include "sched/trace.h"
 #include "settings.h"
 
 #include <limits.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,9 +39,9 @@ struct shmap_ctx *shmap__current(void) { return current; }
 void shmap__set_current(struct shmap_ctx *ctx) { current = ctx; }
 
 /* The device whose code runs on this thread (guard.c names it). */
-static SHMAP__TLS_FAST const shmap__dev *running;
+SHMAP__TLS_FAST const shmap__dev *shmap__running_dev;
 
-const shmap__dev *shmap__running(void) { return running; }
+const shmap__dev *shmap__running(void) { return shmap__running_dev; }
 
 /* ---- sleeping and waking ----------------------------------------------- */
 
@@ -130,8 +131,8 @@ static bool heavy_fence(void)
 
 /* A waiter whose sleeping bit is `bit` of *flag (a device thread's bit in
  * the runtime's mask), or of its own word. */
-static void waiter_init(shmap__waiter *w, _Atomic uint64_t *flag, uint64_t bit,
-                        uint64_t spin_ns)
+void shmap__waiter_init_bit(shmap__waiter *w, _Atomic uint64_t *flag,
+                            uint64_t bit, uint64_t spin_ns)
 {
   w->flag = flag ? flag : &w->own;
   w->bit = flag ? bit : 1;
@@ -142,16 +143,11 @@ static void waiter_fini(shmap__waiter *w) { sleep_fini(w); }
 
 void shmap__waiter_init(shmap__waiter *w, uint64_t spin_ns)
 {
-  waiter_init(w, NULL, 0, spin_ns);
+  shmap__waiter_init_bit(w, NULL, 0, spin_ns);
 }
 void shmap__waiter_fini(shmap__waiter *w) { waiter_fini(w); }
 
 SHMAP__TLS_FAST shmap__dev *shmap__helper_for;
-
-static bool asleep(const shmap__waiter *w)
-{
-  return (atomic_load_explicit(w->flag, memory_order_relaxed) & w->bit) != 0;
-}
 
 void shmap__wake(shmap__waiter *w)
 {
@@ -167,11 +163,11 @@ void shmap__wake(shmap__waiter *w)
   }
 }
 
-/* Thread mode: wake the sleeping device threads from device `from` on.
+/* Wake the sleeping device threads from device `from` on.
  * Only the devices whose bit is set sleep: a failure, or a device leaving
  * its body, costs a word per 64 devices plus a wake-up per sleeper, not a
  * look at every device. */
-static void wake_devices(shmap__runtime *rt, int from)
+void shmap__wake_devices(shmap__runtime *rt, int from)
 {
   int nwords = (rt->ndev + 63) / 64;
   for (int i = from / 64; i < nwords; i++) {
@@ -186,17 +182,11 @@ static void wake_devices(shmap__runtime *rt, int from)
   }
 }
 
+/* Before the first map no mode is chosen and no device waits. */
 void shmap__wake_all(shmap__runtime *rt)
 {
-  if (rt->workers) {
-    for (int w = 0; w < rt->nworkers; w++)
-      shmap__wake(&rt->workers[w].waiter);
-    /* Progress helpers sleep on their devices' waiters (sched.h). */
-    if (atomic_load_explicit(&rt->helpers, memory_order_relaxed))
-      wake_devices(rt, 0);
-  } else if (rt->devs && rt->sleepers) {
-    wake_devices(rt, 0);
-  }
+  if (rt->ops)
+    rt->ops->wake_all(rt);
 }
 
 /*
@@ -233,8 +223,6 @@ void shmap__wake_all(shmap__runtime *rt)
 #define PREEMPTED 50000u      /* ns */
 #define SPIN_CHECK 16         /* pauses between looks at the clock */
 
-typedef bool (*stalled_fn)(const void *arg);
-
 static void adapt(shmap__runtime *rt, shmap__waiter *w, uint64_t len)
 {
   uint64_t b = w->spin_ns;
@@ -259,7 +247,7 @@ static int spin_round(shmap__pred pred, void *arg, _Atomic int *abort)
 
 /* 1 condition, 0 abort, -1 still waiting after the spin. */
 static int spin(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
-                void *arg, _Atomic int *abort, stalled_fn stalled,
+                void *arg, _Atomic int *abort, shmap__stalled_fn stalled,
                 const void *sarg, uint64_t t0)
 {
   uint64_t budget = w->spin_ns > rt->spin_max ? rt->spin_max : w->spin_ns;
@@ -283,9 +271,9 @@ static int spin(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
   }
 }
 
-static int wait_impl(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
+int shmap__wait_full(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
                      void *arg, _Atomic int *abort, uint64_t deadline,
-                     stalled_fn stalled, const void *sarg)
+                     shmap__stalled_fn stalled, const void *sarg)
 {
   /* The condition is checked before the abort flag: a condition that holds
    * (e.g. every peer arrived) must win, so that all members of a group take
@@ -336,7 +324,7 @@ static int wait_impl(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
 int shmap__wait_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
                       void *arg, _Atomic int *abort, uint64_t deadline)
 {
-  return wait_impl(rt, w, pred, arg, abort, deadline, NULL, NULL);
+  return shmap__wait_full(rt, w, pred, arg, abort, deadline, NULL, NULL);
 }
 
 /*
@@ -382,7 +370,8 @@ int shmap__poll_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
       nanosleep(&ts, NULL);
       continue;
     }
-    r = wait_impl(rt, w, pred, arg, abort, shmap__now() + POLL_NAP, NULL, NULL);
+    r = shmap__wait_full(rt, w, pred, arg, abort, shmap__now() + POLL_NAP,
+                         NULL, NULL);
     if (r >= 0)
       return r;
   }
@@ -391,7 +380,7 @@ int shmap__poll_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
 bool shmap__wait(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
                  void *arg, _Atomic int *abort)
 {
-  return wait_impl(rt, w, pred, arg, abort, 0, NULL, NULL) == 1;
+  return shmap__wait_full(rt, w, pred, arg, abort, 0, NULL, NULL) == 1;
 }
 
 /* ---- failure ----------------------------------------------------------- */
@@ -429,7 +418,7 @@ int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg)
 static int ncpu(void) { return (int)uv_available_parallelism(); }
 
 /* A debugger attached to the process (Linux: TracerPid in /proc). */
-static bool debugger_attached(void)
+bool shmap__debugger_attached(void)
 {
   FILE *f = fopen("/proc/self/status", "r");
   if (!f)
@@ -445,29 +434,30 @@ static bool debugger_attached(void)
   return traced;
 }
 
-/* SHMAP_SCHED=threads|fibers|auto.  Auto runs the devices as fibers on one
- * worker per core (up to one per device), even when the cores would give
- * each device a thread: a worker can take over the runnable devices of a
- * worker the kernel has descheduled, which a device thread cannot, so a
- * collective stays within a small factor of its idle time when another
- * process shares a core (a thread per device took up to thousands of
- * times longer; BENCHMARKS.md), and idle it costs the same or less.  Under
- * a debugger each device gets a thread, so that gdb shows every device as
- * a thread of its own. */
-static int choose_mode(void)
-{
-  int sched = shmap__setting_sched();
-  if (sched == SHMAP__SCHED_THREADS)
-    return SHMAP__THREADS;
-  if (sched == SHMAP__SCHED_FIBERS)
-    return SHMAP__FIBERS;
-  return debugger_attached() ? SHMAP__THREADS : SHMAP__FIBERS;
-}
+/* The scheduling modes, by name. */
+static const shmap__sched_ops *const modes[] = {
+    &shmap__sched_threads,
+    &shmap__sched_fibers,
+};
 
-static bool w0_out(void *arg)
+/* SHMAP_SCHED names a mode, or is auto (unset).  Auto runs the devices as
+ * fibers on one worker per core (up to one per device), even when the
+ * cores would give each device a thread: a worker can take over the
+ * runnable devices of a worker the kernel has descheduled, which a device
+ * thread cannot, so a collective stays within a small factor of its idle
+ * time when another process shares a core (a thread per device took up to
+ * thousands of times longer; BENCHMARKS.md), and idle it costs the same or
+ * less.  Under a debugger each device gets a thread, so that gdb shows
+ * every device as a thread of its own. */
+static const shmap__sched_ops *choose_mode(void)
 {
-  shmap__runtime *rt = arg;
-  return atomic_load(&rt->w0_in) == 0;
+  const char *name = shmap__setting_sched();
+  if (!name)
+    name = shmap__debugger_attached() ? "threads" : "fibers";
+  for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+    if (strcmp(modes[i]->name, name) == 0)
+      return modes[i];
+  return &shmap__sched_fibers; /* settings.c accepts only the names above */
 }
 
 static bool all_done(void *arg)
@@ -476,7 +466,7 @@ static bool all_done(void *arg)
   return atomic_load(&rt->done) == rt->ndev;
 }
 
-static int current_tid(void)
+int shmap__thread_tid(void)
 {
 #ifdef __linux__
   static _Thread_local int tid;
@@ -488,417 +478,46 @@ static int current_tid(void)
 #endif
 }
 
-/* ---- thread mode ---------------------------------------------------------- */
-
-static bool epoch_changed(void *arg)
-{
-  shmap__dev *d = arg;
-  return atomic_load(&d->rt->epoch) != d->seen_epoch;
-}
-
-/* A device thread waiting for device `sarg` spins no longer once that
- * device sleeps. */
-static bool dev_asleep(const void *sarg)
-{
-  return asleep(&((const shmap__dev *)sarg)->waiter);
-}
-
-/* A device back from its part of a map is parked since its last state
- * change (run_device's end): no clock read of its own. */
-static void park_state(shmap__dev *d)
-{
-  shmap__set_state(d, SHMAP__ST_PARKED, 0,
-                   atomic_load_explicit(&d->dbg.since, memory_order_relaxed));
-}
-
-static void device_main(void *arg)
-{
-  shmap__dev *d = arg;
-  shmap__runtime *rt = d->rt;
-  int own_tid = current_tid();
-  shmap__guard_thread();
-  /* Device 0's number belongs to the map's caller while it runs device 0
-   * (host_run_device0); this thread takes it only for a map it runs. */
-  if (d->id != 0 || !rt->host_runs)
-    d->tid = own_tid;
-#ifdef HAVE_PTHREAD_SETNAME_NP
-  pthread_setname_np(pthread_self(), d->name);
-#endif
-  for (;;) {
-    /* Between maps too the thread spins for its adapted budget first, so
-     * that a program making map after map does not put its devices to
-     * sleep and wake them through the kernel for each one. */
-    shmap__wait(rt, &d->park, epoch_changed, d, NULL);
-    d->seen_epoch = atomic_load(&rt->epoch);
-    if (atomic_load(&rt->stop))
-      return;
-    /* The epoch's low bit says whether the map's caller runs device 0
-     * itself (see shmap__runtime_run). */
-    if (d->id == 0 && (d->seen_epoch & 1))
-      continue;
-    d->tid = own_tid;
-    running = d;
-    rt->run(rt->job, d->id);
-    running = NULL;
-    park_state(d);
-    if (atomic_fetch_add(&rt->done, 1) + 1 == rt->ndev)
-      shmap__wake(&rt->host);
-  }
-}
-
-/* The map's caller runs device 0 on its own thread. */
-static void host_run_device0(shmap__runtime *rt)
-{
-  shmap__dev *d = &rt->devs[0];
-  d->tid = current_tid(); /* debuggers find device 0 on this thread */
-  shmap__errbuf_use(d->sched.errbuf);
-  running = d;
-  rt->run(rt->job, 0);
-  running = NULL;
-  shmap__errbuf_use(NULL);
-  park_state(d);
-  if (atomic_fetch_add(&rt->done, 1) + 1 == rt->ndev)
-    shmap__wake(&rt->host);
-}
-
-/* ---- fiber mode ----------------------------------------------------------- */
-
-static void fiber_main(void *arg)
-{
-  shmap__dev *d = arg;
-  shmap__fiber_entered(&d->sched.fiber, &d->sched.worker->self);
-  for (;;) {
-    d->rt->run(d->rt->job, d->id);
-    park_state(d);
-    d->sched.fnext = SHMAP__F_DONE;
-    /* Whichever worker runs it now (it may have moved, see below). */
-    shmap__fiber_switch(&d->sched.fiber, &d->sched.worker->self);
-  }
-}
-
-/*
- * Workers and stealing.  Each worker runs a contiguous range of devices,
- * its home range: neighbouring ranks share a core.  When the cores are
- * shared with another process, the kernel deschedules a worker for
- * milliseconds at a time; every collective then waits for the devices of
- * that worker, and a loop of collectives crawls (1000 times slower here).
- * So a worker with nothing of its own to run takes over the runnable
- * devices of a worker that has not looked for work for STEAL_AFTER: a
- * descheduled one, or one busy in a long body.  Fibers are resumed by
- * whichever worker claims them; a device waits and returns to the worker
- * that runs it (sched.worker).
- *
- * A device's state changes hands by compare-and-swap, so that exactly one
- * worker checks its wait condition (F_WAIT -> F_CHECK) and one runs it
- * (F_START or F_READY -> F_RUN).  A running fiber cannot be claimed; it
- * says in fnext how it leaves, and its worker publishes that state (a
- * release) only once the switch back is complete, so no other worker
- * resumes a fiber whose registers are still being saved.
- */
-#define STEAL_AFTER 50000u /* ns */
-#define WORKER_RECHECK 100000000u /* ns: see worker_job */
-
-static int fstate(const shmap__dev *d)
-{
-  return atomic_load_explicit(&d->sched.fstate, memory_order_acquire);
-}
-
-static bool fstate_cas(shmap__dev *d, int from, int to)
-{
-  return atomic_compare_exchange_strong_explicit(
-      &d->sched.fstate, &from, to, memory_order_acq_rel, memory_order_relaxed);
-}
-
-/* Whether fiber d may continue now; a waiting one whose wait is over
- * becomes READY (with wres set).  Only the worker that moved it to CHECK
- * evaluates its condition.  With `maybe`, a fiber another worker is
- * checking counts as ready: its condition may have become true after that
- * worker evaluated it, and the wake-up for it went to this worker, which
- * must then not go to sleep (it looks again instead). */
-static bool fiber_ready_or(shmap__dev *d, bool maybe)
-{
-  int s = fstate(d);
-  if (s == SHMAP__F_START || s == SHMAP__F_READY)
-    return true;
-  if (s == SHMAP__F_CHECK)
-    return maybe;
-  if (s != SHMAP__F_WAIT || !fstate_cas(d, SHMAP__F_WAIT, SHMAP__F_CHECK))
-    return maybe && fstate(d) == SHMAP__F_CHECK;
-  int res = d->sched.wpred(d->sched.warg)                              ? 1
-            : d->sched.wabort && atomic_load(d->sched.wabort) ? 0
-                                                                       : -1;
-  if (res >= 0)
-    d->sched.wres = res;
-  atomic_store_explicit(&d->sched.fstate,
-                        res >= 0 ? SHMAP__F_READY : SHMAP__F_WAIT,
-                        memory_order_release);
-  return res >= 0;
-}
-
-static bool fiber_ready(shmap__dev *d) { return fiber_ready_or(d, false); }
-
-/* Run fiber d on worker w until it waits or is done, if w can claim it. */
-static bool run_fiber(shmap__worker *w, shmap__dev *dev)
-{
-  shmap__runtime *rt = w->rt;
-  if (!fiber_ready(dev) || !(fstate_cas(dev, SHMAP__F_START, SHMAP__F_RUN) ||
-                             fstate_cas(dev, SHMAP__F_READY, SHMAP__F_RUN)))
-    return false;
-  dev->sched.worker = w;
-  /* The device's context and messages follow it onto this thread. */
-  shmap__set_current(dev->ctx);
-  shmap__errbuf_use(dev->sched.errbuf);
-  running = dev;
-  shmap__fiber_switch(&w->self, &dev->sched.fiber);
-  running = NULL;
-  shmap__errbuf_use(NULL);
-  shmap__set_current(NULL);
-  int next = dev->sched.fnext;
-  shmap__worker *home = dev->sched.home;
-  /* Before the home worker's wake-up below. */
-  shmap__publish(&dev->sched.fstate, next);
-  if (next == SHMAP__F_DONE) {
-    atomic_fetch_add(&home->ndone, 1);
-    if (atomic_fetch_add(&rt->done, 1) + 1 == rt->ndev)
-      shmap__wake(&rt->host);
-  }
-  /* A wake-up for a taken-over device goes to its home worker, which may
-   * have seen it running and gone to sleep: it looks again. */
-  if (home != w)
-    shmap__wake(&home->waiter);
-  return true;
-}
-
-/* Workers that have not looked for work lately. */
-static bool stale(const shmap__worker *o, uint64_t now)
-{
-  return atomic_load(&o->ndone) < o->count &&
-         now - atomic_load_explicit(&o->beat, memory_order_relaxed) > STEAL_AFTER;
-}
-
-/* Run the runnable devices of stale workers, in one pass over each;
- * whether one ran.  (Returning after the first made a worker look at all
- * its own devices and then at the stale worker's from the start again for
- * every device it took over: O(n^2) looks per collective when a worker
- * whose core is taken holds hundreds of devices.) */
-static bool steal(shmap__worker *w)
-{
-  shmap__runtime *rt = w->rt;
-  uint64_t now = shmap__now();
-  bool ran = false;
-  for (int i = 1; i < rt->nworkers; i++) {
-    shmap__worker *o = &rt->workers[(w->id + i) % rt->nworkers];
-    if (!stale(o, now))
-      continue;
-    for (int d = o->first; d < o->first + o->count; d++)
-      ran |= run_fiber(w, &rt->devs[d]);
-  }
-  return ran;
-}
-
-/* The wait condition of an idle worker: one of its devices can go on, all
- * are done, or a stale worker has one that can. */
-static bool any_ready(void *arg)
-{
-  shmap__worker *w = arg;
-  shmap__runtime *rt = w->rt;
-  uint64_t now = shmap__now();
-  atomic_store_explicit(&w->beat, now, memory_order_relaxed);
-  if (atomic_load(&w->ndone) == w->count)
-    return true;
-  for (int d = w->first; d < w->first + w->count; d++)
-    if (fiber_ready_or(&rt->devs[d], true))
-      return true;
-  for (int i = 1; i < rt->nworkers; i++) {
-    shmap__worker *o = &rt->workers[(w->id + i) % rt->nworkers];
-    if (!stale(o, now))
-      continue;
-    for (int d = o->first; d < o->first + o->count; d++)
-      if (fiber_ready(&rt->devs[d]))
-        return true;
-  }
-  return false;
-}
-
-/* The same, or a device started waiting for MPI (perhaps one of ours that
- * another worker ran): then the worker must poll instead of sleeping. */
-static bool any_ready_or_mpi(void *arg)
-{
-  shmap__worker *w = arg;
-  return atomic_load(&w->rt->mpi_waiters) || any_ready(arg);
-}
-
-/* A worker whose fibers all wait spins only while another worker runs:
- * only a running device can make theirs ready. */
-static bool others_asleep(const void *sarg)
-{
-  const shmap__worker *w = sarg;
-  const shmap__runtime *rt = w->rt;
-  for (int i = 0; i < rt->nworkers; i++)
-    if (i != w->id && !asleep(&rt->workers[i].waiter))
-      return false;
-  return true;
-}
-
-static void worker_job(shmap__worker *w)
-{
-  shmap__runtime *rt = w->rt;
-  /* Whichever thread runs this job (the worker's, or the map's caller for
-   * worker 0) is where the devices return to. */
-  shmap__fiber_host_init(&w->self);
-  shmap__guard_thread();
-  int lo = w->first, hi = w->first + w->count;
-  while (atomic_load(&w->ndone) < w->count) {
-    atomic_store_explicit(&w->beat, shmap__now(), memory_order_relaxed);
-    bool ran = false;
-    for (int d = lo; d < hi; d++)
-      ran |= run_fiber(w, &rt->devs[d]);
-    if (!ran)
-      ran = steal(w);
-    if (!ran && atomic_load(&w->ndone) < w->count) {
-      /* Nobody wakes a device waiting for MPI: poll for it. */
-      /* The deadline is a safety net, not a schedule: every change a
-       * worker waits for wakes it, but should one wake-up ever be lost,
-       * the map goes on WORKER_RECHECK later instead of hanging. */
-      if (atomic_load(&rt->mpi_waiters))
-        shmap__poll_until(rt, &w->waiter, any_ready, w, NULL);
-      else
-        wait_impl(rt, &w->waiter, any_ready_or_mpi, w, NULL,
-                  shmap__now() + WORKER_RECHECK, others_asleep, w);
-    }
-  }
-  /* Its own are done: help a stale worker finish, rather than wait for it
-   * to be scheduled. */
-  while (atomic_load(&rt->done) < rt->ndev && steal(w))
-    ;
-}
-
-static bool worker_epoch(void *arg)
-{
-  shmap__worker *w = arg;
-  return atomic_load(&w->rt->epoch) != w->seen_epoch;
-}
-
-static void worker_main(void *arg)
-{
-  shmap__worker *w = arg;
-  shmap__runtime *rt = w->rt;
-  w->tid = current_tid();
-#ifdef HAVE_PTHREAD_SETNAME_NP
-  pthread_setname_np(pthread_self(), w->name);
-#endif
-  for (;;) {
-    shmap__wait(rt, &w->park, worker_epoch, w, NULL);
-    if (w->id == 0)
-      atomic_store(&rt->w0_in, 1);
-    w->seen_epoch = atomic_load(&rt->epoch);
-    /* The epoch's low bit says whether the map's caller runs worker 0's
-     * devices itself: read with the epoch, it cannot belong to another
-     * map. */
-    bool skip = atomic_load(&rt->stop) || (w->id == 0 && (w->seen_epoch & 1));
-    if (!skip)
-      worker_job(w);
-    /* Out of the job: the map's caller may now run worker 0's devices,
-     * see shmap__runtime_run. */
-    if (w->id == 0) {
-      atomic_store(&rt->w0_in, 0);
-      shmap__wake(&rt->host);
-    }
-    if (atomic_load(&rt->stop))
-      return;
-  }
-}
+/* ---- scheduler operations (sched.h): the mode's ----------------------------- */
 
 bool shmap__dev_wait_on(shmap__runtime *rt, shmap__dev *d,
                         const shmap__dev *awaited, shmap__pred pred, void *arg,
                         _Atomic int *abort)
 {
-  if (rt->mode == SHMAP__THREADS)
-    return wait_impl(rt, &d->waiter, pred, arg, abort, 0,
-                     awaited ? dev_asleep : NULL, awaited) == 1;
-  if (shmap__helper_for == d) {
-    /* A progress helper in fiber mode waits like a device thread; nobody
-     * wakes it for MPI transfers, so then it polls. */
-    if (atomic_load(&rt->mpi_waiters))
-      return shmap__poll_until(rt, &d->waiter, pred, arg, abort) == 1;
-    return wait_impl(rt, &d->waiter, pred, arg, abort, 0, NULL, NULL) == 1;
-  }
-  /* A fiber never spins: while it waits its worker runs the others. */
-  if (pred(arg))
-    return true;
-  if (abort && atomic_load(abort))
-    return false;
-  d->sched.wpred = pred;
-  d->sched.warg = arg;
-  d->sched.wabort = abort;
-  d->sched.fnext = SHMAP__F_WAIT;
-  /* Back to the worker that runs it; whichever worker claims it next
-   * resumes it here (see Workers and stealing). */
-  shmap__fiber_switch(&d->sched.fiber, &d->sched.worker->self);
-  return d->sched.wres;
+  return rt->ops->dev_wait_on(rt, d, awaited, pred, arg, abort);
 }
 
 bool shmap__dev_wait(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
                      void *arg, _Atomic int *abort)
 {
-  return shmap__dev_wait_on(rt, d, NULL, pred, arg, abort);
+  return rt->ops->dev_wait_on(rt, d, NULL, pred, arg, abort);
 }
-
-/* ---- scheduler operations (sched.h) ---------------------------------------- */
-
-/* A fiber gives its worker to the others once; a thread its core. */
-static bool second_look(void *arg) { return (*(int *)arg)++ > 0; }
 
 void shmap__dev_yield(shmap__runtime *rt, shmap__dev *d)
 {
-  if (rt->mode == SHMAP__FIBERS) {
-    int looks = 0;
-    shmap__dev_wait(rt, d, second_look, &looks, NULL);
-  } else {
-    sched_yield();
-  }
+  rt->ops->dev_yield(rt, d);
 }
 
 bool shmap__dev_poll(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
                      void *arg, _Atomic int *abort)
 {
-  if (rt->mode != SHMAP__FIBERS)
-    return shmap__poll_until(rt, &d->waiter, pred, arg, abort) == 1;
-  /* The worker tests again on its rounds, which stay short while a device
-   * waits for such a condition (worker_job). */
-  atomic_fetch_add(&rt->mpi_waiters, 1);
-  bool r = shmap__dev_wait(rt, d, pred, arg, abort);
-  atomic_fetch_sub(&rt->mpi_waiters, 1);
-  return r;
+  return rt->ops->dev_poll(rt, d, pred, arg, abort);
 }
 
 void shmap__wake_group(shmap__runtime *rt, int n, int self,
                        int (*member)(const void *arg, int i), const void *arg)
 {
-  if (rt->workers) {
-    shmap__wake_all(rt);
-    return;
-  }
-  for (int i = 0; i < n; i++)
-    if (i != self)
-      shmap__dev_wake(&rt->devs[member(arg, i)]);
+  rt->ops->wake_group(rt, n, self, member, arg);
 }
 
 int shmap__workers(const shmap__runtime *rt)
 {
-  return rt->workers ? rt->nworkers : 0;
+  return rt->ops ? rt->ops->workers(rt) : 0;
 }
 
 void shmap__runs_with(const shmap__runtime *rt, int d, int *lo, int *hi)
 {
-  if (!rt->workers) {
-    *lo = d;
-    *hi = d + 1;
-    return;
-  }
-  const shmap__worker *w = rt->devs[d].sched.home;
-  *lo = w->first;
-  *hi = w->first + w->count;
+  rt->ops->runs_with(rt, d, lo, hi);
 }
 
 /* ---- per-map arrays ------------------------------------------------------- */
@@ -939,34 +558,21 @@ static void join_threads(shmap__runtime *rt, int n)
 {
   atomic_store(&rt->stop, 1);
   atomic_store(&rt->epoch, (atomic_load(&rt->epoch) | 1) + 1);
-  for (int i = 0; i < n; i++)
-    shmap__wake(rt->mode == SHMAP__FIBERS ? &rt->workers[i].park
-                                          : &rt->devs[i].park);
-  for (int i = 0; i < n; i++) {
-    uv_thread_t t = (uv_thread_t)(rt->mode == SHMAP__FIBERS
-                                      ? rt->workers[i].thread
-                                      : rt->devs[i].thread);
-    uv_thread_join(&t);
-  }
+  rt->ops->join(rt, n);
 }
 
 static void free_devices(shmap__runtime *rt)
 {
+  rt->ops->teardown(rt);
   if (!rt->devs)
     return;
   for (int d = 0; d < rt->ndev; d++) {
     waiter_fini(&rt->devs[d].waiter);
     waiter_fini(&rt->devs[d].park);
-    shmap__fiber_destroy(&rt->devs[d].sched.fiber);
     shmap__trace_dev_free(&rt->devs[d]);
   }
-  if (rt->workers)
-    for (int w = 0; w < rt->nworkers; w++)
-      waiter_fini(&rt->workers[w].waiter), waiter_fini(&rt->workers[w].park);
-  free(rt->workers);
   free(rt->devs);
   free((void *)rt->sleepers);
-  rt->workers = NULL;
   rt->devs = NULL;
   rt->sleepers = NULL;
 }
@@ -986,89 +592,10 @@ static void thread_name(const shmap_mesh *mesh, int d, char out[16])
   out[15] = '\0';
 }
 
-static void *device_thread(void *arg)
+/* The devices, their waiters and the mode's state; 0, or an error code
+ * with them freed. */
+static int start_devices(shmap__runtime *rt, size_t ss)
 {
-  device_main(arg);
-  return NULL;
-}
-
-/* A device thread, whose stack (ss bytes, or the system's default size for
- * 0) has the same unmapped gap below it as a fiber stack, rather than
- * glibc's one guard page: an overflow by a large frame faults there instead
- * of writing into the stack of the thread mapped below (shmap_map(3)). */
-static int start_device_thread(uv_thread_t *t, size_t ss, shmap__dev *dev)
-{
-  pthread_attr_t attr;
-  int rc = pthread_attr_init(&attr);
-  if (rc == 0 && ss)
-    rc = pthread_attr_setstacksize(&attr, ss);
-  if (rc == 0)
-    rc = pthread_attr_setguardsize(&attr, SHMAP__STACK_GUARD);
-  if (rc == 0)
-    rc = pthread_create(t, &attr, device_thread, dev);
-  pthread_attr_destroy(&attr);
-  return -rc; /* libuv's error codes, as uv_thread_create_ex's: -errno */
-}
-
-/* Fiber mode: the workers, each over a range of devices, and the devices'
- * fibers (stacks of ss bytes, 0: the default).  0, or an error code with
- * the devices freed. */
-static int start_workers(shmap__runtime *rt, size_t ss)
-{
-  rt->workers = shmap__alloc(sizeof(shmap__worker) * (size_t)rt->nworkers, true);
-  if (!rt->workers) {
-    free_devices(rt);
-    return shmap__err(SHMAP_ENOMEM, "out of memory for worker threads");
-  }
-  for (int w = 0; w < rt->nworkers; w++) {
-    shmap__worker *wk = &rt->workers[w];
-    wk->rt = rt;
-    wk->id = w;
-    wk->seen_epoch = atomic_load(&rt->epoch);
-    waiter_init(&wk->waiter, NULL, 0, rt->spin_max);
-    waiter_init(&wk->park, NULL, 0, rt->spin_max);
-    snprintf(wk->name, sizeof wk->name, "shmap-w%d", w & 0xffff);
-    /* Contiguous ranges of devices: the ranks next to each other in the
-     * mesh's last axes, which rings and neighbour exchanges pair up,
-     * mostly share a worker and hand over without crossing cores. */
-    wk->first = (int)((int64_t)rt->ndev * w / rt->nworkers);
-    wk->count = (int)((int64_t)rt->ndev * (w + 1) / rt->nworkers) - wk->first;
-  }
-  for (int w = 0; w < rt->nworkers; w++)
-    for (int d = rt->workers[w].first;
-         d < rt->workers[w].first + rt->workers[w].count; d++) {
-      shmap__dev *dev = &rt->devs[d];
-      dev->sched.worker = &rt->workers[w];
-      dev->sched.home = &rt->workers[w];
-      dev->sched.wq = &dev->sched.worker->waiter;
-      atomic_init(&dev->sched.fstate, SHMAP__F_DONE);
-      if (shmap__fiber_create(&dev->sched.fiber,
-                              ss ? ss : SHMAP__FIBER_STACK_DEFAULT,
-                              fiber_main, dev) != 0) {
-        free_devices(rt);
-        return shmap__err(SHMAP_ESYS, "cannot allocate the stack of device %d",
-                          d);
-      }
-    }
-  return 0;
-}
-
-static int start(shmap__runtime *rt)
-{
-  shmap_mesh *mesh = rt->mesh;
-  rt->mode = choose_mode();
-  /* How many threads compete for the cores while a map runs: a thread per
-   * device, or the workers (the caller running worker 0's devices). */
-  int nthreads = rt->ndev;
-  if (rt->mode == SHMAP__FIBERS) {
-    int nw = shmap__setting_workers() ? shmap__setting_workers() : ncpu();
-    rt->nworkers = nw < 1 ? 1 : nw > rt->ndev ? rt->ndev : nw;
-    nthreads = rt->nworkers;
-  }
-  /* SHMAP_SPIN is in microseconds (see the waiting policy above). */
-  long spin = shmap__setting_spin();
-  int spin_us = spin >= 0 ? (int)spin : nthreads <= ncpu() ? 200 : 20;
-  rt->spin_max = spin_us > 0 ? (uint64_t)spin_us * 1000u : 0;
   rt->devs = shmap__alloc(sizeof(shmap__dev) * (size_t)rt->ndev, true);
   rt->sleepers = shmap__calloc((size_t)(rt->ndev + 63) / 64, sizeof(uint64_t));
   if (!rt->devs || !rt->sleepers) {
@@ -1078,49 +605,47 @@ static int start(shmap__runtime *rt)
     rt->sleepers = NULL;
     return shmap__err(SHMAP_ENOMEM, "out of memory for %d devices", rt->ndev);
   }
-  size_t ss = stack_size();
   for (int d = 0; d < rt->ndev; d++) {
     shmap__dev *dev = &rt->devs[d];
     dev->rt = rt;
     dev->id = d;
     dev->seen_epoch = atomic_load(&rt->epoch);
     dev->sched.wq = &dev->waiter;
-    waiter_init(&dev->waiter, &rt->sleepers[d / 64], (uint64_t)1 << (d % 64),
-                rt->spin_max);
-    waiter_init(&dev->park, NULL, 0, rt->spin_max);
-    thread_name(mesh, d, dev->name);
+    shmap__waiter_init_bit(&dev->waiter, &rt->sleepers[d / 64],
+                           (uint64_t)1 << (d % 64), rt->spin_max);
+    shmap__waiter_init(&dev->park, rt->spin_max);
+    thread_name(rt->mesh, d, dev->name);
   }
-  uv_thread_options_t opts = {0};
-  if (ss) {
-    opts.flags = UV_THREAD_HAS_STACK_SIZE;
-    opts.stack_size = ss;
-  }
-  if (rt->mode == SHMAP__FIBERS) {
-    int rc = start_workers(rt, ss);
-    if (rc)
-      return rc;
-  }
-  /* In thread mode the map's caller runs device 0 itself (no wake-up and
-   * no thread switch for it per map) -- but not under a debugger, which
-   * should see device 0 in the thread named for it. */
-  rt->host_runs = rt->mode == SHMAP__THREADS && !debugger_attached();
-  int nstart = rt->mode == SHMAP__FIBERS ? rt->nworkers : rt->ndev;
-  for (int i = 0; i < nstart; i++) {
-    uv_thread_t t;
-    int rc = rt->mode == SHMAP__FIBERS
-                 ? uv_thread_create_ex(&t, &opts, worker_main, &rt->workers[i])
-                 : start_device_thread(&t, ss, &rt->devs[i]);
+  int rc = rt->ops->setup(rt, ss);
+  if (rc)
+    free_devices(rt);
+  return rc;
+}
+
+static int start(shmap__runtime *rt)
+{
+  rt->ops = choose_mode();
+  rt->mode = rt->ops->mode;
+  /* How many threads compete for the cores while a map runs: a thread per
+   * device, or the workers (the caller running worker 0's devices). */
+  rt->nthreads = rt->ops->plan(rt);
+  /* SHMAP_SPIN is in microseconds (see the waiting policy above). */
+  long spin = shmap__setting_spin();
+  int spin_us = spin >= 0 ? (int)spin : rt->nthreads <= ncpu() ? 200 : 20;
+  rt->spin_max = spin_us > 0 ? (uint64_t)spin_us * 1000u : 0;
+  size_t ss = stack_size();
+  int rc = start_devices(rt, ss);
+  if (rc)
+    return rc;
+  for (int i = 0; i < rt->nthreads; i++) {
+    rc = rt->ops->spawn(rt, i, ss);
     if (rc != 0) {
       join_threads(rt, i);
       free_devices(rt);
       atomic_store(&rt->stop, 0);
       return shmap__err(SHMAP_ESYS, "cannot start thread %d of %d: %s", i,
-                        nstart, uv_strerror(rc));
+                        rt->nthreads, uv_strerror(rc));
     }
-    if (rt->mode == SHMAP__FIBERS)
-      rt->workers[i].thread = (uintptr_t)t;
-    else
-      rt->devs[i].thread = (uintptr_t)t;
   }
   rt->started = 1;
   atomic_store(&rt->forkgen, shmap__fork_generation() + 1);
@@ -1141,7 +666,7 @@ int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh)
   rt->ndev = mesh->ndev;
   rt->lock = lock;
   atomic_init(&rt->failed_dev, -1);
-  waiter_init(&rt->host, NULL, 0, 0);
+  shmap__waiter_init(&rt->host, 0);
   /* The threads started here must not be joined in a child of fork(). */
   shmap__fork_init();
   shmap__hooks_added(rt);
@@ -1156,10 +681,11 @@ void shmap__runtime_destroy(shmap__runtime *rt)
   shmap__hooks_removed(rt); /* observers take what they keep of it */
   /* In a child of fork() the threads stayed in the parent (fork.c). */
   if (rt->started && atomic_load(&rt->forkgen) == shmap__fork_generation() + 1)
-    join_threads(rt, rt->mode == SHMAP__FIBERS ? rt->nworkers : rt->ndev);
+    join_threads(rt, rt->nthreads);
   shmap__progress_destroy(rt);
   shmap__hooks_destroy(rt);
-  free_devices(rt);
+  if (rt->ops)
+    free_devices(rt);
   waiter_fini(&rt->host);
   free(atomic_load(&rt->keep[0]));
   free(atomic_load(&rt->keep[1]));
@@ -1180,11 +706,11 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
     if (rc)
       return rc;
   }
-  /* The caller runs worker 0's devices (fiber mode) or device 0 (thread
-   * mode) itself, which saves a wake-up and a thread switch per map --
-   * unless a watchdog must keep watching, which the caller does instead. */
+  /* The caller runs some devices itself (the mode says which), which saves
+   * a wake-up and a thread switch per map -- unless a watchdog must keep
+   * watching, which the caller does instead. */
   uint64_t period = shmap__watchdog_ns();
-  bool host_runs = period == 0 && (rt->mode == SHMAP__FIBERS || rt->host_runs);
+  bool host_runs = period == 0 && rt->host_runs;
   /* The devices are parked: reset their collective state before any of
    * them can look at a peer's. */
   for (int d = 0; d < rt->ndev; d++) {
@@ -1199,51 +725,10 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
   atomic_store(&rt->done, 0);
   rt->job = job;
   rt->run = run;
-  if (rt->mode == SHMAP__FIBERS) {
-    /* After the job, before the epoch: a worker still finishing the last
-     * map, or one that took over another's devices (see Workers and
-     * stealing), may start a device as soon as it reads START.  A worker
-     * counts as stale until it looks for work in this map, so that the
-     * devices of one not yet awake are not left waiting for it. */
-    for (int w = 0; w < rt->nworkers; w++) {
-      atomic_store(&rt->workers[w].ndone, 0);
-      atomic_store(&rt->workers[w].beat, 0);
-    }
-    for (int d = 0; d < rt->ndev; d++)
-      atomic_store_explicit(&rt->devs[d].sched.fstate, SHMAP__F_START,
-                            memory_order_release);
-  }
+  rt->ops->prepare(rt);
   /* Epochs advance by two; the low bit carries host_runs. */
   atomic_store(&rt->epoch, ((atomic_load(&rt->epoch) | 1) + 1) | host_runs);
-  if (rt->workers) {
-    for (int w = host_runs ? 1 : 0; w < rt->nworkers; w++)
-      shmap__wake(&rt->workers[w].park);
-    /* A worker descheduled inside the last map's job may have looked at
-     * its devices after their counts were reset above and before they
-     * became START, and gone to sleep on its waiter (not its park): wake
-     * it there too, or it sleeps through this map while the other
-     * workers, finding it fresh, sleep as well. */
-    for (int w = 0; w < rt->nworkers; w++)
-      shmap__wake(&rt->workers[w].waiter);
-    if (host_runs) {
-      /* In fiber mode the map returns once its last device is done, and a
-       * worker thread may still be leaving the job (looking for devices to
-       * take over).  That is harmless for workers 1.., which run on their
-       * own threads only and simply go on with this job; but worker 0's
-       * thread runs a job when a watchdog is on, or may have read an old
-       * epoch, and it must be out before the caller runs worker 0's devices
-       * on the same context and waiter.  It marks itself in before it reads
-       * the epoch, so one of the two sees the other. */
-      if (atomic_load(&rt->w0_in))
-        shmap__wait(rt, &rt->host, w0_out, rt, NULL);
-      worker_job(&rt->workers[0]);
-    }
-  } else {
-    for (int d = host_runs ? 1 : 0; d < rt->ndev; d++)
-      shmap__wake(&rt->devs[d].park);
-    if (host_runs)
-      host_run_device0(rt);
-  }
+  rt->ops->launch(rt, host_runs);
   /* With a watchdog, wake up every period and report what each device
    * does; the map still waits for them (a body cannot be interrupted). */
   uint64_t start = period ? shmap__now() : 0;

@@ -70,7 +70,7 @@ typedef struct shmap__fiber {
   size_t map_size;
   void *tsan;        /* ThreadSanitizer's fiber handle */
   /* The context that last switched to this one: a fiber may be resumed by
-   * another worker than the one it left to (runtime.c). */
+   * another worker than the one it left to (fibers.c). */
   struct shmap__fiber *resumer;
 } shmap__fiber;
 
@@ -95,13 +95,14 @@ void shmap__fiber_entered(shmap__fiber *self, shmap__fiber *from);
  * signal stack for it. */
 void shmap__guard_thread(void);
 
-/* How devices are run. */
+/* How devices are run: the number a mode's table gives to the runtime's
+ * `mode`, which debuggers and tests read. */
 enum shmap__mode {
   SHMAP__THREADS = 1, /* one thread per device (gdb sees each) */
   SHMAP__FIBERS       /* devices are fibers on a few worker threads */
 };
 
-/* States of a device fiber (runtime.c, "Workers and stealing"): not yet
+/* States of a device fiber (fibers.c, "Workers and stealing"): not yet
  * started, ready (its wait is over), running on a worker, waiting, being
  * checked by a worker, done. */
 enum {
@@ -234,10 +235,16 @@ typedef struct shmap__runtime {
   shmap_mesh *mesh;
   int ndev;
   uint64_t spin_max;       /* longest spin before sleeping (ns) */
-  int host_runs;           /* thread mode: the caller may run device 0 */
+  /* The map's caller may run devices itself (device 0 in thread mode,
+   * worker 0's in fiber mode) when no watchdog keeps it busy. */
+  int host_runs;
   _Atomic uint64_t *sleepers; /* thread mode: a bit per sleeping device */
   void *_Atomic keep[2];   /* per-map arrays kept across maps (map.c) */
-  int mode;                /* enum shmap__mode, chosen at the first map */
+  /* How devices run (the mode's table, see shmap__sched_ops), chosen at
+   * the first map; `mode` is its number, for debuggers. */
+  const struct shmap__sched_ops *ops;
+  int mode;                /* enum shmap__mode */
+  int nthreads;            /* threads the mode starts (devices or workers) */
   int nworkers;            /* fiber mode */
   shmap__worker *workers;
   void *lock;              /* uv_mutex_t: one map at a time per mesh */
@@ -258,7 +265,7 @@ typedef struct shmap__runtime {
   _Atomic int done;        /* devices finished with the job */
   /* Fiber mode: worker 0's thread is inside a job (it runs worker 0's
    * devices when a watchdog keeps the map's caller busy) and may still be
-   * leaving it after the map's last device is done, see runtime.c. */
+   * leaving it after the map's last device is done, see fibers.c. */
   _Atomic int w0_in;
   shmap__waiter host;      /* the thread that called the map */
   /* How this mesh's devices exchange data (transport/comm.h), and the
@@ -397,6 +404,51 @@ int shmap__workers(const shmap__runtime *rt);
 /* The devices [*lo, *hi) that run on device d's worker (the one whose
  * range holds d); d alone when each device has a thread. */
 void shmap__runs_with(const shmap__runtime *rt, int d, int *lo, int *hi);
+
+/*
+ * A scheduling mode: one table of operations, in a file of its own
+ * (threads.c, fibers.c), named in the registry of runtime.c, which picks
+ * one by SHMAP_SCHED's value at a runtime's first map.  The runtime keeps
+ * what every mode shares (waiters and the waiting policy, the failure,
+ * hooks, job epochs) and calls the table where the modes differ; its
+ * fields for one mode only (workers, sleepers, ...) are that mode's.
+ */
+typedef struct shmap__sched_ops {
+  const char *name; /* SHMAP_SCHED's value for it */
+  int mode;         /* enum shmap__mode: the runtime's `mode` */
+  /* Set up what the mode counts (e.g. its workers) and set host_runs;
+   * returns how many threads it starts, which compete for the cores while
+   * a map runs. */
+  int (*plan)(shmap__runtime *rt);
+  /* The devices are set up: the mode's own state, with device stacks of
+   * ss bytes (0: the default); 0, or an error code (the runtime then calls
+   * teardown). */
+  int (*setup)(shmap__runtime *rt, size_t ss);
+  /* Start thread i of plan's count; 0 or a libuv error code. */
+  int (*spawn)(shmap__runtime *rt, int i, size_t ss);
+  /* Wake and join the first n threads started (rt->stop is set). */
+  void (*join)(shmap__runtime *rt, int n);
+  /* Free the mode's state, or what setup made of it (its threads are
+   * stopped or never started); the devices are not yet freed. */
+  void (*teardown)(shmap__runtime *rt);
+  /* A job: before the new epoch is published, then after, waking the
+   * threads and, with host_runs, running the caller's share of it. */
+  void (*prepare)(shmap__runtime *rt);
+  void (*launch)(shmap__runtime *rt, bool host_runs);
+  /* The scheduler operations above, for this mode (wake_all and workers
+   * also before the devices exist). */
+  bool (*dev_wait_on)(shmap__runtime *rt, shmap__dev *d,
+                      const shmap__dev *awaited, shmap__pred pred, void *arg,
+                      _Atomic int *abort);
+  void (*dev_yield)(shmap__runtime *rt, shmap__dev *d);
+  bool (*dev_poll)(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
+                   void *arg, _Atomic int *abort);
+  void (*wake_group)(shmap__runtime *rt, int n, int self,
+                     int (*member)(const void *arg, int i), const void *arg);
+  void (*wake_all)(shmap__runtime *rt);
+  int (*workers)(const shmap__runtime *rt);
+  void (*runs_with)(const shmap__runtime *rt, int d, int *lo, int *hi);
+} shmap__sched_ops;
 
 /*
  * Hooks.  The layers above keep state of their own for a runtime (tables
