@@ -348,6 +348,10 @@ int shmap__check_shape(const char *what, shmap_dtype dtype, int rank,
 int shmap__array_new(shmap_array **out, shmap_dtype dtype, int rank,
                      const int64_t shape[], bool zero);
 /* "f32[2,8]" into buf (layout.c). */
+/* The next index of the box lo..hi (inclusive) in row-major order: false
+ * after the last (i is back at lo). */
+bool shmap__index_next(int rank, int64_t i[], const int64_t lo[],
+                       const int64_t hi[]);
 void shmap__shape_format(shmap_dtype dtype, int rank, const int64_t shape[],
                          char *buf, size_t n);
 

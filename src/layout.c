@@ -218,3 +218,14 @@ SHMAP_EXTERN size_t shmap_block_nbytes(const shmap_block *block)
     return 0;
   return (size_t)bytes;
 }
+
+bool shmap__index_next(int rank, int64_t i[], const int64_t lo[],
+                       const int64_t hi[])
+{
+  for (int d = rank - 1; d >= 0; d--) {
+    if (++i[d] <= hi[d])
+      return true;
+    i[d] = lo[d];
+  }
+  return false;
+}

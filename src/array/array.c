@@ -197,13 +197,7 @@ void shmap__copy_pieces(const shmap_array *a, const int64_t off[],
       count->local += bytes;
     else
       count->moved += bytes;
-    int d = rank - 1;
-    for (; d >= 0; d--) {
-      if (++i[d] <= hi[d])
-        break;
-      i[d] = lo[d];
-    }
-    if (d < 0)
+    if (!shmap__index_next(rank, i, lo, hi))
       return;
   }
 }

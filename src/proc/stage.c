@@ -184,13 +184,7 @@ static int list_pieces(const shmap_array *a, const shmap_mesh *tm,
         if (plist_add(l, &p))
           return -1;
       }
-      int d = rank - 1;
-      for (; d >= 0; d--) {
-        if (++i[d] <= hi[d])
-          break;
-        i[d] = lo[d];
-      }
-      if (d < 0)
+      if (!shmap__index_next(rank, i, lo, hi))
         break;
     }
   }
