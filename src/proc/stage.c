@@ -215,6 +215,25 @@ static int piece_type(int rank, const int64_t sb[], const piece *p, size_t es,
   return rc;
 }
 
+/* The view: local blocks as they are; a remote block as a local copy of
+ * the same block, or as the buffer of its class. */
+static void build_view(stage *s, const shmap_array *a)
+{
+  const shmap_mesh *sm = a->mesh;
+  unsigned named = shmap__spec_axes_mask(&a->spec);
+  for (int d = 0; d < sm->ndev; d++) {
+    s->view.blocks[d] = a->blocks[d];
+    if (a->blocks[d].data)
+      continue;
+    int cls = shmap__representative(sm, named, d);
+    for (int e = 0; e < sm->ndev && !s->view.blocks[d].data; e++)
+      if (a->blocks[e].data && shmap__representative(sm, named, e) == cls)
+        s->view.blocks[d].data = a->blocks[e].data;
+    if (!s->view.blocks[d].data)
+      s->view.blocks[d].data = s->bufs[cls];
+  }
+}
+
 int shmap__stage(const shmap_array *a, shmap_mesh *tm, const shmap__spec *tspec,
                  const int64_t tbshape[], const char *op, shmap_array **out)
 {
@@ -227,7 +246,6 @@ int shmap__stage(const shmap_array *a, shmap_mesh *tm, const shmap__spec *tspec,
     return 0;
   const shmap_mesh *sm = a->mesh;
   const int self = shmap__proc_self()->rank;
-  unsigned named = shmap__spec_axes_mask(&a->spec);
   size_t es = shmap_dtype_size(a->dtype);
   size_t bbytes = (size_t)shmap__numel(a->rank, a->bshape) * es;
   plist l = {0};
@@ -296,19 +314,7 @@ int shmap__stage(const shmap_array *a, shmap_mesh *tm, const shmap__spec *tspec,
       shmap__stage_free(&s->view);
     return rc;
   }
-  /* The view: local blocks as they are; a remote block as a local copy of
-   * the same block, or as the buffer of its class. */
-  for (int d = 0; d < sm->ndev; d++) {
-    s->view.blocks[d] = a->blocks[d];
-    if (a->blocks[d].data)
-      continue;
-    int cls = shmap__representative(sm, named, d);
-    for (int e = 0; e < sm->ndev && !s->view.blocks[d].data; e++)
-      if (a->blocks[e].data && shmap__representative(sm, named, e) == cls)
-        s->view.blocks[d].data = a->blocks[e].data;
-    if (!s->view.blocks[d].data)
-      s->view.blocks[d].data = s->bufs[cls];
-  }
+  build_view(s, a);
   if (received) {
     shmap__runtime_lock(tm->rt);
     tm->stats.bytes_remote += received;

@@ -1259,6 +1259,23 @@ static int post_all(shmap__coll *c, const mwire *wire, int wbytes,
   return 0;
 }
 
+/* exchange() in a group of one: nobody to send to or agree with. */
+static int exchange_alone(shmap__coll *c, const void *data, size_t bytes,
+                          mwire **got)
+{
+  shmap_ctx *ctx = c->ctx;
+  publish(c->comm->priv, c);
+  atomic_store(&ctx->rt->devs[ctx->dev].coll.arrive, c->k);
+  if (got) {
+    if (!(*got = shmap__malloc(sizeof **got)))
+      return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
+                             "out of memory");
+    if (bytes)
+      memcpy((*got)->data, data, bytes);
+  }
+  return 0;
+}
+
 /* Send this device's descriptor (and `bytes` of terms from `data`) to
  * every other member, take theirs, and agree.  0, with the members'
  * messages in *got (by rank, this device's own slot holding its own) when
@@ -1273,18 +1290,8 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
   /* coll.arrive counts the calls whose descriptor went to every peer: a
    * call that fails before that was never entered (see "Giving up a call
    * after a failure"). */
-  if (c->n == 1) {
-    publish(m, c);
-    atomic_store(&self->coll.arrive, c->k);
-    if (got) {
-      if (!(*got = shmap__malloc(sizeof **got)))
-        return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
-                               "out of memory");
-      if (bytes)
-        memcpy((*got)->data, data, bytes);
-    }
-    return 0;
-  }
+  if (c->n == 1)
+    return exchange_alone(c, data, bytes, got);
   int n = c->n;
   mwire *theirs = shmap__malloc(sizeof *theirs * (size_t)n);
   MPI_Request *reqs = shmap__malloc(sizeof *reqs * 2 * (size_t)n);
