@@ -42,6 +42,7 @@ src_libshmap_core_la_SOURCES = \
 	src/sched/fiber.c \
 	src/sched/fibers.c \
 	src/sched/threads.c \
+	src/sched/explore.c \
 	src/sched/guard.c \
 	src/sched/progress.c \
 	src/transport/comm.c \

@@ -20,7 +20,7 @@
 /* The last bad value reported per variable; a leaf lock (see the lock
  * order in runtime/debug.c). */
 enum { V_SCHED, V_WORKERS, V_SPIN, V_STACK, V_WATCHDOG, V_SIMD, V_ASYNC,
-       V_HUGE, V_MEMBARRIER, V_COUNT };
+       V_HUGE, V_MEMBARRIER, V_REPLAY, V_EXPLORE, V_XSEED, V_COUNT };
 static pthread_mutex_t settings_lock = PTHREAD_MUTEX_INITIALIZER;
 static char reported[V_COUNT][64];
 
@@ -39,7 +39,8 @@ static void bad_value(int v, const char *name, const char *value,
 
 /* Every variable the library reads (shmap(7), ENVIRONMENT). */
 static const char *const known[] = {
-    "SHMAP_ASYNC_CHECK", "SHMAP_HUGEPAGES", "SHMAP_MEMBARRIER",
+    "SHMAP_ASYNC_CHECK", "SHMAP_EXPLORE",   "SHMAP_EXPLORE_SEED",
+    "SHMAP_HUGEPAGES",   "SHMAP_MEMBARRIER", "SHMAP_REPLAY",
     "SHMAP_SCHED",       "SHMAP_SIMD",      "SHMAP_SPIN",
     "SHMAP_STACK_SIZE",  "SHMAP_TRACE",     "SHMAP_WATCHDOG",
     "SHMAP_WORKERS",
@@ -174,7 +175,7 @@ bool shmap__parse_seconds(const char *text, double *out)
 
 /* The scheduling modes SHMAP_SCHED may name besides auto: each is a mode
  * of the scheduler's registry (sched/runtime.c). */
-static const char *const sched_names[] = {"threads", "fibers"};
+static const char *const sched_names[] = {"threads", "fibers", "explore"};
 
 const char *shmap__setting_sched(void)
 {
@@ -184,7 +185,8 @@ const char *shmap__setting_sched(void)
   for (size_t i = 0; i < sizeof sched_names / sizeof *sched_names; i++)
     if (strcmp(s, sched_names[i]) == 0)
       return sched_names[i];
-  bad_value(V_SCHED, "SHMAP_SCHED", s, "threads, fibers, auto", "auto");
+  bad_value(V_SCHED, "SHMAP_SCHED", s, "threads, fibers, explore, auto",
+            "auto");
   return NULL;
 }
 
@@ -291,4 +293,72 @@ bool shmap__setting_hugepages(void)
 bool shmap__setting_membarrier(void)
 {
   return setting_switch(V_MEMBARRIER, "SHMAP_MEMBARRIER", true);
+}
+
+bool shmap__parse_schedule(const char *text, char *strategy, int *depth,
+                           uint64_t *seed)
+{
+  if (!text)
+    return false;
+  char st = text[0];
+  int d = 1;
+  const char *p = text + 1;
+  if (st == 'p') {
+    long v;
+    char num[8];
+    size_t n = strcspn(p, ".");
+    if (n == 0 || n >= sizeof num)
+      return false;
+    memcpy(num, p, n);
+    num[n] = '\0';
+    if (!shmap__parse_long(num, 1, 64, &v))
+      return false;
+    d = (int)v;
+    p += n;
+  } else if (st != 'r') {
+    return false;
+  }
+  unsigned long long v;
+  if (*p != '.' || !parse_number(p + 1, false, UINT64_MAX, &v))
+    return false;
+  *strategy = st;
+  *depth = d;
+  *seed = v;
+  return true;
+}
+
+const char *shmap__setting_replay(void)
+{
+  const char *s = env("SHMAP_REPLAY");
+  char st;
+  int d;
+  uint64_t seed;
+  if (!s || shmap__parse_schedule(s, &st, &d, &seed))
+    return s;
+  bad_value(V_REPLAY, "SHMAP_REPLAY", s,
+            "a schedule such as r.12 (random walk, seed 12) or p3.12 (PCT of "
+            "depth 3)",
+            "none");
+  return NULL;
+}
+
+int shmap__setting_explore(void)
+{
+  return (int)long_setting(V_EXPLORE, "SHMAP_EXPLORE", 0, 1000000L, 0,
+                           "a number of schedules from 0 to 1000000", "0");
+}
+
+bool shmap__setting_explore_seed(uint64_t *seed)
+{
+  const char *s = env("SHMAP_EXPLORE_SEED");
+  unsigned long long v;
+  *seed = 1;
+  if (!s)
+    return false;
+  if (parse_number(s, false, UINT64_MAX, &v)) {
+    *seed = v;
+    return true;
+  }
+  bad_value(V_XSEED, "SHMAP_EXPLORE_SEED", s, "a whole number", "1");
+  return false;
 }

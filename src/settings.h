@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* Smallest and largest stack a device may be given, and the fiber
  * default (thread mode's default is the system's). */
@@ -20,7 +21,7 @@
 #define SHMAP__STACK_MAX ((size_t)1 << 62)
 #define SHMAP__FIBER_STACK_DEFAULT ((size_t)4 << 20)
 
-/* SHMAP_SCHED: the name of a scheduling mode (threads, fibers), or NULL
+/* SHMAP_SCHED: the name of a scheduling mode (threads, fibers, explore), or NULL
  * for auto (the default). */
 const char *shmap__setting_sched(void);
 /* SHMAP_WORKERS: worker threads in fiber mode, or 0 for the default. */
@@ -49,6 +50,20 @@ bool shmap__setting_hugepages(void);
  * where the kernel has membarrier(2) (runtime/sched.h).  Read once per
  * process, at its first mesh. */
 bool shmap__setting_membarrier(void);
+
+/* SHMAP_REPLAY: the schedule every explored map runs under (see
+ * shmap__parse_schedule), or NULL. */
+const char *shmap__setting_replay(void);
+/* SHMAP_EXPLORE: how many schedules each map runs under (0: the map runs
+ * once, as usual). */
+int shmap__setting_explore(void);
+/* SHMAP_EXPLORE_SEED: the seed of the exploring schedules; true when set
+ * (*seed is 1 when not). */
+bool shmap__setting_explore_seed(uint64_t *seed);
+/* A schedule of the exploring mode: "r.SEED" (random walk) or "pD.SEED"
+ * (PCT with D priority change points, 1 to 64); true when valid. */
+bool shmap__parse_schedule(const char *text, char *strategy, int *depth,
+                           uint64_t *seed);
 
 /* Parsers, for the unit tests: true and *out set when `text` is valid. */
 bool shmap__parse_size(const char *text, size_t *out);

@@ -14,6 +14,7 @@
 /* The modes, in the registry of runtime.c. */
 extern const shmap__sched_ops shmap__sched_threads;
 extern const shmap__sched_ops shmap__sched_fibers;
+extern const shmap__sched_ops shmap__sched_explore;
 
 /* The device whose code runs on this thread (shmap__running()). */
 extern SHMAP__TLS_FAST const shmap__dev *shmap__running_dev;

@@ -166,7 +166,7 @@ void shmap__progress_wait(shmap__runtime *rt, int dev, shmap__pred pred,
                           void *arg)
 {
   shmap__dev *d = &rt->devs[dev];
-  if (shmap__workers(rt)) {
+  if (shmap__workers(rt) || rt->ops->one_thread) {
     /* The device's worker runs its neighbours meanwhile. */
     while (!shmap__dev_wait(rt, d, pred, arg, NULL))
       ;

@@ -438,6 +438,7 @@ bool shmap__debugger_attached(void)
 static const shmap__sched_ops *const modes[] = {
     &shmap__sched_threads,
     &shmap__sched_fibers,
+    &shmap__sched_explore,
 };
 
 /* SHMAP_SCHED names a mode, or is auto (unset).  Auto runs the devices as
@@ -626,6 +627,8 @@ static int start(shmap__runtime *rt)
 {
   rt->ops = choose_mode();
   rt->mode = rt->ops->mode;
+  uint64_t seed;
+  rt->explore_all = shmap__setting_replay() || shmap__setting_explore_seed(&seed);
   /* How many threads compete for the cores while a map runs: a thread per
    * device, or the workers (the caller running worker 0's devices). */
   rt->nthreads = rt->ops->plan(rt);
@@ -725,6 +728,17 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
   atomic_store(&rt->done, 0);
   rt->job = job;
   rt->run = run;
+  /* A map its caller wants explored, on a runtime of another mode: the
+   * exploring mode runs it on this thread, and the mode's threads stay
+   * parked (no new epoch wakes them). */
+  const shmap__sched_ops *base = rt->ops;
+  if ((rt->explore || rt->explore_all) && base != &shmap__sched_explore) {
+    rt->ops = &shmap__sched_explore;
+    rt->ops->launch(rt, true);
+    rt->ops = base;
+    rt->job = NULL;
+    return 0;
+  }
   rt->ops->prepare(rt);
   /* Epochs advance by two; the low bit carries host_runs. */
   atomic_store(&rt->epoch, ((atomic_load(&rt->epoch) | 1) + 1) | host_runs);

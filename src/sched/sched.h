@@ -99,7 +99,9 @@ void shmap__guard_thread(void);
  * `mode`, which debuggers and tests read. */
 enum shmap__mode {
   SHMAP__THREADS = 1, /* one thread per device (gdb sees each) */
-  SHMAP__FIBERS       /* devices are fibers on a few worker threads */
+  SHMAP__FIBERS,      /* devices are fibers on a few worker threads */
+  SHMAP__EXPLORE      /* one device at a time, in an order chosen at every
+                         wait (explore.c) */
 };
 
 /* States of a device fiber (fibers.c, "Workers and stealing"): not yet
@@ -225,6 +227,46 @@ typedef struct shmap__worker {
 
 struct shmap__transport;
 
+/*
+ * A schedule of the exploring mode (explore.c).  One device runs at a
+ * time; at every wait of a device the schedule picks which runnable
+ * device continues.  The text names a strategy and a seed: "r.SEED" is a
+ * random walk, "pD.SEED" probabilistic concurrency testing with D
+ * priority change points.  The maps run under it are counted from 0, and
+ * map m draws from the seed and m, so the same text and the same program
+ * make the same choices in every map.  A choice is recorded only where
+ * more than one device could run.
+ */
+#define SHMAP__SCHED_TEXT 48
+typedef struct shmap__explore {
+  char text[SHMAP__SCHED_TEXT];
+  /* The search for the critical step: in map number forced_map, the first
+   * `forced` choices are those of `flog`, and the ones after them a
+   * random walk seeded by `alt` (forced 0: no forcing). */
+  uint32_t forced_map, forced;
+  uint64_t alt;
+  const uint16_t *flog;
+  /* What the runs did: maps run, choices made, a hash of the choices (of
+   * every map), and the choices of the first map that failed (or, before
+   * one fails, of the last map): the device chosen at each, and how many
+   * could run. */
+  uint32_t maps, steps;
+  uint64_t hash;
+  uint16_t *log, *nrun;
+  uint32_t nlog, caplog;
+  int failed;            /* a map under it failed */
+  uint32_t fail_map;
+} shmap__explore;
+/* Free what a schedule's runs recorded. */
+void shmap__explore_free(shmap__explore *x);
+/* Called at every choice of an exploring schedule that had more than one
+ * candidate, before the chosen device runs: a place for a debugger's
+ * breakpoint; the step and the device are also kept in the two words
+ * after it, which the gdb extension reads. */
+void shmap__explore_step(unsigned step, int dev);
+extern volatile int shmap__explore_next_dev;
+extern volatile unsigned shmap__explore_next_step;
+
 typedef struct shmap__runtime {
   struct shmap__runtime *next; /* in the registry of live runtimes */
   int id;                      /* registry number (trace process id) */
@@ -278,6 +320,15 @@ typedef struct shmap__runtime {
   void *_Atomic async;
   void *_Atomic progress;
   _Atomic int helpers;
+  /* The exploring mode (explore.c): the schedule the next maps run under
+   * (set by the map's caller, NULL: the mode's default), and the mode's
+   * own state (NULL until a map ran under it).  A runtime of another mode
+   * runs a map under the exploring mode when `explore` is set. */
+  shmap__explore *explore;
+  void *xstate;
+  /* SHMAP_REPLAY or SHMAP_EXPLORE_SEED was set when the runtime started:
+   * every map runs under the exploring mode, whatever the mode. */
+  bool explore_all;
 } shmap__runtime;
 
 int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh);
@@ -416,6 +467,9 @@ void shmap__runs_with(const shmap__runtime *rt, int d, int *lo, int *hi);
 typedef struct shmap__sched_ops {
   const char *name; /* SHMAP_SCHED's value for it */
   int mode;         /* enum shmap__mode: the runtime's `mode` */
+  /* Every device runs on one thread, one at a time: a device may wait
+   * only through dev_wait_on, which hands the thread to the others. */
+  bool one_thread;
   /* Set up what the mode counts (e.g. its workers) and set host_runs;
    * returns how many threads it starts, which compete for the cores while
    * a map runs. */
