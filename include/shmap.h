@@ -496,6 +496,12 @@ typedef struct shmap_map_opts {
    * manual axes; along the other (free) axes the body is not split and
    * devices hold equal values. */
   const char *manual_axes;
+  /* Exploring device interleavings (shmap_explore(3)); these fields stay
+   * together.  A schedule such as "r.12" (random walk, seed 12) or
+   * "p3.12" (PCT with 3 priority change points): the map runs one device
+   * at a time in the order the schedule chooses at every wait.  NULL: the
+   * mesh's scheduling mode.  shmap_map_nested() takes only NULL. */
+  const char *schedule;
 } shmap_map_opts;
 
 /* shmap_map() with options: a map over some axes of the mesh. */
@@ -527,6 +533,54 @@ SHMAP_EXTERN shmap_ctx *shmap_ctx_outer(const shmap_ctx *ctx);
  * returns the length, like snprintf. */
 SHMAP_EXTERN int shmap_ctx_manual_axes(const shmap_ctx *ctx, char *buf,
                                        size_t len);
+
+/*
+ * Exploring device interleavings (shmap_explore(3)).  run() runs part of
+ * the program on `mesh` (its maps, and whatever they need before and
+ * after) and returns 0 or an error code; it may store a hash of its own
+ * results in *digest (0 on entry).  shmap_explore() calls it once per
+ * schedule, each map on `mesh` running one device at a time in the order
+ * the schedule chooses at every wait, and checks each run: its return
+ * code (a failing body, a mismatch, a deadlock, an asynchronous request's
+ * rules under SHMAP_ASYNC_CHECK, which it turns on), and the hash of the
+ * outputs of its maps and of *digest against the first schedule's.  The
+ * first failure ends the search: res says which schedule and why, the
+ * schedule's text (SHMAP_REPLAY's value) and its critical step.
+ */
+typedef struct shmap_explore_opts {
+  int schedules;            /* how many (0: 100) */
+  unsigned long long seed;  /* schedule i uses seed + i */
+  int depth;                /* PCT's change points (0: 3) */
+  const char *replay;       /* run only this schedule (NULL: search) */
+  int quiet;                /* 1: print nothing on stderr */
+} shmap_explore_opts;
+
+typedef struct shmap_explore_result {
+  int schedules;            /* schedules run */
+  int failed;               /* index of the failing one, -1: none */
+  int code;                 /* its error code */
+  char replay[48];          /* its text, e.g. "p3.8" */
+  char message[1024];       /* what failed */
+  /* The critical step: the choice after which the failure was certain
+   * (-1: unknown, or certain from the start), in map number
+   * critical_map of the run, where device critical_dev went first. */
+  long critical_step;
+  int critical_map, critical_dev;
+  /* The choices of the last schedule run: how many, and their hash (two
+   * runs of one schedule made the same choices when these agree). */
+  unsigned long steps;
+  unsigned long long choices;
+  /* The hash of that run's outputs (its maps' and its *digest): a replay
+   * of a schedule whose outputs differed gives the same hash again. */
+  unsigned long long outputs;
+} shmap_explore_result;
+
+typedef int (*shmap_explore_fn)(shmap_mesh *mesh, void *arg,
+                                unsigned long long *digest);
+
+SHMAP_EXTERN int shmap_explore(shmap_mesh *mesh, shmap_explore_fn run,
+                               void *arg, const shmap_explore_opts *opts,
+                               shmap_explore_result *res);
 
 /*
  * Sub-meshes: a mesh over some devices of another.  shmap_mesh_slice()

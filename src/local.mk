@@ -28,6 +28,7 @@ src_libshmap_core_la_SOURCES = \
 	src/map/outputs.c \
 	src/map/nested.c \
 	src/map/blocks.c \
+	src/map/explore.c \
 	src/map/mesh.c \
 	src/proc/proc.c \
 	src/proc/pmesh.c \

@@ -11,6 +11,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -280,9 +281,19 @@ static bool setting_switch(int v, const char *name, bool dflt)
   return dflt;
 }
 
+/* Runs under exploring schedules turn the check on without touching the
+ * environment: a count of them. */
+static _Atomic int async_forced;
+
+void shmap__setting_async_check_force(int delta)
+{
+  atomic_fetch_add(&async_forced, delta);
+}
+
 bool shmap__setting_async_check(void)
 {
-  return setting_switch(V_ASYNC, "SHMAP_ASYNC_CHECK", false);
+  return setting_switch(V_ASYNC, "SHMAP_ASYNC_CHECK", false) ||
+         atomic_load(&async_forced) > 0;
 }
 
 bool shmap__setting_hugepages(void)

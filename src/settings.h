@@ -43,6 +43,9 @@ int shmap__setting_simd(const char *const names[], int n);
  * (checksums of inputs and results between start and wait), 0 (the
  * default) does not. */
 bool shmap__setting_async_check(void);
+/* Turn the check on (+1) while runs under exploring schedules need it,
+ * and off again (-1); SHMAP_ASYNC_CHECK=1 keeps it on regardless. */
+void shmap__setting_async_check_force(int delta);
 /* SHMAP_HUGEPAGES: 0 or 1 (the default): ask for transparent huge pages
  * for allocations of 2 MiB and more (alloc.c). */
 bool shmap__setting_hugepages(void);

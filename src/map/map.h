@@ -48,6 +48,20 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
                int nout, shmap_array *out[], const char *const out_specs[],
                unsigned flags);
 
+/* ---- explore.c: exploring interleavings (shmap_explore(3)) ---------------- */
+
+/* One map call made again with its arguments (`call`), its outputs into
+ * out[]: 0 or the error. */
+typedef int (*shmap__map_once_fn)(void *call, shmap_array *out[]);
+/* SHMAP_EXPLORE=n: the map under n schedules (SHMAP_REPLAY's alone when
+ * set), run 0's outputs in out[]; on a failure, printed with its
+ * schedule and critical step, the error and no outputs. */
+int shmap__explore_map(shmap_mesh *mesh, int n, shmap__map_once_fn once,
+                       void *call, shmap_array *out[], int nout);
+/* Mix a map's outputs into the hash of the run under x. */
+void shmap__explore_outputs(shmap__explore *x, shmap_array *const out[],
+                            int nout);
+
 /* ---- validate.c: a map's arguments ---------------------------------------- */
 
 /* The checks of this process's arguments to a map (flags_op: the public

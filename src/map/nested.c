@@ -402,6 +402,11 @@ static int nested_check_args(shmap_ctx *octx, shmap_body_fn body, int nin,
   if (opts->flags & ~SHMAP_NO_CHECK_REP)
     return shmap__dev_fail(octx, op, SHMAP_EINVAL, "unknown flags 0x%x",
                            opts->flags);
+  if (opts->schedule)
+    return shmap__dev_fail(octx, op, SHMAP_EINVAL,
+                           "schedule \"%.60s\" given: a nested map runs in "
+                           "the order of the map it is nested in",
+                           opts->schedule);
   return 0;
 }
 

@@ -5,10 +5,13 @@
 #include "map/map.h"
 
 #include "coll/async.h"
+#include "hash.h"
+#include "settings.h"
 #include "proc/proc.h"
 #include "sched/trace.h"
 #include "transport/mpi.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -264,11 +267,11 @@ static void frame_free(map_frame *f)
  * rejects the call still takes part in the agreement, so that every
  * process rejects it (proc.c, "Verdicts"); only a NULL mesh, a mesh of
  * the parent of a fork and a call from a body return at once. */
-static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
-                   void *arg, int nin, shmap_array *const in[],
-                   const char *const in_specs[], int nout, shmap_array *out[],
-                   const char *const out_specs[], unsigned flags,
-                   const char *manual_text)
+static int map_once(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
+                    void *arg, int nin, shmap_array *const in[],
+                    const char *const in_specs[], int nout, shmap_array *out[],
+                    const char *const out_specs[], unsigned flags,
+                    const char *manual_text)
 {
   int rc = shmap__map_check_args(flags_op, mesh, body, nin, in, in_specs,
                                  nout, out, out_specs, flags);
@@ -307,7 +310,64 @@ static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
     f.res[k] = NULL;
   }
   frame_free(&f);
+  if (rc == 0 && mesh->rt->explore)
+    shmap__explore_outputs(mesh->rt->explore, out, nout);
   return rc;
+}
+
+/* A map call's arguments, to make it again (SHMAP_EXPLORE). */
+typedef struct map_call {
+  const char *flags_op;
+  shmap_mesh *mesh;
+  shmap_body_fn body;
+  void *arg;
+  int nin, nout;
+  shmap_array *const *in;
+  const char *const *in_specs, *const *out_specs;
+  unsigned flags;
+  const char *manual_text;
+} map_call;
+
+static int map_again(void *call, shmap_array *out[])
+{
+  map_call *c = call;
+  return map_once(c->flags_op, c->mesh, c->body, c->arg, c->nin, c->in,
+                  c->in_specs, c->nout, out, c->out_specs, c->flags,
+                  c->manual_text);
+}
+
+/* The map once, or under a schedule of the exploring mode (`schedule`:
+ * its text), or under SHMAP_EXPLORE's schedules. */
+static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
+                   void *arg, int nin, shmap_array *const in[],
+                   const char *const in_specs[], int nout, shmap_array *out[],
+                   const char *const out_specs[], unsigned flags,
+                   const char *manual_text, const char *schedule)
+{
+  map_call c = {flags_op, mesh, body, arg, nin, nout, in, in_specs,
+                out_specs, flags, manual_text};
+  bool free_rt = mesh && !shmap__current() && mesh->rt && !mesh->rt->explore;
+  if (schedule && free_rt) {
+    shmap__explore x = {0};
+    char st;
+    int depth;
+    uint64_t seed;
+    if (!shmap__parse_schedule(schedule, &st, &depth, &seed))
+      return shmap__err(SHMAP_EINVAL, "shmap_map_ex: schedule \"%.60s\" is "
+                        "not valid (r.SEED or pDEPTH.SEED)", schedule);
+    snprintf(x.text, sizeof x.text, "%s", schedule);
+    x.hash = x.out_hash = shmap__hash_init();
+    mesh->rt->explore = &x;
+    int rc = map_again(&c, out);
+    mesh->rt->explore = NULL;
+    shmap__explore_free(&x);
+    return rc;
+  }
+  int n = free_rt && nout >= 0 && (nout == 0 || out) ? shmap__setting_explore()
+                                                     : 0;
+  if (n > 0)
+    return shmap__explore_map(mesh, n, map_again, &c, out, nout);
+  return map_again(&c, out);
 }
 
 int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
@@ -316,7 +376,7 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
                unsigned flags)
 {
   return map_run(NULL, mesh, body, arg, nin, in, in_specs, nout, out,
-                 out_specs, flags, NULL);
+                 out_specs, flags, NULL, NULL);
 }
 
 SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
@@ -326,7 +386,7 @@ SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
                                  const char *const out_specs[], unsigned flags)
 {
   return map_run("shmap_map", mesh, body, arg, nin, in, in_specs, nout, out,
-                 out_specs, flags, NULL);
+                 out_specs, flags, NULL, NULL);
 }
 
 SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
@@ -340,7 +400,8 @@ SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
   if (!opts)
     opts = &defaults;
   return map_run("shmap_map_ex", mesh, body, arg, nin, in, in_specs, nout,
-                 out, out_specs, opts->flags, opts->manual_axes);
+                 out, out_specs, opts->flags, opts->manual_axes,
+                 opts->schedule);
 }
 
 SHMAP_EXTERN int shmap_map(shmap_mesh *mesh, shmap_body_fn body, void *arg,

@@ -252,6 +252,8 @@ typedef struct shmap__explore {
    * could run. */
   uint32_t maps, steps;
   uint64_t hash;
+  /* The hash of the outputs of the maps run under it (the map layer's). */
+  uint64_t out_hash;
   uint16_t *log, *nrun;
   uint32_t nlog, caplog;
   int failed;            /* a map under it failed */
