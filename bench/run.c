@@ -6,6 +6,7 @@
  *
  * Output: a header line starting with '#', then one line per case,
  *   op=psum P=8 bytes=4194304 shmap_us=... omp_us=... mpi_us=... roofline_us=...
+ *       sol_us=... shmap_sol_x=... (the speed of light: sol.c)
  * with medians in microseconds and NA where a column does not apply.
  * Progress goes to stderr.
  *
@@ -16,6 +17,7 @@
 #include <shmap.h>
 
 #include "cmatmul.h"
+#include "sol.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -899,6 +901,9 @@ typedef struct result {
   double shmap_busy, omp_busy, mpi_busy; /* --contended */
 } result;
 
+/* The machine's speed-of-light measurements (sol.c). */
+static sol_machine sol;
+
 static result *results;
 static int nresults, capresults;
 
@@ -1145,6 +1150,15 @@ static void print_line(const char *op, int P, size_t bytes, double shmap,
          op, P, bytes, fmt_us(shmap, a, sizeof a), fmt_g(bw, e, sizeof e),
          fmt_us(omp, b, sizeof b), fmt_us(mpi, c, sizeof c),
          fmt_us(roof, d, sizeof d));
+  /* The speed of light and each measured column's ratio to it. */
+  sol_bound sb = sol_case(&sol, op, P, bytes);
+  double s = sb.us > 0 ? sb.us : NA;
+  char f[32];
+  printf(" sol_us=%s sol_lat_us=%s sol_bw_us=%s shmap_sol_x=%s omp_sol_x=%s "
+         "mpi_sol_x=%s",
+         fmt_us(s, a, sizeof a), fmt_us(sb.lat_us, b, sizeof b),
+         fmt_us(sb.bw_us, c, sizeof c), fmt_us(shmap / s, d, sizeof d),
+         fmt_us(omp / s, e, sizeof e), fmt_us(mpi / s, f, sizeof f));
   if (opt.contended) {
     char r1[32], r2[32], r3[32];
     printf(" shmap_busy_us=%s shmap_busy_x=%s omp_busy_us=%s omp_busy_x=%s "
@@ -1168,6 +1182,9 @@ int main(int argc, char **argv)
   size_t bw_bytes = (size_t)64 << 20;
   progress("measuring memory bandwidth (2 threads x 64 MiB memcpy)");
   double B = measure_bandwidth(bw_bytes, opt.quick ? 6 : 12); /* bytes/us */
+  progress("measuring the speed of light (cache-line ping-pong, read and "
+           "write rates from 4 KiB to 256 MiB)");
+  sol_measure(&sol, opt.quick);
 
   for (int pi = 0; pi < opt.nps; pi++) {
     int P = opt.ps[pi];
@@ -1289,6 +1306,16 @@ int main(int argc, char **argv)
          opt.mpi ? (*mpi_library ? mpi_library : "?") : "NA", opt.reps,
          opt.target_ms, opt.quick ? " quick" : "",
          opt.contended ? " contended" : "");
+  printf("# speed of light: line_us=%.4f (one-way cache-line transfer, %d "
+         "cores) read/write GB/s at working sets",
+         sol.line_us, sol.cores);
+  for (int i = 0; i < SOL_SIZES; i++) {
+    size_t ws = SOL_MIN << (2 * i);
+    printf(" %zu%s=%.1f/%.1f", ws >> (ws >= (1u << 20) ? 20 : 10),
+           ws >= (1u << 20) ? "M" : "K", sol.read[i] * 1e-3,
+           sol.write[i] * 1e-3);
+  }
+  printf("\n");
   /* Grouped by op, then P, then size; the sweep last. */
   for (int op = 0; op <= NOPS; op++) {
     if (op == NOPS && opt.nsweep)
