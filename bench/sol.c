@@ -11,6 +11,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -177,10 +178,15 @@ static double rate(int core[2], size_t ws, int write, int reps)
   double best = NAN;
   if (b[0].buf && b[1].buf &&
       pthread_create(&t[0], NULL, bw_thread, &b[0]) == 0) {
+    /* Without a second thread, the caller takes its part (unpinned), so
+     * that the first does not wait at the barrier for ever. */
     if (pthread_create(&t[1], NULL, bw_thread, &b[1]) == 0) {
       pthread_join(t[1], NULL);
-      best = 0;
+    } else {
+      b[1].core = -1;
+      bw_thread(&b[1]);
     }
+    best = 0;
     pthread_join(t[0], NULL);
     for (int r = 1; best == best && r < reps; r++)
       if ((double)ws * b[0].passes / (t1[r] - t0[r]) > best)
@@ -199,7 +205,15 @@ void sol_measure(sol_machine *m, int quick)
   m->cores = core[1] >= 0 ? 2 : 1;
   if (core[1] < 0)
     core[1] = core[0];
-  m->line_us = pingpong(core, quick ? 15 : 63);
+  /* The pinger is the calling thread: its own mask comes back after, or
+   * every thread it starts later (devices, OpenMP) would inherit one
+   * core.  On one core the ping-pong would measure time slices. */
+  cpu_set_t mask;
+  bool have_mask = pthread_getaffinity_np(pthread_self(), sizeof mask,
+                                          &mask) == 0;
+  m->line_us = m->cores == 2 ? pingpong(core, quick ? 15 : 63) : NAN;
+  if (have_mask)
+    pthread_setaffinity_np(pthread_self(), sizeof mask, &mask);
   for (int i = 0; i < SOL_SIZES; i++) {
     size_t ws = SOL_MIN << (2 * i);
     /* Samples of at least 4 MiB of traffic; 64 MiB in all, at least 4. */
@@ -261,8 +275,8 @@ sol_bound sol_case(const sol_machine *m, const char *op, int P, size_t n)
     b.steps = 0, ws = 0;
   }
   int i = size_index(ws);
-  b.lat_us = m->line_us * b.steps;
+  b.lat_us = m->line_us * b.steps; /* NaN: not measured (one core) */
   b.bw_us = ws > 0 ? b.rbytes / m->read[i] + b.wbytes / m->write[i] : 0;
-  b.us = b.lat_us > b.bw_us ? b.lat_us : b.bw_us;
+  b.us = b.lat_us > b.bw_us ? b.lat_us : b.bw_us; /* bw_us when lat_us NaN */
   return b;
 }
