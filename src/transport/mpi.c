@@ -107,6 +107,13 @@ typedef struct xbufs {
   int cap;
 } xbufs;
 
+/* Per call: the requests this device posted (the array is the device's,
+ * kept from call to call). */
+typedef struct mcall {
+  MPI_Request *reqs;
+  int nreq, cap;
+} mcall;
+
 /* The descriptors a device published in the current map, the last RING
  * by call number, with their count and whether it left its body. */
 #define RING 64
@@ -126,6 +133,7 @@ typedef struct mdev {
   void *scratch[2];
   size_t scap[2];
   xbufs x;
+  mcall mc;
 } mdev;
 enum { SCRATCH_TERMS, SCRATCH_ACC };
 
@@ -209,6 +217,7 @@ static void mm_free(shmap__mpimesh *m)
     free(m->dev[d].scratch[SCRATCH_TERMS]);
     free(m->dev[d].scratch[SCRATCH_ACC]);
     xbufs_free(&m->dev[d].x, true);
+    free(m->dev[d].mc.reqs);
   }
   free(m->dev);
   free(m->reply);
@@ -991,11 +1000,6 @@ static int tag_of(const shmap__mpimesh *m, int from, int to)
 
 /* ---- the transport (transport/comm.h) ---------------------------------------- */
 
-/* Per call: the requests this device posted. */
-typedef struct mcall {
-  MPI_Request *reqs;
-  int nreq, cap;
-} mcall;
 
 static mcall *MC(shmap__coll *c) { return *(mcall **)c->priv; }
 
@@ -1420,11 +1424,10 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
 
 static int mpi_arrive(shmap__coll *c)
 {
-  mcall *mc = shmap__calloc(1, sizeof *mc);
+  shmap__mpimesh *m = c->comm->priv;
+  mcall *mc = &m->dev[c->ctx->dev].mc;
+  mc->nreq = 0;
   memcpy(c->priv, &mc, sizeof mc);
-  if (!mc)
-    return shmap__dev_fail(c->ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
-                           "out of memory");
   return exchange(c, NULL, 0, NULL);
 }
 
@@ -1715,8 +1718,7 @@ static int mpi_depart(shmap__coll *c)
     return 0;
   int rc = mc->nreq ? wait_must(c, mc->reqs, mc->nreq) : 0;
   locals_depart(c);
-  free(mc->reqs);
-  free(mc);
+  mc->nreq = 0;
   memset(c->priv, 0, sizeof mc);
   return rc ? data_fail(c, rc) : 0;
 }
