@@ -284,6 +284,9 @@ typedef struct shmap_stats {
   uint64_t bytes_moved;     /* bytes a device copied from another's blocks */
   uint64_t bytes_transferred; /* bytes copied in from another mesh's blocks */
   uint64_t bytes_remote;    /* bytes this process received from others (MPI) */
+  /* Room for counters of later versions (README.md, "ABI policy"): new
+   * counters go before it; the library sets it to zero. */
+  uint64_t reserved[8];
 } shmap_stats;
 SHMAP_EXTERN int shmap_mesh_stats(const shmap_mesh *mesh, shmap_stats *stats);
 SHMAP_EXTERN void shmap_mesh_stats_reset(shmap_mesh *mesh);
@@ -496,6 +499,12 @@ typedef struct shmap_map_opts {
    * manual axes; along the other (free) axes the body is not split and
    * devices hold equal values. */
   const char *manual_axes;
+  /* Room for options of later versions, so that the structure keeps its
+   * size (README.md, "ABI policy").  New fields go before it, taking
+   * their room from it; it must be zero (shmap_map_ex() and
+   * shmap_map_nested() refuse the options otherwise), which
+   * zero-initialising the structure gives. */
+  uint64_t reserved[8];
 } shmap_map_opts;
 
 /* shmap_map() with options: a map over some axes of the mesh. */

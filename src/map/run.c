@@ -268,10 +268,12 @@ static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
                    void *arg, int nin, shmap_array *const in[],
                    const char *const in_specs[], int nout, shmap_array *out[],
                    const char *const out_specs[], unsigned flags,
-                   const char *manual_text)
+                   const char *manual_text, int rc_opts)
 {
   int rc = shmap__map_check_args(flags_op, mesh, body, nin, in, in_specs,
                                  nout, out, out_specs, flags);
+  if (rc == 0)
+    rc = rc_opts;
   if (!mesh)
     return rc;
   int now = shmap__map_check_caller(mesh, rc);
@@ -316,7 +318,7 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
                unsigned flags)
 {
   return map_run(NULL, mesh, body, arg, nin, in, in_specs, nout, out,
-                 out_specs, flags, NULL);
+                 out_specs, flags, NULL, 0);
 }
 
 SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
@@ -326,7 +328,7 @@ SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
                                  const char *const out_specs[], unsigned flags)
 {
   return map_run("shmap_map", mesh, body, arg, nin, in, in_specs, nout, out,
-                 out_specs, flags, NULL);
+                 out_specs, flags, NULL, 0);
 }
 
 SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
@@ -339,8 +341,15 @@ SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
   static const shmap_map_opts defaults;
   if (!opts)
     opts = &defaults;
+  /* A refusal of the options still takes part in the agreement under MPI
+   * (map_run), so that uninitialised options on one process fail the call
+   * on every process instead of leaving the others waiting. */
+  int k = shmap__map_opts_reserved(opts), rc_opts = 0;
+  if (k >= 0)
+    rc_opts = shmap__err(SHMAP_EINVAL, "shmap_map_ex: " SHMAP__OPTS_RESERVED_MSG,
+                         k, (unsigned long long)opts->reserved[k]);
   return map_run("shmap_map_ex", mesh, body, arg, nin, in, in_specs, nout,
-                 out, out_specs, opts->flags, opts->manual_axes);
+                 out, out_specs, opts->flags, opts->manual_axes, rc_opts);
 }
 
 SHMAP_EXTERN int shmap_map(shmap_mesh *mesh, shmap_body_fn body, void *arg,
