@@ -57,6 +57,7 @@ SHMAP_MAN_PAGES += \
 	man/shmap_array_reshard.3 \
 	man/shmap_array_block.3 \
 	man/shmap_array_visualize.3 \
+	man/shmap_array_visualize_svg.3 \
 	man/shmap_mesh_stats.3
 
 # Debugging.
@@ -117,7 +118,7 @@ uninstall-local: man/gen.stamp
 	done
 
 clean-local:
-	-rm -rf man/gen
+	-rm -rf man/gen collective-pictures doc/pictures
 
 TESTS += tests/check-man.sh
 EXTRA_DIST += tests/check-man.sh
