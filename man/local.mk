@@ -21,6 +21,7 @@ SHMAP_MAN_PAGES += man/shmap.7 man/shmap-debugging.7
 
 # Processes (MPI), and the merger of their traces.
 SHMAP_MAN_PAGES += man/shmap-mpi.7 man/shmap-trace-merge.1 \
+	man/shmap-trace-timeline.1 \
 	man/shmap_process_rank.3 \
 	man/shmap_mesh_set_process_axes.3 \
 	man/shmap_array_to_host_local.3
