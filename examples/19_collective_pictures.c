@@ -187,10 +187,12 @@ static void print_blocks(const char *label, const float *v, int64_t n)
 static int picture(shmap_mesh *mesh, shmap_array *x, const float *xv,
                    const char *name, shmap_body_fn body, const char *dir)
 {
+  /* [tutorial:map] */
   shmap_array *y = NULL;
   check(shmap_map(mesh, body, NULL, 1, &x, (const char *[]){"P('i')"}, 1, &y,
                   (const char *[]){"P('i')"}),
         name);
+  /* [end] */
   static float got[D * N], want[D * N];
   int64_t n = reference(name, xv, want);
   int bad = shmap_array_numel(y) != n;
@@ -247,12 +249,14 @@ int main(int argc, char **argv)
   float xv[N];
   for (int k = 0; k < N; k++)
     xv[k] = (float)k;
+  /* [tutorial:mesh] */
   shmap_mesh *mesh;
   check(shmap_mesh_create(&mesh, "i=4"), "shmap_mesh_create");
   shmap_array *x;
   check(shmap_array_from_host_sharded(&x, mesh, "P('i')", SHMAP_F32, 1,
                                       (const int64_t[]){N}, xv),
         "shmap_array_from_host_sharded");
+  /* [end] */
   int bad = 0;
   for (size_t c = 0; c < sizeof colls / sizeof colls[0]; c++)
     bad += picture(mesh, x, xv, colls[c].name, colls[c].body, dir);

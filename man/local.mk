@@ -16,8 +16,8 @@ SHMAP_MAN_PAGES =
 # Asynchronous collectives.
 SHMAP_MAN_PAGES += man/shmap_ppermute_start.3 man/shmap_wait.3
 
-# Overview, and debugging.
-SHMAP_MAN_PAGES += man/shmap.7 man/shmap-debugging.7
+# Overview, debugging, and the tutorial.
+SHMAP_MAN_PAGES += man/shmap.7 man/shmap-debugging.7 man/shmap-tutorial.7
 
 # Processes (MPI), and the merger of their traces.
 SHMAP_MAN_PAGES += man/shmap-mpi.7 man/shmap-trace-merge.1 \
