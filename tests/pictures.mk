@@ -10,3 +10,10 @@ tests_pictures_trace_prog_LDADD = src/libshmap.la
 
 TESTS += tests/test_pictures.sh
 EXTRA_DIST += tests/test_pictures.sh tests/check-pictures.py
+
+# The SVG document itself, element by element, and the errors.
+check_PROGRAMS += tests/test_svg
+TESTS += tests/test_svg
+tests_test_svg_SOURCES = tests/test_svg.c tests/testutil.c tests/testutil.h
+tests_test_svg_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_svg_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
