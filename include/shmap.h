@@ -273,6 +273,15 @@ SHMAP_EXTERN int shmap_array_block(const shmap_array *array, int device,
                                    shmap_block *block, int64_t offset[]);
 /* Print which devices hold which block, as a text grid (rank 1 or 2). */
 SHMAP_EXTERN int shmap_array_visualize(const shmap_array *array, FILE *out);
+/* The same picture as an SVG document: a grid of blocks per array, each
+ * block coloured by the devices holding it and labelled with them and its
+ * index ranges; several arrays stack top to bottom (a collective's before
+ * and after), each under its caption (captions may be NULL).  With
+ * SHMAP_SVG_VALUES each block also shows its values. */
+#define SHMAP_SVG_VALUES 1u
+SHMAP_EXTERN int shmap_array_visualize_svg(const shmap_array *const arrays[],
+                                           const char *const captions[],
+                                           int n, unsigned flags, FILE *out);
 
 /* Data movement counted per mesh since creation or the last reset. */
 typedef struct shmap_stats {

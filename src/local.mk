@@ -18,6 +18,7 @@ src_libshmap_core_la_SOURCES = \
 	src/array/array.c \
 	src/jobs/shard.c \
 	src/array/visualize.c \
+	src/array/svg.c \
 	src/device/arena.c \
 	src/device/ctx.c \
 	src/device/checks.c \

@@ -185,6 +185,25 @@ if test -n "$man3" && ! test -f "${man3%/man3}/man1/shmap-trace-merge.1"; then
   fail "man1/shmap-trace-merge.1 is not installed"
 fi
 
+# The timeline drawer: in bindir beside the merger, with its page; with
+# python3 at hand, it draws a trace of one body as a page with an SVG.
+timeline=$(var exec_prefix)/bin/shmap-trace-timeline
+if ! test -x "$timeline"; then
+  fail "shmap-trace-timeline is not installed in the bindir (${timeline#$dest})"
+elif command -v python3 >/dev/null 2>&1; then
+  printf '{"traceEvents":[{"name":"thread_name","ph":"M","pid":1,"tid":1,"args":{"name":"device 0 (i=0)"}},{"name":"body","cat":"body","ph":"X","pid":1,"tid":1,"ts":1.5,"dur":2}]}\n' \
+    > "$tmp/one.json"
+  if "$timeline" "$tmp/one.json" "$tmp/one.html" > "$tmp/timeline.out" 2>&1; then
+    grep 'class="bar" data-kind="body"' "$tmp/one.html" >/dev/null ||
+      fail "shmap-trace-timeline drew no body bar: $(cat "$tmp/one.html")"
+  else
+    fail "shmap-trace-timeline failed:"; sed 's/^/  /' "$tmp/timeline.out"
+  fi
+fi
+if test -n "$man3" && ! test -f "${man3%/man3}/man1/shmap-trace-timeline.1"; then
+  fail "man1/shmap-trace-timeline.1 is not installed"
+fi
+
 # ---- linking as a user does ------------------------------------------------
 prog=$top_srcdir/tests/version_prog.c
 ccs=
