@@ -263,7 +263,11 @@ static void trace_device(strbuf *b, shmap__runtime *rt, int d, int pid)
       sb_printf(b, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\","
                    "\"pid\":%d,\"tid\":%d,%s,"
                    "\"args\":{\"collectives\":%u}}",
-                e->job ? e->job : "body", e->job ? "placement" : "body",
+                e->job ? e->job : "body",
+                !e->job ? "body"
+                : strcmp(e->job, "shmap_wait") == 0 || strcmp(e->job, "shmap_cost") == 0
+                    ? "call"
+                                                    : "placement",
                 pid, tid, when, e->seq);
     } else if ((e->op & 0xff) == SHMAP__NESTED_BODY) {
       /* A nested map's body, inside the outer body on the same track. */
@@ -483,7 +487,7 @@ SHMAP_EXTERN int shmap_trace_stop(void)
 
 static void trace_atexit(void)
 {
-  if (shmap__tracing() && shmap_trace_stop() != 0)
+  if (shmap__trace_writing() && shmap_trace_stop() != 0)
     fprintf(stderr, "shmap: %s\n", shmap_errmsg());
 }
 

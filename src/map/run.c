@@ -6,6 +6,7 @@
 
 #include "coll/async.h"
 #include "proc/proc.h"
+#include "rehearse/rehearse.h"
 #include "sched/trace.h"
 #include "transport/mpi.h"
 
@@ -113,6 +114,7 @@ typedef struct map_frame {
   shmap_array **res;    /* the outputs until they are handed out */
   shmap_block **slots;  /* the contexts' block tables */
   bool locked;          /* the runtime lock and a mesh reference are held */
+  const char *rehearse; /* the fabric to rehearse the map on, or NULL */
   shmap__in_info ins_local[MAP_FEW + 1];
   shmap__spec ospec_local[MAP_FEW + 1];
   shmap_array *res_local[MAP_FEW + 1];
@@ -219,12 +221,19 @@ static int frame_run(map_frame *f)
   shmap__runtime_lock(rt);
   f->locked = true;
   int rc = shmap__comm_open(&job->comm, rt);
+  /* Off by default: one branch on a pointer that is NULL. */
+  shmap__rehearsal *rh = NULL;
+  if (f->rehearse && rc == 0)
+    rh = shmap__rehearse_begin(rt, f->rehearse);
   if (rc == 0) {
     shmap__proc_map_running(1);
     rc = shmap__runtime_run(rt, job, run_device);
     shmap__proc_map_running(-1);
     shmap__comm_close(&job->comm, rc != 0 || atomic_load(&rt->failed_dev) >= 0);
   }
+  if (rh)
+    shmap__rehearse_end(rh, job->ctx,
+                        rc ? rc : atomic_load(&rt->failed_dev) >= 0);
   if (rc == 0)
     frame_stats(job);
   if (rc == 0 && atomic_load(&rt->failed_dev) >= 0) {
@@ -268,7 +277,7 @@ static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
                    void *arg, int nin, shmap_array *const in[],
                    const char *const in_specs[], int nout, shmap_array *out[],
                    const char *const out_specs[], unsigned flags,
-                   const char *manual_text)
+                   const char *manual_text, const char *rehearse)
 {
   int rc = shmap__map_check_args(flags_op, mesh, body, nin, in, in_specs,
                                  nout, out, out_specs, flags);
@@ -289,6 +298,7 @@ static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
                        .manual = shmap__mesh_all(mesh)};
   f.slots = NULL;
   f.locked = false;
+  f.rehearse = shmap__rehearse_spec(rehearse);
   if (rc == 0)
     rc = shmap__map_manual(&f.job, manual_text);
   rc = frame_tables(&f, rc);
@@ -316,7 +326,7 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
                unsigned flags)
 {
   return map_run(NULL, mesh, body, arg, nin, in, in_specs, nout, out,
-                 out_specs, flags, NULL);
+                 out_specs, flags, NULL, NULL);
 }
 
 SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
@@ -326,7 +336,7 @@ SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
                                  const char *const out_specs[], unsigned flags)
 {
   return map_run("shmap_map", mesh, body, arg, nin, in, in_specs, nout, out,
-                 out_specs, flags, NULL);
+                 out_specs, flags, NULL, NULL);
 }
 
 SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
@@ -340,7 +350,8 @@ SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
   if (!opts)
     opts = &defaults;
   return map_run("shmap_map_ex", mesh, body, arg, nin, in, in_specs, nout,
-                 out, out_specs, opts->flags, opts->manual_axes);
+                 out, out_specs, opts->flags, opts->manual_axes,
+                 opts->rehearse);
 }
 
 SHMAP_EXTERN int shmap_map(shmap_mesh *mesh, shmap_body_fn body, void *arg,

@@ -58,6 +58,13 @@ typedef struct shmap__tev {
   const char *job; /* body events: NULL for a user's body, else the name of
                       the library's own job (a static string) */
   int track;       /* request events: the device's request slot */
+  /* Collectives, for a rehearsal (src/rehearse/): the bytes of this
+   * device's input, the members its data moves among (axis_index_groups;
+   * 0: the whole group) and, for a ppermute, the device it sends to (-1:
+   * none).  A cost annotation (job "cost") keeps its FLOPs in `bytes` and
+   * the bytes it touches in `vbytes`. */
+  uint64_t vbytes;
+  int gn, peer;
 } shmap__tev;
 
 /* A user-level execution context with a stack of its own (fiber.c).  A

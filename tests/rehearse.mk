@@ -1,0 +1,11 @@
+# SPDX-License-Identifier: MIT
+# tests fragment, included by the top Makefile.am
+# The cluster rehearsal: pricing rules, fabric files, and rehearsed maps.
+REHEARSE_TESTS = tests/test_rehearse_price
+check_PROGRAMS += $(REHEARSE_TESTS)
+TESTS += $(REHEARSE_TESTS)
+
+tests_test_rehearse_price_SOURCES = tests/test_rehearse_price.c \
+	tests/testutil.c tests/testutil.h
+tests_test_rehearse_price_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_rehearse_price_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
