@@ -110,7 +110,7 @@ shmap__rehearsal *shmap__rehearse_begin(shmap__runtime *rt, const char *spec)
     return NULL;
   }
   shmap__rehearsal *rh = calloc(1, sizeof *rh);
-  int n = rt->ndev;
+  int n = rt->mesh->ndev;
   if (rh) {
     rh->mark = calloc((size_t)n, sizeof *rh->mark);
     rh->rmark = calloc((size_t)n, sizeof *rh->rmark);
@@ -126,7 +126,9 @@ shmap__rehearsal *shmap__rehearse_begin(shmap__runtime *rt, const char *spec)
   rh->rt = rt;
   rh->fabric = f;
   rh->ndev = n;
-  for (int d = 0; d < n; d++) {
+  /* Before the mesh's first map its devices do not exist yet, and have
+   * recorded nothing. */
+  for (int d = 0; rt->devs && d < n; d++) {
     rh->mark[d] = rt->devs[d].dbg.ntev;
     rh->rmark[d] = rt->devs[d].dbg.nrtev;
   }
@@ -709,7 +711,7 @@ void shmap__rehearse_end(shmap__rehearsal *rh, const shmap_ctx *ctx, int rc)
     pthread_mutex_lock(&report_lock);
     map_count++;
     json_t *j = report_json(rh);
-    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9))
+    char *text = j ? json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(17))
                    : NULL;
     json_decref(j);
     if (text) {
