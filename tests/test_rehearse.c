@@ -41,15 +41,23 @@ static const char fabric_text[] =
 
 static char fabric_path[64];
 
-static void fabric_file(void)
+/* The fabric above, with `memory` bytes per device when not NULL. */
+static void fabric_file_mem(const char *memory)
 {
   snprintf(fabric_path, sizeof fabric_path, "/tmp/shmap-rh-%d.json",
            (int)getpid());
   FILE *f = fopen(fabric_path, "w");
   ck_assert_ptr_nonnull(f);
-  fputs(fabric_text, f);
+  const char *at = strstr(fabric_text, "1e9}");
+  if (memory)
+    fprintf(f, "%.*s%s%s", (int)(at - fabric_text), fabric_text, memory,
+            at + 3);
+  else
+    fputs(fabric_text, f);
   fclose(f);
 }
+
+static void fabric_file(void) { fabric_file_mem(NULL); }
 
 enum { K_PSUM, K_OVERLAP, K_SHIFT1, K_SHIFT2, K_GATHER, K_A2A, K_SCATTER,
        K_MEASURED, K_TWO_LEVELS };
@@ -217,6 +225,34 @@ START_TEST(environment)
 }
 END_TEST
 
+START_TEST(memory_overflow)
+{
+  set_mode(_i);
+  /* 1e7 bytes per device: the 4e6-byte block and its 1.6e7-byte
+   * all_gather do not fit. */
+  fabric_file_mem("1e7");
+  shmap_mesh *m = tu_mesh_new("i=2, j=4");
+  shmap_map_opts o = {.rehearse = fabric_path};
+  int kind = K_GATHER;
+  tu_map_ok(shmap_map_ex(m, kernel, &kind, 0, NULL, NULL, 0, NULL, NULL, &o),
+            "rehearsed map");
+  json_t *j = report();
+  json_t *over = json_object_get(j, "memory_overflow");
+  ck_assert_int_eq((int)json_array_size(over), 8);
+  ck_assert_str_eq(json_string_value(json_array_get(over, 5)),
+                   "map 1: device 5 (i=1, j=1) holds 20000000 bytes of "
+                   "blocks at its peak, over the 10000000 bytes of a small "
+                   "device; live then: 0 input blocks (0 bytes), 0 output "
+                   "blocks (0 bytes), 2 scratch blocks (20000000 bytes)");
+  json_t *d0 = json_array_get(json_object_get(j, "devices"), 0);
+  ck_assert_int_eq((int)json_integer_value(json_object_get(d0, "peak_bytes")),
+                   20000000);
+  json_decref(j);
+  shmap_mesh_destroy(m);
+  unlink(fabric_path);
+}
+END_TEST
+
 static Suite *rehearse_suite(void)
 {
   Suite *s = suite_create("rehearse");
@@ -225,6 +261,7 @@ static Suite *rehearse_suite(void)
   tcase_add_loop_test(tc, collectives, 0, NMODES);
   tcase_add_loop_test(tc, overlap_and_contention, 0, NMODES);
   tcase_add_loop_test(tc, environment, 0, NMODES);
+  tcase_add_loop_test(tc, memory_overflow, 0, NMODES);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -225,6 +225,9 @@ static int frame_run(map_frame *f)
   shmap__rehearsal *rh = NULL;
   if (f->rehearse && rc == 0)
     rh = shmap__rehearse_begin(rt, f->rehearse);
+  /* Contexts start zeroed (shmap__runtime_take): counting is off. */
+  for (int d = 0; rh && d < job->mesh->ndev; d++)
+    job->ctx[d].mem.on = true;
   if (rc == 0) {
     shmap__proc_map_running(1);
     rc = shmap__runtime_run(rt, job, run_device);

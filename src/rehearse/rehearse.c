@@ -68,6 +68,7 @@ struct shmap__rehearsal {
   int nax;
   char notes[NOTES_MAX][160];
   int nnotes;
+  shmap_ctx *ctx; /* the map's contexts: their blocks' bytes */
 };
 
 static void note(shmap__rehearsal *rh, const char *fmt, ...)
@@ -626,8 +627,45 @@ static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *last_report;
 static int map_count;
 
+/* The peak bytes of device d's blocks: the arena's peak and the input
+ * blocks it shares with the arrays (live for the whole map); past the
+ * fabric's capacity, a message naming the device, the map and the blocks
+ * live at the peak goes into `over` (and to stderr). */
+static uint64_t memory(shmap__rehearsal *rh, int d, json_t *over)
+{
+  shmap_ctx *ctx = &rh->ctx[d];
+  const struct shmap__memcount *m = &ctx->mem;
+  uint64_t shared = 0;
+  int nshared = 0;
+  for (int k = 0; k < ctx->nin; k++)
+    if (ctx->in && ctx->in[k] && !shmap__arena_find(ctx, ctx->in[k])) {
+      shared += shmap_block_nbytes(ctx->in[k]);
+      nshared++;
+    }
+  uint64_t peak = m->peak + shared;
+  if ((double)peak <= rh->fabric->memcap)
+    return peak;
+  char name[SHMAP__DEVNAME_MAX], msg[SHMAP__MSG_MAX];
+  shmap__mesh_devname(rh->rt->mesh, d, name, sizeof name);
+  snprintf(msg, sizeof msg,
+           "map %d: %s holds %llu bytes of blocks at its peak, over the "
+           "%.0f bytes of a %s device; live then: %d input blocks (%llu "
+           "bytes), %d output blocks (%llu bytes), %d scratch blocks (%llu "
+           "bytes)",
+           map_count, name, (unsigned long long)peak, rh->fabric->memcap,
+           rh->fabric->name, m->npeak[SHMAP__CHUNK_IN] + nshared,
+           (unsigned long long)(m->bpeak[SHMAP__CHUNK_IN] + shared),
+           m->npeak[SHMAP__CHUNK_OUT],
+           (unsigned long long)m->bpeak[SHMAP__CHUNK_OUT],
+           m->npeak[SHMAP__CHUNK_SCRATCH],
+           (unsigned long long)m->bpeak[SHMAP__CHUNK_SCRATCH]);
+  json_array_append_new(over, json_string(msg));
+  fprintf(stderr, "shmap: rehearsal on %s: %s\n", rh->fabric->name, msg);
+  return peak;
+}
+
 static json_t *report_devices(shmap__rehearsal *rh, double *pred,
-                              double *measured)
+                              double *measured, json_t *over)
 {
   json_t *devs = json_array();
   const shmap_mesh *mesh = rh->rt->mesh;
@@ -640,12 +678,14 @@ static json_t *report_devices(shmap__rehearsal *rh, double *pred,
     double real = b->what == IT_BEGIN ? (double)(b->t1 - b->t0) * 1e-9 : 0;
     *pred = rh->now[d] > *pred ? rh->now[d] : *pred;
     *measured = real > *measured ? real : *measured;
+    uint64_t peak = memory(rh, d, over);
     json_array_append_new(
-        devs, json_pack("{s:s,s:f,s:f,s:f,s:s}", "device", name,
+        devs, json_pack("{s:s,s:f,s:f,s:f,s:s,s:I}", "device", name,
                         "predicted_s", rh->now[d], "compute_s",
                         rh->compute[d], "exposed_comm_s", rh->exposed[d],
                         "compute_from",
-                        rh->annotated[d] ? "annotations" : "measured here"));
+                        rh->annotated[d] ? "annotations" : "measured here",
+                        "peak_bytes", (json_int_t)peak));
   }
   return devs;
 }
@@ -658,7 +698,8 @@ static json_t *report_json(shmap__rehearsal *rh)
     shmap__cat(axes, sizeof axes, "%s%s=%d", a ? ", " : "", mesh->names[a],
                mesh->sizes[a]);
   double pred = 0, measured = 0;
-  json_t *devs = report_devices(rh, &pred, &measured);
+  json_t *over = json_array();
+  json_t *devs = report_devices(rh, &pred, &measured, over);
   json_t *ax = json_array();
   for (int i = 0; i < rh->nax; i++)
     json_array_append_new(
@@ -669,12 +710,12 @@ static json_t *report_json(shmap__rehearsal *rh)
   json_t *notes = json_array();
   for (int i = 0; i < rh->nnotes; i++)
     json_array_append_new(notes, json_string(rh->notes[i]));
-  return json_pack("{s:i,s:s,s:s,s:s,s:f,s:f,s:f,s:o,s:o,s:o}", "map",
+  return json_pack("{s:i,s:s,s:s,s:s,s:f,s:f,s:f,s:o,s:o,s:o,s:o}", "map",
                    map_count, "fabric", rh->fabric->name, "source",
                    rh->fabric->source, "mesh", axes, "predicted_s", pred,
                    "measured_here_s", measured, "memory_capacity",
-                   rh->fabric->memcap, "devices", devs, "axes", ax, "notes",
-                   notes);
+                   rh->fabric->memcap, "devices", devs, "axes", ax,
+                   "memory_overflow", over, "notes", notes);
 }
 
 static void report_write(const char *text)
@@ -702,9 +743,9 @@ static void rehearsal_free(shmap__rehearsal *rh)
   free(rh);
 }
 
-void shmap__rehearse_end(shmap__rehearsal *rh, const shmap_ctx *ctx, int rc)
+void shmap__rehearse_end(shmap__rehearsal *rh, shmap_ctx *ctx, int rc)
 {
-  (void)ctx;
+  rh->ctx = ctx;
   shmap__rehearse_record(false);
   if (rc == 0 && replay_alloc(rh) == 0) {
     replay(rh);

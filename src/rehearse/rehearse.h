@@ -7,6 +7,7 @@
 #ifndef SHMAP_REHEARSE_H
 #define SHMAP_REHEARSE_H
 
+#include "device/arena.h"
 #include "device/device.h"
 #include "rehearse/fabric.h"
 
@@ -24,6 +25,6 @@ shmap__rehearsal *shmap__rehearse_begin(shmap__runtime *rt, const char *spec);
 /* The devices are done: replay their events on the fabric, keep the
  * report (shmap_rehearse_report), write it where SHMAP_REHEARSE_OUT says
  * (stderr when unset), and free the rehearsal.  ctx: the map's contexts. */
-void shmap__rehearse_end(shmap__rehearsal *rh, const shmap_ctx *ctx, int rc);
+void shmap__rehearse_end(shmap__rehearsal *rh, shmap_ctx *ctx, int rc);
 
 #endif /* SHMAP_REHEARSE_H */
