@@ -18,3 +18,10 @@ tests_test_rehearse_SOURCES = tests/test_rehearse.c \
 tests_test_rehearse_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_rehearse_LDADD = src/libshmap.la $(CHECK_LIBS) $(UV_LIBS) \
 	$(JANSSON_LIBS)
+
+# The teaching example, run in both scheduling modes.
+noinst_PROGRAMS += examples/19_rehearse
+examples_19_rehearse_SOURCES = examples/19_rehearse.c
+examples_19_rehearse_LDADD = src/libshmap.la
+TESTS += tests/test_rehearse_example.sh
+EXTRA_DIST += tests/test_rehearse_example.sh

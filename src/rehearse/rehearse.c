@@ -69,6 +69,7 @@ struct shmap__rehearsal {
   char notes[NOTES_MAX][160];
   int nnotes;
   shmap_ctx *ctx; /* the map's contexts: their blocks' bytes */
+  bool from_env;  /* SHMAP_REHEARSE asked for it, not the map's option */
 };
 
 static void note(shmap__rehearsal *rh, const char *fmt, ...)
@@ -126,6 +127,7 @@ shmap__rehearsal *shmap__rehearse_begin(shmap__runtime *rt, const char *spec)
   }
   rh->rt = rt;
   rh->fabric = f;
+  rh->from_env = spec == env_spec;
   rh->ndev = n;
   /* Before the mesh's first map its devices do not exist yet, and have
    * recorded nothing. */
@@ -718,9 +720,14 @@ static json_t *report_json(shmap__rehearsal *rh)
                    "memory_overflow", over, "notes", notes);
 }
 
-static void report_write(const char *text)
+/* A report goes to SHMAP_REHEARSE_OUT when set; else to stderr when the
+ * setting SHMAP_REHEARSE asked for it (a program that asked through the
+ * map's option reads shmap_rehearse_report). */
+static void report_write(const char *text, bool from_env)
 {
   const char *out = shmap__setting_rehearse_out();
+  if (!out && !from_env)
+    return;
   FILE *f = out ? fopen(out, "a") : stderr;
   if (!f) {
     fprintf(stderr, "shmap: SHMAP_REHEARSE_OUT=%s: cannot write\n", out);
@@ -758,7 +765,7 @@ void shmap__rehearse_end(shmap__rehearsal *rh, shmap_ctx *ctx, int rc)
     if (text) {
       free(last_report);
       last_report = text;
-      report_write(text);
+      report_write(text, rh->from_env);
     }
     pthread_mutex_unlock(&report_lock);
   }
