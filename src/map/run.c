@@ -301,7 +301,8 @@ static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
                        .manual = shmap__mesh_all(mesh)};
   f.slots = NULL;
   f.locked = false;
-  f.rehearse = shmap__rehearse_spec(rehearse);
+  /* The library's own maps (placing arrays) are not the user's kernel. */
+  f.rehearse = flags_op ? shmap__rehearse_spec(rehearse) : NULL;
   if (rc == 0)
     rc = shmap__map_manual(&f.job, manual_text);
   rc = frame_tables(&f, rc);
