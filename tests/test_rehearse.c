@@ -253,6 +253,57 @@ START_TEST(memory_overflow)
 }
 END_TEST
 
+/* With a trace recording, each device has a second track with its
+ * predicted schedule: the psum 1 ms after the body's start, for 3 ms. */
+START_TEST(trace_timeline)
+{
+  set_mode(_i);
+  fabric_file();
+  char trace[64];
+  snprintf(trace, sizeof trace, "/tmp/shmap-rh-%d.trace", (int)getpid());
+  ck_assert_int_eq(shmap_trace_start(trace), 0);
+  shmap_mesh *m = tu_mesh_new("i=2, j=4");
+  shmap_map_opts o = {.rehearse = fabric_path};
+  int kind = K_PSUM;
+  tu_map_ok(shmap_map_ex(m, kernel, &kind, 0, NULL, NULL, 0, NULL, NULL, &o),
+            "rehearsed map");
+  shmap_mesh_destroy(m);
+  ck_assert_int_eq(shmap_trace_stop(), 0);
+  json_error_t e;
+  json_t *t = json_load_file(trace, 0, &e);
+  ck_assert_ptr_nonnull(t);
+  json_t *evs = json_object_get(t, "traceEvents");
+  int psums = 0, bodies = 0, tracks = 0;
+  for (size_t i = 0; i < json_array_size(evs); i++) {
+    json_t *ev = json_array_get(evs, i);
+    const char *name = json_string_value(json_object_get(ev, "name"));
+    const char *cat = json_string_value(json_object_get(ev, "cat"));
+    json_t *args = json_object_get(ev, "args");
+    if (strcmp(name, "thread_name") == 0 &&
+        strstr(json_string_value(json_object_get(args, "name")), "predicted"))
+      tracks++;
+    if (strcmp(cat, "predicted") != 0)
+      continue;
+    double dur = json_number_value(json_object_get(ev, "dur"));
+    if (strcmp(name, "psum") == 0) {
+      ck_assert_double_eq_tol(dur, 3000.0, 1e-6);
+      ck_assert_str_eq(
+          json_string_value(json_object_get(args, "fabric")), "small");
+      psums++;
+    } else if (strcmp(name, "body") == 0) {
+      ck_assert_double_eq_tol(dur, 4000.0, 1e-6);
+      bodies++;
+    }
+  }
+  ck_assert_int_eq(tracks, 8);
+  ck_assert_int_eq(psums, 8);
+  ck_assert_int_eq(bodies, 8);
+  json_decref(t);
+  unlink(trace);
+  unlink(fabric_path);
+}
+END_TEST
+
 static Suite *rehearse_suite(void)
 {
   Suite *s = suite_create("rehearse");
@@ -262,6 +313,7 @@ static Suite *rehearse_suite(void)
   tcase_add_loop_test(tc, overlap_and_contention, 0, NMODES);
   tcase_add_loop_test(tc, environment, 0, NMODES);
   tcase_add_loop_test(tc, memory_overflow, 0, NMODES);
+  tcase_add_loop_test(tc, trace_timeline, 0, NMODES);
   suite_add_tcase(s, tc);
   return s;
 }

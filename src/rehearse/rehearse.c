@@ -70,6 +70,7 @@ struct shmap__rehearsal {
   int nnotes;
   shmap_ctx *ctx; /* the map's contexts: their blocks' bytes */
   bool from_env;  /* SHMAP_REHEARSE asked for it, not the map's option */
+  const char *trace; /* the fabric's kept name while a trace records */
 };
 
 static void note(shmap__rehearsal *rh, const char *fmt, ...)
@@ -517,6 +518,39 @@ static double call_end(shmap__rehearsal *rh, int d, const item *it,
   return t + price_call(rh, members, n, it->k, lv);
 }
 
+/* The fabric's name as the trace writer shows it after the rehearsal is
+ * gone: interned in a small table for the life of the process. */
+static const char *name_kept(const char *name)
+{
+  static char kept[8][SHMAP__FABRIC_NAME_MAX];
+  static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+  const char *r = "rehearsal";
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < 8; i++)
+    if (!kept[i][0] || strcmp(kept[i], name) == 0) {
+      if (!kept[i][0])
+        snprintf(kept[i], sizeof kept[i], "%s", name);
+      r = kept[i];
+      break;
+    }
+  pthread_mutex_unlock(&lock);
+  return r;
+}
+
+/* A slice of device d's predicted schedule, from s0 to s1 seconds after
+ * its body's measured start, for the trace's second timeline. */
+static void predict(shmap__rehearsal *rh, int d, double s0, double s1,
+                    uint64_t op, uint64_t bytes)
+{
+  if (!rh->trace || !rh->nitems[d] || rh->items[d][0].what != IT_BEGIN)
+    return;
+  uint64_t base = rh->items[d][0].t0;
+  shmap__trace_predicted(&rh->rt->devs[d],
+                         &(shmap__tev){base + (uint64_t)(s0 * 1e9),
+                                       base + (uint64_t)(s1 * 1e9), op, bytes,
+                                       0, rh->trace, 0, 0, 0, -1});
+}
+
 /* The item before the next one of device d: the compute since the
  * previous item, measured here unless the body annotated its costs. */
 static void gap(shmap__rehearsal *rh, int d, const item *it)
@@ -557,6 +591,8 @@ static bool step(shmap__rehearsal *rh, int d)
       if (isnan(end))
         return moved;
       double exposed = end > rh->now[d] ? end - rh->now[d] : 0;
+      predict(rh, d, it->what == IT_WAIT ? rh->now[d] : rh->arrive[at],
+              rh->now[d] + exposed, rh->ev[at]->op, rh->ev[at]->vbytes);
       rh->exposed[d] += exposed;
       account(rh, rh->ev[at], lv, exposed);
       rh->now[d] += exposed;
@@ -570,6 +606,7 @@ static bool step(shmap__rehearsal *rh, int d)
     } else if (it->what == IT_END) {
       gap(rh, d, it);
       rh->done[d] = true;
+      predict(rh, d, 0, rh->now[d], 0, 0);
     }
   next:
     rh->cursor[d]++;
@@ -754,6 +791,8 @@ void shmap__rehearse_end(shmap__rehearsal *rh, shmap_ctx *ctx, int rc)
 {
   rh->ctx = ctx;
   shmap__rehearse_record(false);
+  if (shmap__trace_writing())
+    rh->trace = name_kept(rh->fabric->name);
   if (rc == 0 && replay_alloc(rh) == 0) {
     replay(rh);
     pthread_mutex_lock(&report_lock);

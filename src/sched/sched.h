@@ -176,6 +176,11 @@ typedef struct shmap__dev {
     shmap__tev *rtev;
     size_t nrtev, caprtev;
     int rtrack; /* the slot of the request its helper carries out */
+    /* The device's schedule as a rehearsal predicted it (src/rehearse/),
+     * for the trace writer's second timeline; kept only while a trace
+     * records. */
+    shmap__tev *ptev;
+    size_t nptev, capptev;
   } dbg;
   /* The device's arena cache (arena.c): freed large blocks, and when
    * each was put there (a count of puts). */

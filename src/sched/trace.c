@@ -75,6 +75,11 @@ void shmap__trace_event(shmap__dev *d, uint64_t t0, uint64_t t1, uint64_t op,
 
 void shmap__trace_full(shmap__dev *d, const shmap__tev *e) { trace_push(d, e); }
 
+void shmap__trace_predicted(shmap__dev *d, const shmap__tev *e)
+{
+  push(d, &d->dbg.ptev, &d->dbg.nptev, &d->dbg.capptev, e);
+}
+
 void shmap__trace_body(shmap__dev *d, uint64_t t0, uint64_t t1, uint32_t seq,
                        const char *job)
 {
@@ -85,6 +90,7 @@ void shmap__trace_dev_free(shmap__dev *d)
 {
   free(d->dbg.tev);
   free(d->dbg.rtev);
-  d->dbg.tev = d->dbg.rtev = NULL;
-  d->dbg.ntev = d->dbg.nrtev = 0;
+  free(d->dbg.ptev);
+  d->dbg.tev = d->dbg.rtev = d->dbg.ptev = NULL;
+  d->dbg.ntev = d->dbg.nrtev = d->dbg.nptev = 0;
 }

@@ -19,6 +19,9 @@ bool shmap__trace_writing(void);
 /* Start or stop recording for a rehearsal (counted: each rehearsed map
  * turns it on at its start and off at its end). */
 void shmap__rehearse_record(bool on);
+/* Record an event of the predicted schedule of device `d` (a
+ * rehearsal's, written as a second timeline beside the measured one). */
+void shmap__trace_predicted(shmap__dev *d, const shmap__tev *e);
 /* Record a collective's event with its rehearsal fields, or an event of
  * the body (a cost annotation, a wait) named by e->job. */
 void shmap__trace_full(shmap__dev *d, const shmap__tev *e);
