@@ -25,3 +25,13 @@ examples_19_rehearse_SOURCES = examples/19_rehearse.c
 examples_19_rehearse_LDADD = src/libshmap.la
 TESTS += tests/test_rehearse_example.sh
 EXTRA_DIST += tests/test_rehearse_example.sh
+
+# The same predictions on 1, 2 and 4 processes (skipped without MPI).
+TESTS += tests/test_rehearse_mpi.sh
+EXTRA_DIST += tests/test_rehearse_mpi.sh
+if BUILD_MPI
+check_PROGRAMS += tests/mpi/test_mpi_rehearse
+tests_mpi_test_mpi_rehearse_SOURCES = tests/mpi/test_mpi_rehearse.c
+tests_mpi_test_mpi_rehearse_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_mpi_test_mpi_rehearse_LDADD = src/libshmap.la $(JANSSON_LIBS)
+endif

@@ -14,6 +14,7 @@
  */
 #include "rehearse/rehearse.h"
 
+#include "rehearse/spread.h"
 #include "group.h"
 #include "kinds.h"
 #include "proc/proc.h"
@@ -27,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { IT_BEGIN, IT_END, IT_COLL, IT_START, IT_WAIT, IT_COST };
+enum { IT_BEGIN, IT_END, IT_COLL, IT_START, IT_WAIT, IT_COST, IT_MEM };
 
 /* One event of one device, in the order the body made them. */
 typedef struct item {
@@ -71,6 +72,8 @@ struct shmap__rehearsal {
   shmap_ctx *ctx; /* the map's contexts: their blocks' bytes */
   bool from_env;  /* SHMAP_REHEARSE asked for it, not the map's option */
   const char *trace; /* the fabric's kept name while a trace records */
+  shmap__tev *tevs;   /* the events of every device's records */
+  shmap__rrec *mem;   /* each device's memory record */
 };
 
 static void note(shmap__rehearsal *rh, const char *fmt, ...)
@@ -160,19 +163,22 @@ static uint64_t request_start(const shmap__dev *dev, size_t from, uint32_t k,
   return dflt;
 }
 
-/* An event of the device's own track as an item; false to skip it. */
-static bool item_of(shmap__rehearsal *rh, const shmap__tev *e, item *it)
+/* An event of device d's own track as a record; false to skip it. */
+static bool rec_of(shmap__rehearsal *rh, int d, const shmap__tev *e,
+                   shmap__rrec *r)
 {
-  *it = (item){.t0 = e->t0, .t1 = e->t1, .ev = e, .k = e->seq};
+  *r = (shmap__rrec){.dev = d, .t0 = e->t0, .t1 = e->t1, .op = e->op,
+                     .bytes = e->bytes, .vbytes = e->vbytes, .gn = e->gn,
+                     .peer = e->peer, .k = e->seq};
   int kind = (int)(e->op & 0xff);
   if (e->op == 0 && !e->job)
-    it->what = IT_BEGIN;
+    r->what = IT_BEGIN;
   else if (e->op == 0 && strcmp(e->job, "shmap_cost") == 0) {
-    it->what = IT_COST;
-    it->flops = (double)e->bytes;
-    it->bytes = (double)e->vbytes;
+    r->what = IT_COST;
+    r->flops = (double)e->bytes;
+    r->mbytes = (double)e->vbytes;
   } else if (e->op == 0 && strcmp(e->job, "shmap_wait") == 0)
-    it->what = IT_WAIT;
+    r->what = IT_WAIT;
   else if (e->op == 0 || kind == SHMAP__NESTED_BODY) {
     note(rh, "%s inside the body: not priced",
          e->op == 0 ? e->job : "a nested map");
@@ -180,47 +186,107 @@ static bool item_of(shmap__rehearsal *rh, const shmap__tev *e, item *it)
   } else if (kind == SHMAP__NESTED) {
     return false; /* the agreement on a nested map: one word */
   } else
-    it->what = IT_COLL;
+    r->what = IT_COLL;
   return true;
 }
 
-/* Device d's items in the body's order: its body (begin, end), its
- * collectives, waits and annotations, and the starts of its requests. */
-static int device_items(shmap__rehearsal *rh, int d)
+/* Device d's memory at its peak as a record (spread.h): the arena's
+ * count, and the input blocks it shares with the arrays (live for the
+ * whole map). */
+static shmap__rrec mem_rec(shmap__rehearsal *rh, int d)
 {
-  const shmap__dev *dev = &rh->rt->devs[d];
-  size_t n0 = dev->dbg.ntev - rh->mark[d], r0 = dev->dbg.nrtev - rh->rmark[d];
-  item *it = calloc(n0 + r0 + 2, sizeof *it);
-  if (!it)
+  shmap_ctx *ctx = &rh->ctx[d];
+  const struct shmap__memcount *m = &ctx->mem;
+  uint64_t shared = 0;
+  int nshared = 0;
+  for (int k = 0; k < ctx->nin; k++)
+    if (ctx->in && ctx->in[k] && !shmap__arena_find(ctx, ctx->in[k])) {
+      shared += shmap_block_nbytes(ctx->in[k]);
+      nshared++;
+    }
+  return (shmap__rrec){
+      .dev = d, .what = IT_MEM, .vbytes = m->peak + shared,
+      .gn = m->npeak[SHMAP__CHUNK_IN] + nshared,
+      .peer = m->npeak[SHMAP__CHUNK_OUT],
+      .k = (uint32_t)m->npeak[SHMAP__CHUNK_SCRATCH],
+      .t0 = m->bpeak[SHMAP__CHUNK_IN] + shared,
+      .t1 = m->bpeak[SHMAP__CHUNK_OUT], .op = m->bpeak[SHMAP__CHUNK_SCRATCH]};
+}
+
+/* This process's records: for each of its devices, its memory, the
+ * events of its body (begin, collectives, waits, annotations) and the
+ * starts of its requests (with their transfers' fields). */
+static int local_recs(shmap__rehearsal *rh, shmap__rrec **out, size_t *nout)
+{
+  size_t cap = 0, n = 0;
+  for (int d = 0; d < rh->ndev; d++)
+    if (shmap__dev_local(rh->rt->mesh, d))
+      cap += 1 + rh->rt->devs[d].dbg.ntev - rh->mark[d] +
+             rh->rt->devs[d].dbg.nrtev - rh->rmark[d];
+  shmap__rrec *r = malloc((cap ? cap : 1) * sizeof *r);
+  if (!r)
     return SHMAP_ENOMEM;
-  int n = 0;
-  for (size_t i = rh->mark[d]; i < dev->dbg.ntev; i++) {
-    const shmap__tev *e = &dev->dbg.tev[i];
-    if (!item_of(rh, e, &it[n]))
+  for (int d = 0; d < rh->ndev; d++) {
+    if (!shmap__dev_local(rh->rt->mesh, d))
       continue;
-    if (it[n].what == IT_BEGIN) {
-      /* The body's end as an item of its own. */
-      it[n + 1] = (item){.what = IT_END, .t0 = e->t1, .t1 = e->t1};
+    const shmap__dev *dev = &rh->rt->devs[d];
+    r[n++] = mem_rec(rh, d);
+    for (size_t i = rh->mark[d]; i < dev->dbg.ntev; i++)
+      n += rec_of(rh, d, &dev->dbg.tev[i], &r[n]);
+    for (size_t i = rh->rmark[d]; i < dev->dbg.nrtev; i++) {
+      const shmap__tev *e = &dev->dbg.rtev[i];
+      if (e->job || (e->op & 0xff) == 0)
+        continue; /* the request's own slice; its transfer is the call */
+      r[n] = (shmap__rrec){.dev = d, .what = IT_START, .op = e->op,
+                           .bytes = e->bytes, .vbytes = e->vbytes,
+                           .gn = e->gn, .peer = e->peer, .k = e->seq};
+      r[n].t0 = r[n].t1 = request_start(dev, rh->rmark[d], e->seq, e->t0);
       n++;
     }
-    if (it[n].what == IT_COLL || it[n].what == IT_START)
-      rh->maxk = it[n].k + 1 > rh->maxk ? it[n].k + 1 : rh->maxk;
-    n++;
   }
-  for (size_t i = rh->rmark[d]; i < dev->dbg.nrtev; i++) {
-    const shmap__tev *e = &dev->dbg.rtev[i];
-    if (e->job || (e->op & 0xff) == 0)
-      continue; /* the request's own slice; its transfer is the call */
-    uint64_t t = request_start(dev, rh->rmark[d], e->seq, e->t0);
-    it[n++] = (item){.what = IT_START, .t0 = t, .t1 = t, .ev = e, .k = e->seq};
-    rh->maxk = e->seq + 1 > rh->maxk ? e->seq + 1 : rh->maxk;
+  *out = r;
+  *nout = n;
+  return 0;
+}
+
+/* Every device's items from the records of every process: the events
+ * as trace events (rh->tevs), the items in the body's order. */
+static int items_build(shmap__rehearsal *rh, const shmap__rrec *r, size_t n)
+{
+  rh->tevs = calloc(n ? n : 1, sizeof *rh->tevs);
+  if (!rh->tevs)
+    return SHMAP_ENOMEM;
+  for (size_t i = 0; i < n; i++)
+    if (r[i].dev >= 0 && r[i].dev < rh->ndev && r[i].what != IT_MEM)
+      rh->nitems[r[i].dev] += 1 + (r[i].what == IT_BEGIN);
+  for (int d = 0; d < rh->ndev; d++)
+    if (!(rh->items[d] = calloc((size_t)rh->nitems[d] + 1, sizeof(item))))
+      return SHMAP_ENOMEM;
+  memset(rh->nitems, 0, sizeof *rh->nitems * (size_t)rh->ndev);
+  for (size_t i = 0; i < n; i++) {
+    int d = r[i].dev;
+    if (d < 0 || d >= rh->ndev)
+      continue;
+    if (r[i].what == IT_MEM) {
+      rh->mem[d] = r[i];
+      continue;
+    }
+    rh->tevs[i] = (shmap__tev){r[i].t0, r[i].t1, r[i].op, r[i].bytes,
+                               r[i].k, NULL, 0, r[i].vbytes, r[i].gn,
+                               r[i].peer};
+    item *it = &rh->items[d][rh->nitems[d]++];
+    *it = (item){.what = r[i].what, .t0 = r[i].t0, .t1 = r[i].t1,
+                 .ev = &rh->tevs[i], .k = r[i].k, .flops = r[i].flops,
+                 .bytes = r[i].mbytes};
+    if (it->what == IT_BEGIN) /* the body's end as an item of its own */
+      rh->items[d][rh->nitems[d]++] =
+          (item){.what = IT_END, .t0 = r[i].t1, .t1 = r[i].t1};
+    if (it->what == IT_COLL || it->what == IT_START)
+      rh->maxk = it->k + 1 > rh->maxk ? it->k + 1 : rh->maxk;
+    rh->annotated[d] |= it->what == IT_COST;
   }
-  qsort(it, (size_t)n, sizeof *it, item_cmp);
-  rh->items[d] = it;
-  rh->nitems[d] = n;
-  for (int i = 0; i < n; i++)
-    if (it[i].what == IT_COST)
-      rh->annotated[d] = true;
+  for (int d = 0; d < rh->ndev; d++)
+    qsort(rh->items[d], (size_t)rh->nitems[d], sizeof(item), item_cmp);
   return 0;
 }
 
@@ -496,8 +562,8 @@ static bool group_ready(shmap__rehearsal *rh, int d, const item *it,
   *n = shmap__group(rh->rt->mesh, axes, naxes, d, members, &rank);
   *t = 0;
   for (int i = 0; i < *n; i++) {
-    if (!shmap__dev_local(rh->rt->mesh, members[i]))
-      continue; /* another process's device: not seen here */
+    if (!rh->nitems[members[i]])
+      continue; /* a device that ran no body (a replica) */
     double a = rh->arrive[(size_t)members[i] * rh->maxk + it->k];
     if (isnan(a))
       return false;
@@ -542,7 +608,9 @@ static const char *name_kept(const char *name)
 static void predict(shmap__rehearsal *rh, int d, double s0, double s1,
                     uint64_t op, uint64_t bytes)
 {
-  if (!rh->trace || !rh->nitems[d] || rh->items[d][0].what != IT_BEGIN)
+  /* Only this process's devices: the others' clocks are not this one's. */
+  if (!rh->trace || !shmap__dev_local(rh->rt->mesh, d) || !rh->nitems[d] ||
+      rh->items[d][0].what != IT_BEGIN)
     return;
   uint64_t base = rh->items[d][0].t0;
   shmap__trace_predicted(&rh->rt->devs[d],
@@ -627,12 +695,22 @@ static int replay_alloc(shmap__rehearsal *rh)
   rh->annotated = calloc(n, sizeof *rh->annotated);
   rh->done = calloc(n, sizeof *rh->done);
   rh->last = calloc(n, sizeof *rh->last);
+  rh->mem = calloc(n, sizeof *rh->mem);
   if (!rh->items || !rh->nitems || !rh->cursor || !rh->now || !rh->compute ||
-      !rh->exposed || !rh->annotated || !rh->done || !rh->last)
+      !rh->exposed || !rh->annotated || !rh->done || !rh->last || !rh->mem)
     return SHMAP_ENOMEM;
-  for (int d = 0; d < rh->ndev; d++)
-    if (shmap__dev_local(rh->rt->mesh, d) && device_items(rh, d))
-      return SHMAP_ENOMEM;
+  shmap__rrec *mine, *all = NULL;
+  size_t nmine, nall = 0;
+  int rc = local_recs(rh, &mine, &nmine);
+  if (rc == 0) {
+    rc = shmap__rehearse_gather(rh->rt->mesh, mine, nmine, &all, &nall);
+    free(mine);
+  }
+  if (rc == 0)
+    rc = items_build(rh, all, nall);
+  free(all);
+  if (rc)
+    return rc;
   size_t m = n * (rh->maxk + 1);
   rh->maxk++;
   rh->arrive = malloc(m * sizeof *rh->arrive);
@@ -666,24 +744,15 @@ static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *last_report;
 static int map_count;
 
-/* The peak bytes of device d's blocks: the arena's peak and the input
- * blocks it shares with the arrays (live for the whole map); past the
+/* The peak bytes of device d's blocks (its memory record); past the
  * fabric's capacity, a message naming the device, the map and the blocks
- * live at the peak goes into `over` (and to stderr). */
+ * live at the peak goes into `over` (and, for this process's devices, to
+ * stderr). */
 static uint64_t memory(shmap__rehearsal *rh, int d, json_t *over)
 {
-  shmap_ctx *ctx = &rh->ctx[d];
-  const struct shmap__memcount *m = &ctx->mem;
-  uint64_t shared = 0;
-  int nshared = 0;
-  for (int k = 0; k < ctx->nin; k++)
-    if (ctx->in && ctx->in[k] && !shmap__arena_find(ctx, ctx->in[k])) {
-      shared += shmap_block_nbytes(ctx->in[k]);
-      nshared++;
-    }
-  uint64_t peak = m->peak + shared;
-  if ((double)peak <= rh->fabric->memcap)
-    return peak;
+  const shmap__rrec *m = &rh->mem[d];
+  if ((double)m->vbytes <= rh->fabric->memcap)
+    return m->vbytes;
   char name[SHMAP__DEVNAME_MAX], msg[SHMAP__MSG_MAX];
   shmap__mesh_devname(rh->rt->mesh, d, name, sizeof name);
   snprintf(msg, sizeof msg,
@@ -691,16 +760,13 @@ static uint64_t memory(shmap__rehearsal *rh, int d, json_t *over)
            "%.0f bytes of a %s device; live then: %d input blocks (%llu "
            "bytes), %d output blocks (%llu bytes), %d scratch blocks (%llu "
            "bytes)",
-           map_count, name, (unsigned long long)peak, rh->fabric->memcap,
-           rh->fabric->name, m->npeak[SHMAP__CHUNK_IN] + nshared,
-           (unsigned long long)(m->bpeak[SHMAP__CHUNK_IN] + shared),
-           m->npeak[SHMAP__CHUNK_OUT],
-           (unsigned long long)m->bpeak[SHMAP__CHUNK_OUT],
-           m->npeak[SHMAP__CHUNK_SCRATCH],
-           (unsigned long long)m->bpeak[SHMAP__CHUNK_SCRATCH]);
+           map_count, name, (unsigned long long)m->vbytes, rh->fabric->memcap,
+           rh->fabric->name, m->gn, (unsigned long long)m->t0, m->peer,
+           (unsigned long long)m->t1, (int)m->k, (unsigned long long)m->op);
   json_array_append_new(over, json_string(msg));
-  fprintf(stderr, "shmap: rehearsal on %s: %s\n", rh->fabric->name, msg);
-  return peak;
+  if (shmap__dev_local(rh->rt->mesh, d))
+    fprintf(stderr, "shmap: rehearsal on %s: %s\n", rh->fabric->name, msg);
+  return m->vbytes;
 }
 
 static json_t *report_devices(shmap__rehearsal *rh, double *pred,
@@ -709,7 +775,7 @@ static json_t *report_devices(shmap__rehearsal *rh, double *pred,
   json_t *devs = json_array();
   const shmap_mesh *mesh = rh->rt->mesh;
   for (int d = 0; d < rh->ndev; d++) {
-    if (!shmap__dev_local(mesh, d) || !rh->nitems[d])
+    if (!rh->nitems[d])
       continue;
     char name[SHMAP__DEVNAME_MAX];
     shmap__mesh_devname(mesh, d, name, sizeof name);
@@ -781,7 +847,8 @@ static void rehearsal_free(shmap__rehearsal *rh)
     free(rh->items[d]);
   free(rh->items), free(rh->nitems), free(rh->cursor), free(rh->now);
   free(rh->compute), free(rh->exposed), free(rh->annotated), free(rh->done);
-  free(rh->last), free(rh->arrive), free(rh->ev);
+  free(rh->last), free(rh->arrive), free(rh->ev), free(rh->tevs);
+  free(rh->mem);
   free(rh->mark), free(rh->rmark);
   shmap_fabric_free(rh->fabric);
   free(rh);
