@@ -60,7 +60,7 @@ static void fabric_file_mem(const char *memory)
 static void fabric_file(void) { fabric_file_mem(NULL); }
 
 enum { K_PSUM, K_OVERLAP, K_SHIFT1, K_SHIFT2, K_GATHER, K_A2A, K_SCATTER,
-       K_MEASURED, K_TWO_LEVELS };
+       K_MEASURED, K_TWO_LEVELS, K_GROUPS };
 
 /* 1e6 f32 (4e6 bytes) per device, annotated compute of 1e9 FLOP (1 ms on
  * the device) where the case says. */
@@ -100,6 +100,12 @@ static int kernel(shmap_ctx *ctx, void *arg)
   case K_TWO_LEVELS:
     shmap_cost(ctx, 0, 0);
     return shmap_psum(ctx, x, "('i', 'j')");
+  case K_GROUPS: {
+    static const int ranks[4] = {0, 1, 2, 3};
+    shmap_groups g = {2, 2, ranks};
+    shmap_cost(ctx, 0, 0);
+    return shmap_psum_groups(ctx, x, "j", &g);
+  }
   default:
     return shmap_psum(ctx, x, "j");
   }
@@ -127,6 +133,9 @@ static double num(json_t *o, const char *key)
 
 #define EQ(x, want) ck_assert_double_eq_tol((x), (want), (want) * 1e-9)
 
+/* The first note of the last report run() read ("" with none). */
+static char first_note[256];
+
 /* Rehearse `kind` on mesh "i=2, j=4"; the predicted time and the exposed
  * communication of device (i=0, j=0). */
 static void run(int kind, double *pred, double *exposed)
@@ -140,6 +149,9 @@ static void run(int kind, double *pred, double *exposed)
   *pred = num(j, "predicted_s");
   json_t *d0 = json_array_get(json_object_get(j, "devices"), 0);
   *exposed = num(d0, "exposed_comm_s");
+  json_t *n0 = json_array_get(json_object_get(j, "notes"), 0);
+  snprintf(first_note, sizeof first_note, "%s",
+           n0 ? json_string_value(n0) : "");
   ck_assert_str_eq(json_string_value(json_object_get(j, "fabric")), "small");
   ck_assert_str_eq(json_string_value(json_object_get(d0, "compute_from")),
                    kind == K_MEASURED ? "measured here" : "annotations");
@@ -170,6 +182,14 @@ START_TEST(collectives)
    * switch of 2 (1e6 / 2 / 1e8 = 5 ms), and the all-gathers back. */
   run(K_TWO_LEVELS, &p, &x);
   EQ(p, 2 * (1.5e-3 + 5e-3));
+  ck_assert_str_eq(first_note, "");
+  /* Groups of 2 along 'j': a psum over a ring of 2, 2 * 4e6 / 2 / 2e9,
+   * and the report says how it priced them. */
+  run(K_GROUPS, &p, &x);
+  EQ(p, 2e-3);
+  ck_assert_str_eq(first_note, "axis_index_groups priced as groups of 2 on "
+                               "level fast, as if their members were "
+                               "neighbours");
 }
 END_TEST
 

@@ -650,8 +650,12 @@ static bool step(shmap__rehearsal *rh, int d)
       rh->last[d] = it->what == IT_START ? it->t0 : rh->last[d];
     }
     if (it->what == IT_COLL || it->what == IT_WAIT) {
-      if (it->what == IT_WAIT)
+      if (it->what == IT_WAIT) {
+        /* Counted once: a wait that must wait for another device comes
+         * back here on a later round. */
         gap(rh, d, it);
+        rh->last[d] = it->t0 > rh->last[d] ? it->t0 : rh->last[d];
+      }
       if (it->what == IT_WAIT && !rh->ev[at])
         goto next; /* a request of another map, or not recorded */
       item probe = {.k = it->k, .ev = rh->ev[at]};
@@ -743,6 +747,9 @@ static void replay(shmap__rehearsal *rh)
 static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *last_report;
 static int map_count;
+/* The run so far: the predicted times of its rehearsed maps, added up
+ * (maps run one after another), and the times they took here. */
+static double run_predicted, run_measured;
 
 /* The peak bytes of device d's blocks (its memory record); past the
  * fabric's capacity, a message naming the device, the map and the blocks
@@ -805,6 +812,8 @@ static json_t *report_json(shmap__rehearsal *rh)
   double pred = 0, measured = 0;
   json_t *over = json_array();
   json_t *devs = report_devices(rh, &pred, &measured, over);
+  run_predicted += pred;
+  run_measured += measured;
   json_t *ax = json_array();
   for (int i = 0; i < rh->nax; i++)
     json_array_append_new(
@@ -815,12 +824,13 @@ static json_t *report_json(shmap__rehearsal *rh)
   json_t *notes = json_array();
   for (int i = 0; i < rh->nnotes; i++)
     json_array_append_new(notes, json_string(rh->notes[i]));
-  return json_pack("{s:i,s:s,s:s,s:s,s:f,s:f,s:f,s:o,s:o,s:o,s:o}", "map",
-                   map_count, "fabric", rh->fabric->name, "source",
+  return json_pack("{s:i,s:s,s:s,s:s,s:f,s:f,s:f,s:f,s:f,s:o,s:o,s:o,s:o}",
+                   "map", map_count, "fabric", rh->fabric->name, "source",
                    rh->fabric->source, "mesh", axes, "predicted_s", pred,
-                   "measured_here_s", measured, "memory_capacity",
-                   rh->fabric->memcap, "devices", devs, "axes", ax,
-                   "memory_overflow", over, "notes", notes);
+                   "measured_here_s", measured, "run_predicted_s",
+                   run_predicted, "run_measured_here_s", run_measured,
+                   "memory_capacity", rh->fabric->memcap, "devices", devs,
+                   "axes", ax, "memory_overflow", over, "notes", notes);
 }
 
 /* A report goes to SHMAP_REHEARSE_OUT when set; else to stderr when the
