@@ -60,7 +60,7 @@ static void fabric_file_mem(const char *memory)
 static void fabric_file(void) { fabric_file_mem(NULL); }
 
 enum { K_PSUM, K_OVERLAP, K_SHIFT1, K_SHIFT2, K_GATHER, K_A2A, K_SCATTER,
-       K_MEASURED, K_TWO_LEVELS, K_GROUPS };
+       K_MEASURED, K_TWO_LEVELS, K_GROUPS, K_RAGGED };
 
 /* 1e6 f32 (4e6 bytes) per device, annotated compute of 1e9 FLOP (1 ms on
  * the device) where the case says. */
@@ -100,6 +100,18 @@ static int kernel(shmap_ctx *ctx, void *arg)
   case K_TWO_LEVELS:
     shmap_cost(ctx, 0, 0);
     return shmap_psum(ctx, x, "('i', 'j')");
+  case K_RAGGED: {
+    /* A quarter of the block to each member of the group along 'j'. */
+    int64_t q = 250000, in_off[4], sizes[4], out_off[4];
+    int me = shmap_axis_index(ctx, "j");
+    for (int r = 0; r < 4; r++)
+      in_off[r] = r * q, sizes[r] = q, out_off[r] = me * q;
+    y = shmap_block_alloc(ctx, SHMAP_F32, 1, shape);
+    shmap_cost(ctx, 0, 0);
+    return y ? shmap_ragged_all_to_all(ctx, x, y, in_off, sizes, out_off,
+                                       sizes, "j")
+             : -1;
+  }
   case K_GROUPS: {
     static const int ranks[4] = {0, 1, 2, 3};
     shmap_groups g = {2, 2, ranks};
@@ -185,6 +197,11 @@ START_TEST(collectives)
   ck_assert_str_eq(first_note, "");
   /* Groups of 2 along 'j': a psum over a ring of 2, 2 * 4e6 / 2 / 2e9,
    * and the report says how it priced them. */
+  /* ragged_all_to_all from the bytes each member received, 4e6: as the
+   * all_to_all above, after the exchange of sizes (3 x 4 int64 per
+   * member, latency bound: 2 hops of 1 us). */
+  run(K_RAGGED, &p, &x);
+  EQ(p, 2e-3 + 2e-6);
   run(K_GROUPS, &p, &x);
   EQ(p, 2e-3);
   ck_assert_str_eq(first_note, "axis_index_groups priced as groups of 2 on "

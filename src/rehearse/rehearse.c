@@ -510,7 +510,7 @@ static double price_call(shmap__rehearsal *rh, const int members[], int n,
     return t;
   }
   case SHMAP__RAGGED_ALL_TO_ALL:
-    v = sent; /* the bytes it actually sent, the largest member's */
+    v = sent; /* the bytes it actually moved, the busiest member's */
     /* fall through */
   case SHMAP__ALL_TO_ALL: {
     double t = 0;
