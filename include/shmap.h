@@ -508,12 +508,16 @@ typedef struct shmap_map_opts {
    * manual axes; along the other (free) axes the body is not split and
    * devices hold equal values. */
   const char *manual_axes;
+  /* Cluster rehearsal (shmap_rehearse(3)): price this map on a described
+   * cluster, a preset name ("tpu-v5e-16x16") or a fabric file (".json").
+   * NULL means the setting SHMAP_REHEARSE, which is off when unset. */
+  const char *rehearse;
   /* Room for options of later versions, so that the structure keeps its
    * size (README.md, "ABI policy").  New fields go before it, taking
    * their room from it; it must be zero (shmap_map_ex() and
    * shmap_map_nested() refuse the options otherwise), which
    * zero-initialising the structure gives. */
-  uint64_t reserved[8];
+  uint64_t reserved[7];
 } shmap_map_opts;
 
 /* shmap_map() with options: a map over some axes of the mesh. */
@@ -684,6 +688,25 @@ SHMAP_EXTERN int shmap_preduce_new(shmap_ctx *ctx, const shmap_block *x,
                                    const char *axes,
                                    const shmap_reduce_op *op,
                                    shmap_block **out);
+
+/*
+ * Cluster rehearsal (shmap_rehearse(3), shmap-rehearse(7)): a described
+ * cluster (a fabric: a link class per mesh axis, and one device's peak
+ * FLOP/s, memory bandwidth and capacity), from a preset name
+ * ("tpu-v5e-16x16", "h100-8", "h100-multinode") or a JSON file.
+ */
+typedef struct shmap_fabric shmap_fabric;
+SHMAP_EXTERN int shmap_fabric_load(shmap_fabric **fabric, const char *spec);
+SHMAP_EXTERN void shmap_fabric_free(shmap_fabric *fabric);
+/* Inside a body: the compute since the last collective does `flops`
+ * floating-point operations and touches `bytes` bytes of memory; a
+ * rehearsal prices the body's compute as the roofline of these on the
+ * target device instead of the time measured here.  No effect (0) when
+ * the map is not rehearsed. */
+SHMAP_EXTERN int shmap_cost(shmap_ctx *ctx, double flops, double bytes);
+/* The report of the last rehearsed map of this process (JSON, one line),
+ * into buf; returns its length, like snprintf, or 0 with none. */
+SHMAP_EXTERN int shmap_rehearse_report(char *buf, size_t len);
 
 #ifdef __cplusplus
 }

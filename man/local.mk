@@ -132,3 +132,7 @@ SHMAP_MAN_PAGES += \
 	man/shmap_mesh_slice.3 \
 	man/shmap_mesh_parent.3 \
 	man/shmap_array_transfer.3
+
+# Cluster rehearsal.
+SHMAP_MAN_PAGES += man/shmap_rehearse.3 man/shmap-rehearse.7 \
+	man/shmap-rehearse.1

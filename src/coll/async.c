@@ -441,8 +441,14 @@ SHMAP_EXTERN int shmap_wait(shmap_ctx *ctx, shmap_request **req)
   struct shmap_request *r = open_request(ctx, "shmap_wait", req);
   if (!r)
     return ctx->err;
+  /* A rehearsal replays the wait where the body made it (src/rehearse/). */
+  uint64_t t0 = shmap__tracing() ? shmap__now() : 0;
   if (!is_done(r))
     shmap__progress_wait(ctx->rt, ctx->dev, is_done, r);
+  if (t0)
+    shmap__trace_full(&ctx->rt->devs[ctx->dev],
+                      &(shmap__tev){t0, shmap__now(), 0, 0, r->k,
+                                    "shmap_wait", 0, 0, 0, -1});
   *req = NULL;
   return complete(ctx, r);
 }

@@ -6,6 +6,7 @@
 
 #include "coll/async.h"
 #include "proc/proc.h"
+#include "rehearse/rehearse.h"
 #include "sched/trace.h"
 #include "transport/mpi.h"
 
@@ -113,6 +114,7 @@ typedef struct map_frame {
   shmap_array **res;    /* the outputs until they are handed out */
   shmap_block **slots;  /* the contexts' block tables */
   bool locked;          /* the runtime lock and a mesh reference are held */
+  const char *rehearse; /* the fabric to rehearse the map on, or NULL */
   shmap__in_info ins_local[MAP_FEW + 1];
   shmap__spec ospec_local[MAP_FEW + 1];
   shmap_array *res_local[MAP_FEW + 1];
@@ -219,12 +221,22 @@ static int frame_run(map_frame *f)
   shmap__runtime_lock(rt);
   f->locked = true;
   int rc = shmap__comm_open(&job->comm, rt);
+  /* Off by default: one branch on a pointer that is NULL. */
+  shmap__rehearsal *rh = NULL;
+  if (f->rehearse && rc == 0)
+    rh = shmap__rehearse_begin(rt, f->rehearse);
+  /* Contexts start zeroed (shmap__runtime_take): counting is off. */
+  for (int d = 0; rh && d < job->mesh->ndev; d++)
+    job->ctx[d].mem.on = true;
   if (rc == 0) {
     shmap__proc_map_running(1);
     rc = shmap__runtime_run(rt, job, run_device);
     shmap__proc_map_running(-1);
     shmap__comm_close(&job->comm, rc != 0 || atomic_load(&rt->failed_dev) >= 0);
   }
+  if (rh)
+    shmap__rehearse_end(rh, job->ctx,
+                        rc ? rc : atomic_load(&rt->failed_dev) >= 0);
   if (rc == 0)
     frame_stats(job);
   if (rc == 0 && atomic_load(&rt->failed_dev) >= 0) {
@@ -268,7 +280,8 @@ static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
                    void *arg, int nin, shmap_array *const in[],
                    const char *const in_specs[], int nout, shmap_array *out[],
                    const char *const out_specs[], unsigned flags,
-                   const char *manual_text, int rc_opts)
+                   const char *manual_text, const char *rehearse,
+                   int rc_opts)
 {
   int rc = shmap__map_check_args(flags_op, mesh, body, nin, in, in_specs,
                                  nout, out, out_specs, flags);
@@ -291,6 +304,8 @@ static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
                        .manual = shmap__mesh_all(mesh)};
   f.slots = NULL;
   f.locked = false;
+  /* The library's own maps (placing arrays) are not the user's kernel. */
+  f.rehearse = flags_op ? shmap__rehearse_spec(rehearse) : NULL;
   if (rc == 0)
     rc = shmap__map_manual(&f.job, manual_text);
   rc = frame_tables(&f, rc);
@@ -318,7 +333,7 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
                unsigned flags)
 {
   return map_run(NULL, mesh, body, arg, nin, in, in_specs, nout, out,
-                 out_specs, flags, NULL, 0);
+                 out_specs, flags, NULL, NULL, 0);
 }
 
 SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
@@ -328,7 +343,7 @@ SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
                                  const char *const out_specs[], unsigned flags)
 {
   return map_run("shmap_map", mesh, body, arg, nin, in, in_specs, nout, out,
-                 out_specs, flags, NULL, 0);
+                 out_specs, flags, NULL, NULL, 0);
 }
 
 SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
@@ -349,7 +364,8 @@ SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
     rc_opts = shmap__err(SHMAP_EINVAL, "shmap_map_ex: " SHMAP__OPTS_RESERVED_MSG,
                          k, (unsigned long long)opts->reserved[k]);
   return map_run("shmap_map_ex", mesh, body, arg, nin, in, in_specs, nout,
-                 out, out_specs, opts->flags, opts->manual_axes, rc_opts);
+                 out, out_specs, opts->flags, opts->manual_axes,
+                 opts->rehearse, rc_opts);
 }
 
 SHMAP_EXTERN int shmap_map(shmap_mesh *mesh, shmap_body_fn body, void *arg,
