@@ -508,7 +508,7 @@ static int bad_outer(shmap_ctx *ctx, void *arg)
     o.flags = 0x20;
     break;
   case 21: /* room reserved for later options, not zero */
-    o.reserved[7] = 1;
+    o.reserved[5] = 1;
     break;
   case 14: /* in spec longer than the block's rank */
     is[0] = "P(None, 'model')";
@@ -586,7 +586,7 @@ START_TEST(nested_errors)
       {20, SHMAP_EINVAL, "output 0 was not declared by any device", NULL,
        NULL},
       {21, SHMAP_EINVAL, "shmap_map_nested",
-       "opts->reserved[7] is 1, not 0", "zero-initialise the options"},
+       "opts->reserved[5] is 1, not 0", "zero-initialise the options"},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     b.what = cases[c].what;
