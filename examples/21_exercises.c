@@ -22,6 +22,10 @@
  *   6. FSDP on data=4 keeps W f32[8,8] as P('data', None).  How many
  *      elements of W does a device keep between steps, and how many does
  *      it hold after gathering W for its layer?
+ *   7. Every device of i=16 holds f32[65536] and calls psum over i.  What
+ *      does a rehearsal on the TPU v5e preset (one ring, 4.5e10 B/s per
+ *      link and direction, 1 us per hop) predict, and is the call bound by
+ *      latency or by bandwidth?
  */
 #include <shmap.h>
 
@@ -155,6 +159,56 @@ static void run(const char *mesh_text, shmap_body_fn body, int nin,
   shmap_mesh_destroy(mesh);
 }
 
+/* Exercise 7: a psum of the device's block, on a rehearsed map. */
+static int ex7(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  const shmap_block *in = shmap_in(ctx, 0);
+  shmap_block *x = shmap_block_alloc(ctx, SHMAP_F32, 1, in->shape);
+  if (!x)
+    return shmap_fail(ctx, "no memory for the copy");
+  memcpy(x->data, in->data, (size_t)in->shape[0] * sizeof(float));
+  /* The copy reads and writes the block: priced as memory traffic on the
+   * target rather than as the time it took here. */
+  shmap_cost(ctx, 0, 2.0 * (double)in->shape[0] * sizeof(float));
+  int rc = shmap_psum(ctx, x, "i");
+  return rc < 0 ? rc : shmap_out_set(ctx, 0, x);
+}
+
+/* Device 0's exposed communication in the last rehearsed map, in
+ * microseconds: here, the psum's predicted time. */
+static double psum_us(void)
+{
+  static char report[65536];
+  check(shmap_rehearse_report(report, sizeof report), "shmap_rehearse_report");
+  const char *key = "\"exposed_comm_s\":", *p = strstr(report, key);
+  return p ? atof(p + strlen(key)) * 1e6 : -1;
+}
+
+static void exercise7(void)
+{
+  static float zeros[16 * 65536];
+  shmap_array *x, *y;
+  shmap_mesh *mesh;
+  check(shmap_array_from_host(&x, SHMAP_F32, 1, (int64_t[]){16 * 65536},
+                              zeros), "x");
+  check(shmap_mesh_create(&mesh, "i=16"), "shmap_mesh_create");
+  shmap_map_opts o = {.rehearse = "tpu-v5e-16x16"};
+  check(shmap_map_ex(mesh, ex7, NULL, 1, &x, (const char *[]){"P('i')"}, 1,
+                     &y, (const char *[]){"P('i')"}, &o),
+        "shmap_map_ex");
+  /* Each phase (reduce-scatter, all-gather) costs max(8 hops x 1 us,
+   * 262144 B x 15/16 / (2 x 4.5e10 B/s) = 2.7 us). */
+  double t = psum_us(), bw = 262144.0 * 15 / 16 / 9e10 * 1e6;
+  char text[160];
+  snprintf(text, sizeof text, "%.1f us, bound by latency (8 hops of 1 us "
+           "against %.1f us of transfer per phase)", t, bw);
+  answer(7, text, t > 15.95 && t < 16.05 && bw < 8);
+  shmap_array_destroy(y);
+  shmap_array_destroy(x);
+  shmap_mesh_destroy(mesh);
+}
+
 int main(void)
 {
   static float res[1024];
@@ -214,6 +268,8 @@ int main(void)
   snprintf(text, sizeof text, "%lld kept, %lld after the all_gather",
            (long long)shape[0][0], (long long)shape[0][1]);
   answer(6, text, shape[0][0] == 16 && shape[0][1] == 64);
+
+  exercise7();
 
   shmap_array_destroy(a);
   shmap_array_destroy(b);

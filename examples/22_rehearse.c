@@ -84,10 +84,12 @@ static int ag_matmul(shmap_ctx *ctx, void *arg)
       return rc;
     matmul_add((const float *)lhs->data + c * kb, K, cur->data, out->data,
                mb, kb, N);
+    /* [tutorial:cost] */
     /* What the step's matmul does on any device: its FLOPs, and the
      * bytes of the pieces it reads and the output it updates. */
     shmap_cost(ctx, 2.0 * mb * kb * N,
                4.0 * ((double)mb * kb + (double)kb * N + 2.0 * mb * N));
+    /* [end] */
     if (req && (rc = shmap_wait(ctx, &req)) < 0)
       return rc;
     if (cur != rhs && (rc = shmap_block_free(ctx, (shmap_block *)cur)) < 0)

@@ -19,10 +19,8 @@ tests_test_rehearse_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
 tests_test_rehearse_LDADD = src/libshmap.la $(CHECK_LIBS) $(UV_LIBS) \
 	$(JANSSON_LIBS)
 
-# The teaching example, run in both scheduling modes.
-noinst_PROGRAMS += examples/22_rehearse
-examples_22_rehearse_SOURCES = examples/22_rehearse.c
-examples_22_rehearse_LDADD = src/libshmap.la
+# The teaching example (examples/rehearse.mk), its figures checked in both
+# scheduling modes.
 TESTS += tests/test_rehearse_example.sh
 EXTRA_DIST += tests/test_rehearse_example.sh
 
