@@ -643,6 +643,19 @@ SHMAP_EXTERN int shmap_ragged_all_to_all(
     const int64_t input_offsets[], const int64_t send_sizes[],
     const int64_t output_offsets[], const int64_t recv_sizes[],
     const char *axes);
+/*
+ * The same with JAX's full signature: the four arrays have `count`
+ * entries (0: one per member of the group), a multiple of the group's size
+ * n; with k = count / n, entry i is a slice for the member of rank i / k,
+ * and recv_sizes[s k + j] is the size of the j-th slice member s sends
+ * this member.  `groups` (NULL: the whole group of the axes) splits the
+ * axes into axis_index_groups, as for shmap_psum_groups().
+ */
+SHMAP_EXTERN int shmap_ragged_all_to_all_groups(
+    shmap_ctx *ctx, const shmap_block *operand, shmap_block *output,
+    const int64_t input_offsets[], const int64_t send_sizes[],
+    const int64_t output_offsets[], const int64_t recv_sizes[],
+    int64_t count, const char *axes, const shmap_groups *groups);
 
 /*
  * User-defined reductions (like MPI_Op_create): combine(inout, in, count,

@@ -444,6 +444,25 @@ static void expect_err(shmap_mesh *mesh, shmap_body_fn body, void *arg,
                   words[k], msg);
 }
 
+/* The whole message, exactly: `want`, or `other` (the same failure seen
+ * by the other device first) when not NULL. */
+static void expect_msg2(shmap_mesh *mesh, shmap_body_fn body, void *arg,
+                        int code, const char *want, const char *other)
+{
+  int rc = shmap_map(mesh, body, arg, 0, NULL, NULL, 0, NULL, NULL);
+  const char *msg = shmap_errmsg();
+  ck_assert_msg(rc == code, "want %s, got %d (%s): %s", shmap_strerror(code),
+                rc, shmap_strerror(rc), msg);
+  ck_assert_msg(strcmp(msg, want) == 0 || (other && strcmp(msg, other) == 0),
+                "message\n  %s\nwant\n  %s", msg, want);
+}
+
+static void expect_msg(shmap_mesh *mesh, shmap_body_fn body, void *arg,
+                       int code, const char *want)
+{
+  expect_msg2(mesh, body, arg, code, want, NULL);
+}
+
 START_TEST(t_groups_errors)
 {
   set_mode(_i);
@@ -732,6 +751,7 @@ typedef struct rerr {
   int dev; /* the device whose arrays these are; the other's are fine */
   int alias; /* the output is the operand */
   int rank0; /* a rank-0 operand */
+  int orows; /* device `dev`'s output rows (0: 4) */
 } rerr;
 
 static int body_rerr(shmap_ctx *ctx, void *arg)
@@ -740,7 +760,8 @@ static int body_rerr(shmap_ctx *ctx, void *arg)
   int dev = shmap_ctx_device(ctx);
   float a[4] = {1, 2, 3, 4}, b[4] = {0};
   shmap_block op = {a, SHMAP_F32, e->rank0 ? 0 : 1, {4}};
-  shmap_block out = {e->alias ? a : b, SHMAP_F32, 1, {4}};
+  shmap_block out = {e->alias ? a : b, SHMAP_F32, 1,
+                     {dev == e->dev && e->orows ? e->orows : 4}};
   /* Fine: send 1 row to each at offset rank, receive 1 from each. */
   int64_t io[2] = {0, 1}, ss[2] = {1, 1}, oo[2] = {dev, dev}, rs[2] = {1, 1};
   if (dev == e->dev)
@@ -753,38 +774,54 @@ START_TEST(t_ragged_errors)
 {
   set_mode(_i);
   shmap_mesh *mesh = tu_mesh_new("i=2");
-  rerr ok = {{0, 1}, {1, 1}, {0, 0}, {1, 1}, 0, 0, 0};
+  rerr ok = {{0, 1}, {1, 1}, {0, 0}, {1, 1}, 0, 0, 0, 0};
   int rc = shmap_map(mesh, body_rerr, &ok, 0, NULL, NULL, 0, NULL, NULL);
   ck_assert_msg(rc == 0, "%s", shmap_errmsg());
-  rerr e1 = {{0, 3}, {1, 2}, {0, 0}, {1, 1}, 0, 0, 0};
+  rerr e1 = {{0, 3}, {1, 2}, {0, 0}, {1, 1}, 0, 0, 0, 0};
   expect_err(mesh, body_rerr, &e1, SHMAP_EINVAL,
              (const char *[]){"ragged_all_to_all over 'i'",
                               "input_offsets[1] = 3 with send_sizes[1] = 2",
                               "outside the operand's 4 rows", NULL});
-  rerr e2 = {{0, 1}, {1, 1}, {0, 4}, {1, 1}, 1, 0, 0};
-  expect_err(mesh, body_rerr, &e2, SHMAP_EINVAL,
-             (const char *[]){"device 1", "output_offsets[1] = 4",
-                              "outside the output's 4 rows", NULL});
-  rerr e3 = {{0, 1}, {-1, 1}, {0, 0}, {1, 1}, 0, 0, 0};
+  /* Device 1 puts its row for device 0 after device 0's own, and its
+   * own past the end of its output: found by the sender, once the first
+   * round has agreed on the outputs' rows. */
+  rerr e2 = {{0, 1}, {1, 1}, {1, 4}, {1, 1}, 1, 0, 0, 0};
+  expect_msg(mesh, body_rerr, &e2, SHMAP_EINVAL,
+             "ragged_all_to_all over 'i' on device 1 (i=1): "
+             "output_offsets[1] = 4 with send_sizes[1] = 1 is outside the "
+             "receiver's output's 4 rows");
+  /* Outputs of different rows: the mismatch, not an offset judged against
+   * the caller's own output. */
+  rerr e9 = {{0, 1}, {1, 1}, {1, 1}, {1, 1}, 1, 0, 0, 2};
+  expect_msg2(mesh, body_rerr, &e9, SHMAP_EMISMATCH,
+              "ragged_all_to_all over 'i' on device 1 (i=1): collective call "
+              "#1 differs between devices: device 1 (i=1) called "
+              "ragged_all_to_all(f32[4] over 'i', output rows 2) but device 0 "
+              "(i=0) called ragged_all_to_all(f32[4] over 'i', output rows 4)",
+              "ragged_all_to_all over 'i' on device 0 (i=0): collective call "
+              "#1 differs between devices: device 0 (i=0) called "
+              "ragged_all_to_all(f32[4] over 'i', output rows 4) but device 1 "
+              "(i=1) called ragged_all_to_all(f32[4] over 'i', output rows 2)");
+  rerr e3 = {{0, 1}, {-1, 1}, {0, 0}, {1, 1}, 0, 0, 0, 0};
   expect_err(mesh, body_rerr, &e3, SHMAP_EINVAL,
              (const char *[]){"send_sizes[0] = -1", NULL});
-  rerr e4 = {{0, 1}, {1, 1}, {0, 0}, {1, 5}, 0, 0, 0};
+  rerr e4 = {{0, 1}, {1, 1}, {0, 0}, {1, 5}, 0, 0, 0, 0};
   expect_err(mesh, body_rerr, &e4, SHMAP_EINVAL,
              (const char *[]){"recv_sizes[1] = 5 is outside [0, 4]", NULL});
   /* Sizes the peers disagree on: found after the offsets are exchanged. */
-  rerr e5 = {{0, 1}, {1, 1}, {0, 0}, {1, 2}, 0, 0, 0};
+  rerr e5 = {{0, 1}, {1, 1}, {0, 0}, {1, 2}, 0, 0, 0, 0};
   expect_err(mesh, body_rerr, &e5, SHMAP_EINVAL,
              (const char *[]){"recv_sizes[1] = 2, but rank 1 sends 1 rows",
                               NULL});
   /* Device 0 puts its row for device 1 at row 1, where device 1's own
    * row lands too. */
-  rerr e6 = {{0, 1}, {1, 1}, {0, 1}, {1, 1}, 0, 0, 0};
+  rerr e6 = {{0, 1}, {1, 1}, {0, 1}, {1, 1}, 0, 0, 0, 0};
   expect_err(mesh, body_rerr, &e6, SHMAP_EINVAL,
              (const char *[]){"overlap in the output", NULL});
-  rerr e7 = {{0, 1}, {1, 1}, {0, 0}, {1, 1}, 0, 1, 0};
+  rerr e7 = {{0, 1}, {1, 1}, {0, 0}, {1, 1}, 0, 1, 0, 0};
   expect_err(mesh, body_rerr, &e7, SHMAP_EINVAL,
              (const char *[]){"the output overlaps the operand", NULL});
-  rerr e8 = {{0, 1}, {1, 1}, {0, 0}, {1, 1}, 0, 0, 1};
+  rerr e8 = {{0, 1}, {1, 1}, {0, 0}, {1, 1}, 0, 0, 1, 0};
   expect_err(mesh, body_rerr, &e8, SHMAP_ESHAPE,
              (const char *[]){"no rows (rank 0)", NULL});
   shmap_mesh_destroy(mesh);
