@@ -25,6 +25,7 @@
 
 #include <shmap.h>
 
+#include "jaxragged.h"
 #include "refcoll.h"
 #include "testutil.h"
 
@@ -828,6 +829,75 @@ START_TEST(t_ragged_errors)
 }
 END_TEST
 
+/* JAX's examples (jaxragged.h), exact values, every device. */
+START_TEST(t_ragged_jax)
+{
+  set_mode(_i);
+  for (size_t k = 0; k < sizeof jr_cases / sizeof jr_cases[0]; k++) {
+    const jr_case *c = &jr_cases[k];
+    shmap_mesh *mesh = tu_mesh_new(c->mesh);
+    jr_run r = {c, {0}, {{0}}};
+    int rc = shmap_map(mesh, jr_body, &r, 0, NULL, NULL, 0, NULL, NULL);
+    ck_assert_msg(rc == 0, "%s: %s", c->name, shmap_errmsg());
+    for (int d = 0; d < JR_NDEV; d++)
+      ck_assert_msg(!r.bad[d], "%s: device %d: %s", c->name, d, r.why[d]);
+    shmap_mesh_destroy(mesh);
+  }
+}
+END_TEST
+
+/* shmap_ragged_all_to_all_groups's own errors, on i=2 (or i=4). */
+typedef struct rgerr {
+  int64_t count;
+  int groups; /* 1: groups {{0, 1}, {2, 3}} on i=4 */
+  int dev;    /* the device that passes `count`; the others pass theirs */
+} rgerr;
+
+static int body_rgerr(shmap_ctx *ctx, void *arg)
+{
+  rgerr *e = arg;
+  int dev = shmap_ctx_device(ctx);
+  float a[4] = {1, 2, 3, 4}, b[4] = {0};
+  shmap_block op = {a, SHMAP_F32, 1, {4}}, out = {b, SHMAP_F32, 1, {4}};
+  static const int ranks[4] = {0, 1, 2, 3};
+  shmap_groups g = {2, 2, ranks};
+  /* Groups of 2 either way; k slices per peer, slice j of member s at
+   * row k s + j of its receiver. */
+  int me = dev % 2, k = e->count == 4 ? 2 : 1;
+  int64_t io[4] = {0, 1, 2, 3}, ss[4] = {1, 1, 1, 1}, oo[4],
+          rs[4] = {1, 1, 1, 1};
+  for (int i = 0; i < 4; i++)
+    oo[i] = k * me + i % k;
+  int64_t count = dev == e->dev ? e->count : 2 * k;
+  return shmap_ragged_all_to_all_groups(ctx, &op, &out, io, ss, oo, rs,
+                                        count, "i", e->groups ? &g : NULL);
+}
+
+START_TEST(t_ragged_groups_errors)
+{
+  set_mode(_i);
+  shmap_mesh *mesh = tu_mesh_new("i=2");
+  rgerr e1 = {3, 0, 1};
+  expect_msg(mesh, body_rgerr, &e1, SHMAP_EINVAL,
+             "ragged_all_to_all over 'i' on device 1 (i=1): count 3 is not a "
+             "positive multiple of the group's 2 members");
+  rgerr e2 = {-2, 0, 0};
+  expect_msg(mesh, body_rgerr, &e2, SHMAP_EINVAL,
+             "ragged_all_to_all over 'i' on device 0 (i=0): count -2 is not "
+             "a positive multiple of the group's 2 members");
+  /* Two slices per peer on every device: fine. */
+  rgerr ok = {4, 0, 0};
+  int rc = shmap_map(mesh, body_rgerr, &ok, 0, NULL, NULL, 0, NULL, NULL);
+  ck_assert_msg(rc == 0, "%s", shmap_errmsg());
+  shmap_mesh_destroy(mesh);
+  mesh = tu_mesh_new("i=4");
+  rgerr ok4 = {2, 1, 0};
+  rc = shmap_map(mesh, body_rgerr, &ok4, 0, NULL, NULL, 0, NULL, NULL);
+  ck_assert_msg(rc == 0, "%s", shmap_errmsg());
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
 /* ---- preduce ------------------------------------------------------------------- */
 
 /* Records (value, index): the larger value wins, the lower index on ties;
@@ -1097,6 +1167,8 @@ int main(void)
                {"pbroadcast_errors", t_pbroadcast_errors},
                {"ragged", t_prop_ragged},
                {"ragged_errors", t_ragged_errors},
+               {"ragged_jax", t_ragged_jax},
+               {"ragged_groups_errors", t_ragged_groups_errors},
                {"preduce", t_preduce},
                {"preduce_errors", t_preduce_errors}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
