@@ -564,7 +564,9 @@ SHMAP_EXTERN int shmap_array_transfer(shmap_array **out,
 /*
  * JAX's axis_index_groups: the ranks of the named axes (0 .. n-1) split
  * into `ngroups` groups of `size` ranks each, listed group after group in
- * `ranks` (ngroups*size entries, every rank exactly once).  Each group is a
+ * `ranks` (ngroups*size entries, every rank exactly once).  With size 0
+ * the groups may differ in size: each group's ranks are followed by -1
+ * (psum, pmax and pmin take such groups, as in JAX).  Each group is a
  * collective of its own: a member's rank in it is its position in its
  * group's list, which orders gathers, scatters and reductions.  See
  * shmap_psum_groups(3).
