@@ -2,7 +2,7 @@
 /*
  * gdb_crash_target.c - the program tests/test_gdb_autoload.sh runs under
  * gdb with the extension auto-loaded: device 1 of the mesh i=2 writes
- * through a null pointer in its body (crash_here), so that a batch
+ * to an unmapped address in its body (crash_here), so that a batch
  * "run" followed by "bt" stops at the crash and shows it.
  *
  * Built with -O0 -g (the pragma below keeps -O0 even when CFLAGS says -O2)
@@ -19,8 +19,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* Volatile, so that the compiler keeps the write through it. */
-static int *volatile nowhere;
+/* Volatile, so that the compiler keeps the write through it.  Not NULL:
+ * a build with -fsanitize=undefined reports a store through NULL and
+ * exits before it faults; page 0 is unmapped all the same. */
+static int *volatile nowhere = (int *)64;
 
 static void crash_here(int dev)
 {

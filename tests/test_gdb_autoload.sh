@@ -6,7 +6,7 @@
 # for <real path of the library>-gdb.py under its auto-load scripts
 # directory (a directory of this test, made safe with
 # add-auto-load-safe-path), not sourced.  tests/gdb_crash_target writes
-# through a null pointer in device 1's body; in both scheduling modes the
+# to an unmapped address in device 1's body; in both scheduling modes the
 # session must stop at the SIGSEGV, "bt" must show crash_here and body, the
 # extension must have been auto-loaded ("info auto-load python-scripts"
 # says Yes) and its commands must work ("shmap devices" after the crash).
