@@ -586,7 +586,9 @@ SHMAP_EXTERN int shmap_array_transfer(shmap_array **out,
 /*
  * JAX's axis_index_groups: the ranks of the named axes (0 .. n-1) split
  * into `ngroups` groups of `size` ranks each, listed group after group in
- * `ranks` (ngroups*size entries, every rank exactly once).  Each group is a
+ * `ranks` (ngroups*size entries, every rank exactly once).  With size 0
+ * the groups may differ in size: each group's ranks are followed by -1
+ * (psum, pmax and pmin take such groups, as in JAX).  Each group is a
  * collective of its own: a member's rank in it is its position in its
  * group's list, which orders gathers, scatters and reductions.  See
  * shmap_psum_groups(3).
@@ -665,6 +667,19 @@ SHMAP_EXTERN int shmap_ragged_all_to_all(
     const int64_t input_offsets[], const int64_t send_sizes[],
     const int64_t output_offsets[], const int64_t recv_sizes[],
     const char *axes);
+/*
+ * The same with JAX's full signature: the four arrays have `count`
+ * entries (0: one per member of the group), a multiple of the group's size
+ * n; with k = count / n, entry i is a slice for the member of rank i / k,
+ * and recv_sizes[s k + j] is the size of the j-th slice member s sends
+ * this member.  `groups` (NULL: the whole group of the axes) splits the
+ * axes into axis_index_groups, as for shmap_psum_groups().
+ */
+SHMAP_EXTERN int shmap_ragged_all_to_all_groups(
+    shmap_ctx *ctx, const shmap_block *operand, shmap_block *output,
+    const int64_t input_offsets[], const int64_t send_sizes[],
+    const int64_t output_offsets[], const int64_t recv_sizes[],
+    int64_t count, const char *axes, const shmap_groups *groups);
 
 /*
  * User-defined reductions (like MPI_Op_create): combine(inout, in, count,
