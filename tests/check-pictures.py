@@ -42,7 +42,7 @@ DEVICE = ["#8dd3c7", "#ffffb3", "#bebada", "#fb8072",
           "#80b1d3", "#fdb462", "#b3de69", "#fccde5"]
 KIND = {"body": "#6baed6", "placement": "#c6dbef", "request": "#9e9ac8",
         "transfer": "#fdd0a2", "psum": "#e6550d", "all_gather": "#31a354",
-        "ppermute": "#17becf"}
+        "ppermute": "#17becf", "shmap_wait": "#e377c2"}
 LANES = ("body", "collective", "request", "transfer")
 
 failures = []
@@ -294,11 +294,15 @@ def check_timeline(browser, build, src, tmp):
         for lane in LANES:
             bars = sorted((e for e in mine if lane_of(e) == lane),
                           key=lambda e: float(e["ts"]))
-            kinds = [e["name"] if e["cat"] == "collective" else e["cat"]
-                     for e in bars]
-            if lane == "collective" and kinds != [c for m in maps for c in m
+            kinds = [e["name"] if e["cat"] in ("collective", "call")
+                     else e["cat"] for e in bars]
+            # The wait for each async ppermute is a bar of its own there.
+            ran = [c if c != "ppermute(async)" else "shmap_wait"
+                   for m in maps for c in m]
+            if lane == "collective" and kinds != [c for c in ran
                                                   if c in ("psum",
-                                                           "all_gather")]:
+                                                           "all_gather",
+                                                           "shmap_wait")]:
                 fail("device %s: the trace's collectives are %s; the program "
                      "ran %s" % (dev, kinds, maps))
             if lane == "request" and kinds != ["request"] * len(maps):
@@ -320,7 +324,7 @@ def check_timeline(browser, build, src, tmp):
         fail("timeline: the screenshot's device rows show %s; the trace has "
              "%s" % (rows, want))
     legend = [b for b in got if b[0] not in DEVICE_PALETTE.values()]
-    kinds = {e["name"] if e["cat"] == "collective" else e["cat"]
+    kinds = {e["name"] if e["cat"] in ("collective", "call") else e["cat"]
              for e in events if e.get("ph") == "X"}
     if len(legend) != 1 or sorted(legend[0]) != sorted(kinds):
         fail("timeline: the legend shows %s; the trace's kinds are %s"
