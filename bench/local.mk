@@ -7,7 +7,8 @@
 # `make` builds both; `make check` does not run them.  See BENCHMARKS.md.
 
 noinst_PROGRAMS += bench/run
-bench_run_SOURCES = bench/run.c bench/cmatmul.c bench/cmatmul.h
+bench_run_SOURCES = bench/run.c bench/cmatmul.c bench/cmatmul.h \
+	bench/sol.c bench/sol.h
 bench_run_CFLAGS = $(AM_CFLAGS)
 bench_run_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DBENCH_MPI_HELPER='"$(abs_top_builddir)/bench/mpi_bench"' \

@@ -6,6 +6,7 @@
  *
  * Output: a header line starting with '#', then one line per case,
  *   op=psum P=8 bytes=4194304 shmap_us=... omp_us=... mpi_us=... roofline_us=...
+ *       sol_us=... shmap_sol_x=... (the speed of light: sol.c)
  * with medians in microseconds and NA where a column does not apply.
  * Progress goes to stderr.
  *
@@ -16,6 +17,7 @@
 #include <shmap.h>
 
 #include "cmatmul.h"
+#include "sol.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -78,6 +80,8 @@ static struct {
   const char *mpirun, *helper, *thelper;
   int tr_r[MAXLIST], tr_d[MAXLIST]; /* --transport layouts R x D */
   int ntr;
+  int psweep[MAXLIST]; /* --proc-sweep: group sizes over 2 and 4 processes */
+  int npsweep;
   int cm_n[MAXLIST]; /* matrix sides of the collective matmul cases */
   int ncm;
 } opt;
@@ -225,6 +229,10 @@ static void usage(FILE *f)
           "  --transport=LIST|none  layouts RxD (R processes of D devices) of\n"
           "                      libshmap over MPI beside raw MPI on R*D ranks\n"
           "                      (default 2x1,4x1,2x2,2x4 when MPI was found)\n"
+          "  --proc-sweep=LIST|none  device counts of a psum of 64 floats over "
+          "one\n"
+          "                      group spread over 2 and 4 processes, e.g.\n"
+          "                      64,128,256,512,1024 (default none)\n"
           "  --no-mpi, --no-omp  skip a comparison column (NA)\n"
           "  --quiet             no progress on stderr\n"
           "  -h, --help          this text\n"
@@ -240,7 +248,8 @@ static void parse_args(int argc, char **argv)
                                       4 << 20, 16 << 20};
   static const size_t quick_sizes[] = {256, 64 << 10, 1 << 20};
   enum { O_QUICK = 256, O_SIZES, O_P, O_SWEEP, O_OPS, O_REPS, O_TARGET,
-         O_CONTENDED, O_NOMPI, O_NOOMP, O_QUIET, O_CMATMUL, O_TRANSPORT };
+         O_CONTENDED, O_NOMPI, O_NOOMP, O_QUIET, O_CMATMUL, O_TRANSPORT,
+         O_PSWEEP };
   static const struct option longopts[] = {
       {"quick", no_argument, NULL, O_QUICK},
       {"sizes", required_argument, NULL, O_SIZES},
@@ -255,10 +264,11 @@ static void parse_args(int argc, char **argv)
       {"quiet", no_argument, NULL, O_QUIET},
       {"cmatmul", required_argument, NULL, O_CMATMUL},
       {"transport", required_argument, NULL, O_TRANSPORT},
+      {"proc-sweep", required_argument, NULL, O_PSWEEP},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *sizes = NULL, *ps = NULL, *sweep = NULL, *ops = NULL;
-  const char *cmatmul = NULL, *transport = NULL;
+  const char *cmatmul = NULL, *transport = NULL, *psweep = NULL;
   opt.reps = -1;
   opt.target_ms = -1;
   opt.mpi = opt.omp = opt.verbose = 1;
@@ -282,6 +292,7 @@ static void parse_args(int argc, char **argv)
     case O_QUIET: opt.verbose = 0; break;
     case O_CMATMUL: cmatmul = optarg; break;
     case O_TRANSPORT: transport = optarg; break;
+    case O_PSWEEP: psweep = optarg; break;
     case 'h': usage(stdout); exit(0);
     case ':':
       usage(stderr);
@@ -380,7 +391,18 @@ static void parse_args(int argc, char **argv)
     if (!can_transport)
       die("--transport needs mpirun, %s and %s (libshmap built with MPI)",
           opt.helper, opt.thelper);
-  } else if (can_transport) {
+  }
+  if (psweep && strcmp(psweep, "none") != 0) {
+    opt.npsweep = parse_ints(psweep, "--proc-sweep", opt.psweep);
+    for (int i = 0; i < opt.npsweep; i++)
+      if (opt.psweep[i] % 4)
+        die("--proc-sweep: %d devices do not divide over 4 processes",
+            opt.psweep[i]);
+    if (!can_transport)
+      die("--proc-sweep needs mpirun and %s (libshmap built with MPI)",
+          opt.thelper);
+  }
+  if (!transport && can_transport) {
     static const int r[] = {2, 4, 2, 2}, d[] = {1, 1, 2, 4};
     for (int i = 0; i < 4; i++)
       opt.tr_r[i] = r[i], opt.tr_d[i] = d[i];
@@ -899,6 +921,9 @@ typedef struct result {
   double shmap_busy, omp_busy, mpi_busy; /* --contended */
 } result;
 
+/* The machine's speed-of-light measurements (sol.c). */
+static sol_machine sol;
+
 static result *results;
 static int nresults, capresults;
 
@@ -1145,6 +1170,15 @@ static void print_line(const char *op, int P, size_t bytes, double shmap,
          op, P, bytes, fmt_us(shmap, a, sizeof a), fmt_g(bw, e, sizeof e),
          fmt_us(omp, b, sizeof b), fmt_us(mpi, c, sizeof c),
          fmt_us(roof, d, sizeof d));
+  /* The speed of light and each measured column's ratio to it. */
+  sol_bound sb = sol_case(&sol, op, P, bytes);
+  double s = sb.us > 0 ? sb.us : NA;
+  char f[32];
+  printf(" sol_us=%s sol_lat_us=%s sol_bw_us=%s shmap_sol_x=%s omp_sol_x=%s "
+         "mpi_sol_x=%s",
+         fmt_us(s, a, sizeof a), fmt_us(sb.lat_us, b, sizeof b),
+         fmt_us(sb.bw_us, c, sizeof c), fmt_us(shmap / s, d, sizeof d),
+         fmt_us(omp / s, e, sizeof e), fmt_us(mpi / s, f, sizeof f));
   if (opt.contended) {
     char r1[32], r2[32], r3[32];
     printf(" shmap_busy_us=%s shmap_busy_x=%s omp_busy_us=%s omp_busy_x=%s "
@@ -1168,6 +1202,9 @@ int main(int argc, char **argv)
   size_t bw_bytes = (size_t)64 << 20;
   progress("measuring memory bandwidth (2 threads x 64 MiB memcpy)");
   double B = measure_bandwidth(bw_bytes, opt.quick ? 6 : 12); /* bytes/us */
+  progress("measuring the speed of light (cache-line ping-pong, read and "
+           "write rates from 4 KiB to 256 MiB)");
+  sol_measure(&sol, opt.quick);
 
   for (int pi = 0; pi < opt.nps; pi++) {
     int P = opt.ps[pi];
@@ -1270,6 +1307,27 @@ int main(int argc, char **argv)
     }
   }
 
+  /* A psum of 64 floats over one group spread over 2 and 4 processes: one
+   * sample of calibrated length per case (the largest groups are slow to
+   * set up), so that the cost per device can be read across the sweep. */
+  double psw[2][MAXLIST];
+  for (int ri = 0; ri < 2 && opt.npsweep; ri++) {
+    int R = 2 << ri, reps = opt.reps;
+    double target = opt.target_ms;
+    opt.reps = 1;
+    opt.target_ms = opt.quick ? 2 : 5;
+    for (int e = 0; e < opt.npsweep; e++) {
+      int P = opt.psweep[e];
+      mres one;
+      progress("process sweep: psum over %d devices in %d processes", P, R);
+      int got = helper_run(R, P / R, (size_t[]){256}, 1, 1 << OP_PSUM, &one, 1,
+                           0);
+      psw[ri][e] = got ? one.us : NA;
+    }
+    opt.reps = reps;
+    opt.target_ms = target;
+  }
+
   cpustat c1 = cpu_now();
   double all = (c1.busy - c0.busy) + (c1.idle - c0.idle) + (c1.steal - c0.steal);
   double other = all > 0 ? 100 * ((c1.busy - c0.busy) - (c1.mine - c0.mine)) / all : NA;
@@ -1289,6 +1347,16 @@ int main(int argc, char **argv)
          opt.mpi ? (*mpi_library ? mpi_library : "?") : "NA", opt.reps,
          opt.target_ms, opt.quick ? " quick" : "",
          opt.contended ? " contended" : "");
+  printf("# speed of light: line_us=%.4f (one-way cache-line transfer, %d "
+         "cores) read/write GB/s at working sets",
+         sol.line_us, sol.cores);
+  for (int i = 0; i < SOL_SIZES; i++) {
+    size_t ws = SOL_MIN << (2 * i);
+    printf(" %zu%s=%.1f/%.1f", ws >> (ws >= (1u << 20) ? 20 : 10),
+           ws >= (1u << 20) ? "M" : "K", sol.read[i] * 1e-3,
+           sol.write[i] * 1e-3);
+  }
+  printf("\n");
   /* Grouped by op, then P, then size; the sweep last. */
   for (int op = 0; op <= NOPS; op++) {
     if (op == NOPS && opt.nsweep)
@@ -1327,6 +1395,21 @@ int main(int argc, char **argv)
     free(tr);
     free(ntr_s);
     free(ntr_m);
+  }
+  if (opt.npsweep) {
+    printf("# process sweep: psum of 64 floats over one group of P devices in "
+           "R processes; per_device_x = (shmap_us / P) over its value at the "
+           "first P (1: linear in P)\n");
+    for (int ri = 0; ri < 2; ri++)
+      for (int e = 0; e < opt.npsweep; e++) {
+        char x[32], y[32], z[32];
+        int P = opt.psweep[e];
+        double per = psw[ri][e] / P, per0 = psw[ri][0] / opt.psweep[0];
+        printf("op=psum procs=%d P=%d bytes=256 shmap_us=%s us_per_device=%s "
+               "per_device_x=%s\n",
+               2 << ri, P, fmt_us(psw[ri][e], x, sizeof x),
+               fmt_us(per, y, sizeof y), fmt_us(per / per0, z, sizeof z));
+      }
   }
   cmatmul_print(stdout, cm, ncm, B);
   free(cm);

@@ -33,6 +33,12 @@
  *   shmap_array_to_host() gives back the source; it exits non-zero on any
  *   mismatch.
  *
+ *   Given a directory as its argument, the program also draws each array
+ *   as an SVG picture there (sharding-1.svg, sharding-2.svg, ... in the
+ *   order above) with shmap_array_visualize_svg(): the same grid, each
+ *   block coloured by the devices holding it and labelled with them and
+ *   its index ranges.
+ *
  *   Under mpirun a process holds only the blocks of its own devices (the
  *   others' show NULL data), so each process checks those; process 0
  *   draws the pictures.
@@ -86,6 +92,28 @@ static int verify(const shmap_array *a, const float *src)
   return bad;
 }
 
+/* The directory for SVG pictures (NULL: none), and the pictures so far. */
+static const char *svg_dir;
+static int svg_count;
+
+static void draw_svg(const shmap_array *a)
+{
+  char path[512];
+  snprintf(path, sizeof path, "%s/sharding-%d.svg", svg_dir, ++svg_count);
+  FILE *f = fopen(path, "w");
+  if (!f) {
+    perror(path);
+    exit(1);
+  }
+  const shmap_array *arrays[1] = {a};
+  check(shmap_array_visualize_svg(arrays, NULL, 1, 0, f),
+        "shmap_array_visualize_svg");
+  if (fclose(f) != 0) {
+    perror(path);
+    exit(1);
+  }
+}
+
 static int show(shmap_mesh *mesh, const char *spec, int rank,
                 const int64_t shape[], const float *src)
 {
@@ -99,6 +127,8 @@ static int show(shmap_mesh *mesh, const char *spec, int rank,
   if (first) {
     printf("spec %s\n", canonical);
     check(shmap_array_visualize(a, stdout), "shmap_array_visualize");
+    if (svg_dir)
+      draw_svg(a);
   }
   int bad = verify(a, src);
   if (first || bad)
@@ -107,8 +137,9 @@ static int show(shmap_mesh *mesh, const char *spec, int rank,
   return bad;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+  svg_dir = argc > 1 ? argv[1] : NULL;
   int bad = 0;
   float x[64], v[8];
   for (int e = 0; e < 64; e++)

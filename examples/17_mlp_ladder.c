@@ -215,6 +215,7 @@ static int dp_body(shmap_ctx *ctx, void *arg)
   double part = loss_grad(y, t->data, dy, rows);
   backward2(h, dy, w2->data, g2->data, dh, rows, W);
   mm_tn(x->data, dh, g1->data, rows, W, W);
+  /* [tutorial:dp] */
   /* The gradients of my rows; every device needs the sum over the batch. */
   int rc;
   if ((rc = shmap_psum(ctx, g1, "data")) < 0 ||
@@ -222,6 +223,7 @@ static int dp_body(shmap_ctx *ctx, void *arg)
       (rc = update_out(ctx, 0, w1, g1->data)) < 0 ||
       (rc = update_out(ctx, 1, w2, g2->data)) < 0)
     return rc;
+  /* [end] */
   return loss_out(ctx, 2, part, "data");
 }
 
@@ -244,6 +246,7 @@ static int fsdp_body(shmap_ctx *ctx, void *arg)
   if (!g1 || !g2 || !h || !y || !dy || !dh)
     return shmap_fail(ctx, "no scratch memory");
   int rc;
+  /* [tutorial:fsdp] */
   /* Gather each weight just before its layer needs it. */
   if ((rc = shmap_all_gather(ctx, w1s, "data", 0, 1, &w1)) < 0)
     return rc;
@@ -260,6 +263,7 @@ static int fsdp_body(shmap_ctx *ctx, void *arg)
       (rc = update_out(ctx, 0, w1s, g1s->data)) < 0 ||
       (rc = update_out(ctx, 1, w2s, g2s->data)) < 0)
     return rc;
+  /* [end] */
   return loss_out(ctx, 2, part, "data");
 }
 
@@ -280,10 +284,12 @@ static int tp_body(shmap_ctx *ctx, void *arg)
   double *g1 = scratch(ctx, W, hl), *g2 = scratch(ctx, hl, W);
   if (!y || !h || !dy || !dh || !g1 || !g2)
     return shmap_fail(ctx, "no scratch memory");
+  /* [tutorial:tp] */
   /* My hidden units, and their share of y. */
   forward1(x->data, w1->data, h, rows, hl);
   mm(h, w2->data, y->data, rows, hl, W);
   int rc = shmap_psum(ctx, y, "model");
+  /* [end] */
   if (rc < 0)
     return rc;
   double part = loss_grad(y->data, t->data, dy, rows);
@@ -381,6 +387,7 @@ static int pipe_body(shmap_ctx *ctx, void *arg)
 
   /* Forward ticks: stage 0 computes h of microbatch k and sends it; stage
    * 1 computes y and the loss of the microbatch it received a tick ago. */
+  /* [tutorial:pipeline] */
   for (int k = 0; k < TICKS; k++) {
     int m = fwd_micro(s, k);
     if (m >= 0 && s == 0) {
@@ -396,6 +403,7 @@ static int pipe_body(shmap_ctx *ctx, void *arg)
     if (s == 1 && (m = fwd_micro(1, k + 1)) >= 0)
       memcpy(hs + m * MB * W, msg->data, mbytes);
   }
+  /* [end] */
   /* Backward ticks, last microbatch first: stage 1 computes its share of
    * dW2 and dh and sends dh; stage 0 adds x^T dh of the dh it received a
    * tick ago to dW1. */

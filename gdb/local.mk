@@ -19,15 +19,15 @@ EXTRA_DIST += gdb/shmap-gdb.py
 # The same file where gdb loads it by itself for every program linked
 # against the installed library: gdb looks for <real path of the
 # library>-gdb.py under its auto-load directories (the library is
-# $(libdir)/libshmap.so.$(SHMAP_SO_VERSION) once installed).  shmap.pc
+# $(libdir)/$(SHMAP_LIB_FILE) once installed).  shmap.pc
 # gives the path as gdb_autoload_script.  With the default prefix
 # /usr/local, gdb needs to be told of the directory (see
 # shmap-debugging(7)); with prefix /usr it is gdb's own.
 gdbautoloaddir = $(datadir)/gdb/auto-load$(libdir)
-gdbautoload_DATA = gdb/libshmap.so.$(SHMAP_SO_VERSION)-gdb.py
-gdb/libshmap.so.$(SHMAP_SO_VERSION)-gdb.py: gdb/shmap-gdb.py
+gdbautoload_DATA = gdb/$(SHMAP_LIB_FILE)-gdb.py
+gdb/$(SHMAP_LIB_FILE)-gdb.py: gdb/shmap-gdb.py
 	$(AM_V_GEN)$(MKDIR_P) gdb && cp $(srcdir)/gdb/shmap-gdb.py $@
-CLEANFILES += gdb/libshmap.so.$(SHMAP_SO_VERSION)-gdb.py
+CLEANFILES += gdb/$(SHMAP_LIB_FILE)-gdb.py
 
 # man/shmap-debugging.7 is registered in man/local.mk (tests/check-man.sh
 # wants every page there); listing it here too would install it twice, which

@@ -586,6 +586,7 @@ def _load_context(th, dev):
     sp = _int(dev["sched"]["fiber"]["sp"])
     if sp == 0:
         raise ShmapError("device %d has no saved context" % _int(dev["id"]))
+    _define_hooks()
     inf = gdb.selected_inferior()
     words = inf.read_memory(sp, 64).tobytes()
     word = lambda off: int.from_bytes(words[off:off + 8], "little")
@@ -1078,7 +1079,20 @@ _RESUMING = ("continue", "next", "step", "stepi", "nexti", "finish", "until",
              "disconnect", "run", "start", "starti")
 
 
-def _install_hooks():
+class _Hooks:
+    defined = False
+
+
+def _define_hooks():
+    """Define the hooks that release a borrowed view, once, when a device's
+    registers are first borrowed.  Not when the file is loaded: gdb
+    auto-loads it while the "run" that loaded the library is still in
+    progress, and a "define" executed then leaves gdb believing the
+    program still runs, so a batch "run" then "bt" never stops at a
+    crash."""
+    if _Hooks.defined:
+        return
+    _Hooks.defined = True
     for cmd in _RESUMING:
         try:
             shown = gdb.execute("show user hook-%s" % cmd, to_string=True)
@@ -1089,6 +1103,11 @@ def _install_hooks():
         gdb.execute("define hook-%s\nshmap release\nend" % cmd,
                     to_string=True)
 
+
+def _install_hooks():
+    """Connect the event handlers (through the Python API, which is safe
+    while the program runs; the command hooks come later, see
+    _define_hooks)."""
     def exiting(_event):
         try:
             _release_view()

@@ -273,6 +273,15 @@ SHMAP_EXTERN int shmap_array_block(const shmap_array *array, int device,
                                    shmap_block *block, int64_t offset[]);
 /* Print which devices hold which block, as a text grid (rank 1 or 2). */
 SHMAP_EXTERN int shmap_array_visualize(const shmap_array *array, FILE *out);
+/* The same picture as an SVG document: a grid of blocks per array, each
+ * block coloured by the devices holding it and labelled with them and its
+ * index ranges; several arrays stack top to bottom (a collective's before
+ * and after), each under its caption (captions may be NULL).  With
+ * SHMAP_SVG_VALUES each block also shows its values. */
+#define SHMAP_SVG_VALUES 1u
+SHMAP_EXTERN int shmap_array_visualize_svg(const shmap_array *const arrays[],
+                                           const char *const captions[],
+                                           int n, unsigned flags, FILE *out);
 
 /* Data movement counted per mesh since creation or the last reset. */
 typedef struct shmap_stats {
@@ -284,6 +293,9 @@ typedef struct shmap_stats {
   uint64_t bytes_moved;     /* bytes a device copied from another's blocks */
   uint64_t bytes_transferred; /* bytes copied in from another mesh's blocks */
   uint64_t bytes_remote;    /* bytes this process received from others (MPI) */
+  /* Room for counters of later versions (README.md, "ABI policy"): new
+   * counters go before it; the library sets it to zero. */
+  uint64_t reserved[8];
 } shmap_stats;
 SHMAP_EXTERN int shmap_mesh_stats(const shmap_mesh *mesh, shmap_stats *stats);
 SHMAP_EXTERN void shmap_mesh_stats_reset(shmap_mesh *mesh);
@@ -496,12 +508,22 @@ typedef struct shmap_map_opts {
    * manual axes; along the other (free) axes the body is not split and
    * devices hold equal values. */
   const char *manual_axes;
+  /* Cluster rehearsal (shmap_rehearse(3)): price this map on a described
+   * cluster, a preset name ("tpu-v5e-16x16") or a fabric file (".json").
+   * NULL means the setting SHMAP_REHEARSE, which is off when unset. */
+  const char *rehearse;
   /* Exploring device interleavings (shmap_explore(3)); these fields stay
    * together.  A schedule such as "r.12" (random walk, seed 12) or
    * "p3.12" (PCT with 3 priority change points): the map runs one device
    * at a time in the order the schedule chooses at every wait.  NULL: the
    * mesh's scheduling mode.  shmap_map_nested() takes only NULL. */
   const char *schedule;
+  /* Room for options of later versions, so that the structure keeps its
+   * size (README.md, "ABI policy").  New fields go before it, taking
+   * their room from it; it must be zero (shmap_map_ex() and
+   * shmap_map_nested() refuse the options otherwise), which
+   * zero-initialising the structure gives. */
+  uint64_t reserved[6];
 } shmap_map_opts;
 
 /* shmap_map() with options: a map over some axes of the mesh. */
@@ -618,7 +640,9 @@ SHMAP_EXTERN int shmap_array_transfer(shmap_array **out,
 /*
  * JAX's axis_index_groups: the ranks of the named axes (0 .. n-1) split
  * into `ngroups` groups of `size` ranks each, listed group after group in
- * `ranks` (ngroups*size entries, every rank exactly once).  Each group is a
+ * `ranks` (ngroups*size entries, every rank exactly once).  With size 0
+ * the groups may differ in size: each group's ranks are followed by -1
+ * (psum, pmax and pmin take such groups, as in JAX).  Each group is a
  * collective of its own: a member's rank in it is its position in its
  * group's list, which orders gathers, scatters and reductions.  See
  * shmap_psum_groups(3).
@@ -697,6 +721,19 @@ SHMAP_EXTERN int shmap_ragged_all_to_all(
     const int64_t input_offsets[], const int64_t send_sizes[],
     const int64_t output_offsets[], const int64_t recv_sizes[],
     const char *axes);
+/*
+ * The same with JAX's full signature: the four arrays have `count`
+ * entries (0: one per member of the group), a multiple of the group's size
+ * n; with k = count / n, entry i is a slice for the member of rank i / k,
+ * and recv_sizes[s k + j] is the size of the j-th slice member s sends
+ * this member.  `groups` (NULL: the whole group of the axes) splits the
+ * axes into axis_index_groups, as for shmap_psum_groups().
+ */
+SHMAP_EXTERN int shmap_ragged_all_to_all_groups(
+    shmap_ctx *ctx, const shmap_block *operand, shmap_block *output,
+    const int64_t input_offsets[], const int64_t send_sizes[],
+    const int64_t output_offsets[], const int64_t recv_sizes[],
+    int64_t count, const char *axes, const shmap_groups *groups);
 
 /*
  * User-defined reductions (like MPI_Op_create): combine(inout, in, count,
@@ -720,6 +757,25 @@ SHMAP_EXTERN int shmap_preduce_new(shmap_ctx *ctx, const shmap_block *x,
                                    const char *axes,
                                    const shmap_reduce_op *op,
                                    shmap_block **out);
+
+/*
+ * Cluster rehearsal (shmap_rehearse(3), shmap-rehearse(7)): a described
+ * cluster (a fabric: a link class per mesh axis, and one device's peak
+ * FLOP/s, memory bandwidth and capacity), from a preset name
+ * ("tpu-v5e-16x16", "h100-8", "h100-multinode") or a JSON file.
+ */
+typedef struct shmap_fabric shmap_fabric;
+SHMAP_EXTERN int shmap_fabric_load(shmap_fabric **fabric, const char *spec);
+SHMAP_EXTERN void shmap_fabric_free(shmap_fabric *fabric);
+/* Inside a body: the compute since the last collective does `flops`
+ * floating-point operations and touches `bytes` bytes of memory; a
+ * rehearsal prices the body's compute as the roofline of these on the
+ * target device instead of the time measured here.  No effect (0) when
+ * the map is not rehearsed. */
+SHMAP_EXTERN int shmap_cost(shmap_ctx *ctx, double flops, double bytes);
+/* The report of the last rehearsed map of this process (JSON, one line),
+ * into buf; returns its length, like snprintf, or 0 with none. */
+SHMAP_EXTERN int shmap_rehearse_report(char *buf, size_t len);
 
 #ifdef __cplusplus
 }

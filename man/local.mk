@@ -16,11 +16,12 @@ SHMAP_MAN_PAGES =
 # Asynchronous collectives.
 SHMAP_MAN_PAGES += man/shmap_ppermute_start.3 man/shmap_wait.3
 
-# Overview, and debugging.
-SHMAP_MAN_PAGES += man/shmap.7 man/shmap-debugging.7
+# Overview, debugging, and the tutorial.
+SHMAP_MAN_PAGES += man/shmap.7 man/shmap-debugging.7 man/shmap-tutorial.7
 
 # Processes (MPI), and the merger of their traces.
 SHMAP_MAN_PAGES += man/shmap-mpi.7 man/shmap-trace-merge.1 \
+	man/shmap-trace-timeline.1 \
 	man/shmap_process_rank.3 \
 	man/shmap_mesh_set_process_axes.3 \
 	man/shmap_array_to_host_local.3
@@ -57,6 +58,7 @@ SHMAP_MAN_PAGES += \
 	man/shmap_array_reshard.3 \
 	man/shmap_array_block.3 \
 	man/shmap_array_visualize.3 \
+	man/shmap_array_visualize_svg.3 \
 	man/shmap_mesh_stats.3
 
 # Debugging.
@@ -117,7 +119,7 @@ uninstall-local: man/gen.stamp
 	done
 
 clean-local:
-	-rm -rf man/gen
+	-rm -rf man/gen collective-pictures doc/pictures
 
 TESTS += tests/check-man.sh
 EXTRA_DIST += tests/check-man.sh
@@ -130,3 +132,7 @@ SHMAP_MAN_PAGES += \
 	man/shmap_mesh_slice.3 \
 	man/shmap_mesh_parent.3 \
 	man/shmap_array_transfer.3
+
+# Cluster rehearsal.
+SHMAP_MAN_PAGES += man/shmap_rehearse.3 man/shmap-rehearse.7 \
+	man/shmap-rehearse.1

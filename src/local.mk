@@ -18,6 +18,7 @@ src_libshmap_core_la_SOURCES = \
 	src/array/array.c \
 	src/jobs/shard.c \
 	src/array/visualize.c \
+	src/array/svg.c \
 	src/device/arena.c \
 	src/device/ctx.c \
 	src/device/checks.c \
@@ -70,8 +71,9 @@ src_libshmap_la_SOURCES =
 # Forces the C linker for a library made only of a convenience library.
 nodist_EXTRA_src_libshmap_la_SOURCES = dummy.c
 src_libshmap_la_LIBADD = src/libshmap_core.la $(UV_LIBS) $(JANSSON_LIBS) $(MPI_LIBS)
-# The interface version and the rules for changing it are in configure.ac.
-src_libshmap_la_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS) -version-info $(SHMAP_LT_VERSION)
+# The interface version and the rules for changing it are in configure.ac,
+# as is the name of the MPI build (SHMAP_LIB_RELEASE: libshmap-mpi.so.N).
+src_libshmap_la_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS) -version-info $(SHMAP_LT_VERSION) $(SHMAP_LIB_RELEASE)
 
 # Groups within the axes, pbroadcast, ragged_all_to_all, user reductions.
 src_libshmap_core_la_SOURCES += src/coll/groups.c src/coll/ragged.c \

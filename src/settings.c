@@ -44,7 +44,7 @@ static const char *const known[] = {
     "SHMAP_HUGEPAGES",   "SHMAP_MEMBARRIER", "SHMAP_REPLAY",
     "SHMAP_SCHED",       "SHMAP_SIMD",      "SHMAP_SPIN",
     "SHMAP_STACK_SIZE",  "SHMAP_TRACE",     "SHMAP_WATCHDOG",
-    "SHMAP_WORKERS",
+    "SHMAP_WORKERS",     "SHMAP_REHEARSE",  "SHMAP_REHEARSE_OUT",
 };
 #define NKNOWN (sizeof known / sizeof known[0])
 
@@ -249,6 +249,13 @@ double shmap__setting_watchdog(void)
 }
 
 const char *shmap__setting_trace(void) { return env("SHMAP_TRACE"); }
+
+const char *shmap__setting_rehearse(void) { return env("SHMAP_REHEARSE"); }
+
+const char *shmap__setting_rehearse_out(void)
+{
+  return env("SHMAP_REHEARSE_OUT");
+}
 
 int shmap__setting_simd(const char *const names[], int n)
 {

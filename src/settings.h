@@ -34,6 +34,10 @@ size_t shmap__setting_stack_size(void);
 /* SHMAP_WATCHDOG in seconds (0: none). */
 double shmap__setting_watchdog(void);
 /* SHMAP_TRACE: the path, or NULL when unset or empty. */
+/* SHMAP_REHEARSE (a fabric to rehearse every map on) and
+ * SHMAP_REHEARSE_OUT (where the reports go), NULL when unset. */
+const char *shmap__setting_rehearse(void);
+const char *shmap__setting_rehearse_out(void);
 const char *shmap__setting_trace(void);
 /* SHMAP_SIMD: the index in names[0..n) of the instruction set it names, or
  * -1 when unset or not one of them (then the caller's default). */

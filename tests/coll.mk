@@ -50,3 +50,13 @@ tests_gdb_async_target_LDADD = src/libshmap.la
 tests_gdb_async_target_LDFLAGS = $(AM_LDFLAGS) -no-install
 TESTS += tests/test_gdb_async.sh
 EXTRA_DIST += tests/test_gdb_async.sh
+
+# A batch "run" + "bt" with the gdb extension auto-loaded stops at a crash
+# (skipped without gdb or ptrace).
+check_PROGRAMS += tests/gdb_crash_target
+tests_gdb_crash_target_SOURCES = tests/gdb_crash_target.c
+tests_gdb_crash_target_CFLAGS = $(AM_CFLAGS) -O0 -g
+tests_gdb_crash_target_LDADD = src/libshmap.la
+tests_gdb_crash_target_LDFLAGS = $(AM_LDFLAGS) -no-install
+TESTS += tests/test_gdb_autoload.sh
+EXTRA_DIST += tests/test_gdb_autoload.sh

@@ -37,7 +37,8 @@ tests_mpi_test_mpi_parts_SOURCES = tests/mpi/test_mpi_parts.c tests/mpi/mpiutil.
 tests_mpi_test_mpi_parts_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 tests_mpi_test_mpi_parts_LDADD = src/libshmap.la $(MPI_LIBS)
 tests_mpi_test_mpi_groups_SOURCES = tests/mpi/test_mpi_groups.c \
-	tests/refcoll.c tests/refcoll.h
+	tests/refcoll.c tests/refcoll.h tests/jaxragged.h \
+	tests/jaxgroups.h
 tests_mpi_test_mpi_groups_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 tests_mpi_test_mpi_groups_LDADD = src/libshmap.la $(MPI_LIBS) -lm
 tests_mpi_test_mpi_async_SOURCES = tests/mpi/test_mpi_async.c

@@ -12,10 +12,17 @@
 #                       libraries, both headers, shmap.pc, the man pages
 #                       and their links with the version filled in, the gdb
 #                       extension at shmap.pc's gdb_autoload_script; then
-#                       links a program against the installed library with
+#                       the library's file and soname (libshmap-mpi.so.N
+#                       for a build with MPI), the CMake package, README,
+#                       NEWS, LICENSE and the examples' sources in the
+#                       docdir, shmap-trace-merge's python3; then links a
+#                       program against the installed library with
 #                       `pkg-config --cflags --libs shmap` and, with
-#                       --static, a fully static one, with every C compiler
-#                       at hand (gcc, clang), and runs them.
+#                       --static, a fully static one (or, where shmap.pc
+#                       says static_link=no, checks that it fails), with
+#                       every C compiler at hand (gcc, clang), and with
+#                       CMake (find_package(shmap), both imported targets),
+#                       and runs them.
 # check-layers.sh       every arrow between the folders of src/ (an #include
 #                       or a symbol one object uses and another defines)
 #                       points down the layer order of ARCHITECTURE.md.
@@ -34,8 +41,12 @@ AM_TESTS_ENVIRONMENT += SHMAPTEST_CC='$(CC)'; SHMAPTEST_CFLAGS='$(CFLAGS)'; \
 	SHMAPTEST_SAN_CFLAGS='$(SAN_CFLAGS)'; SHMAPTEST_SAN_LDFLAGS='$(SAN_LDFLAGS)'; \
 	SHMAPTEST_MAKE='$(MAKE)'; SHMAPTEST_VERSION='$(PACKAGE_VERSION)'; \
 	SHMAPTEST_SO_VERSION='$(SHMAP_SO_VERSION)'; \
+	SHMAPTEST_LIB_FILE='$(SHMAP_LIB_FILE)'; SHMAPTEST_LIB_SONAME='$(SHMAP_LIB_SONAME)'; \
+	SHMAPTEST_STATIC_LINK='$(SHMAP_STATIC_LINK)'; SHMAPTEST_MPI_PKG='$(SHMAP_MPI_PKG)'; \
+	SHMAPTEST_PYTHON3='$(PYTHON3)'; \
 	export SHMAPTEST_CC SHMAPTEST_CFLAGS SHMAPTEST_SAN_CFLAGS SHMAPTEST_SAN_LDFLAGS \
-	SHMAPTEST_MAKE SHMAPTEST_VERSION SHMAPTEST_SO_VERSION;
+	SHMAPTEST_MAKE SHMAPTEST_VERSION SHMAPTEST_SO_VERSION SHMAPTEST_LIB_FILE \
+	SHMAPTEST_LIB_SONAME SHMAPTEST_STATIC_LINK SHMAPTEST_MPI_PKG SHMAPTEST_PYTHON3;
 
 # The version test (also the program test_install.sh links).
 check_PROGRAMS += tests/test_version

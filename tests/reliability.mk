@@ -13,7 +13,7 @@
 #                  message, canceled peers, a usable mesh afterwards.
 # test_watchdog    the watchdog's report on stderr, its argument checks and
 #                  SHMAP_WATCHDOG.
-# test_trace       the Chrome trace file, read back with tests/minijson.c,
+# test_trace       the Chrome trace file, read back with jansson,
 #                  start/stop states, an unwritable path, SHMAP_TRACE.
 # test_reliability two application threads mapping on one mesh, a body
 #                  destroying its mesh, statistics and traces inside bodies,
@@ -65,10 +65,10 @@ tests_test_watchdog_SOURCES = tests/test_watchdog.c \
 tests_test_watchdog_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_watchdog_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
-tests_test_trace_SOURCES = tests/test_trace.c tests/minijson.c tests/minijson.h \
+tests_test_trace_SOURCES = tests/test_trace.c \
 	tests/testutil.c tests/testutil.h
-tests_test_trace_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_trace_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_trace_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_trace_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS) $(JANSSON_LIBS)
 
 tests_test_reliability_mismatch_SOURCES = tests/test_reliability_mismatch.c tests/alarm.h \
 	tests/testutil.c tests/testutil.h

@@ -16,6 +16,7 @@
 #include "coll/async.h"
 #include "internal.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -366,6 +367,88 @@ START_TEST(t_check)
   int what = 0;
   ck_assert_int_eq(run4(writes, &what, msg, sizeof msg), 0);
   rule_teardown();
+}
+END_TEST
+
+/* With SHMAP_ASYNC_CHECK=1 a result read before its wait holds either
+ * its final value or the poison, which every float dtype reads as NaN:
+ * device 0 starts an all_gather over 'i' (mesh i=2) of the values 1, 2
+ * and reads its result at once, while device 1 starts late (in thread
+ * mode 50 ms late, so that device 0 reads the poison).  `seen` counts the
+ * poisoned elements read; `bad` the elements neither final nor poison. */
+typedef struct poisoned {
+  shmap_dtype dt;
+  int seen, bad;
+} poisoned;
+
+static bool poison_value(shmap_dtype dt, const void *p, double *v)
+{
+  switch (dt) {
+  case SHMAP_F16: *v = shmap_f16_to_f32(*(const uint16_t *)p); break;
+  case SHMAP_BF16: *v = shmap_bf16_to_f32(*(const uint16_t *)p); break;
+  case SHMAP_F32: *v = *(const float *)p; break;
+  case SHMAP_F64: *v = *(const double *)p; break;
+  case SHMAP_C64: *v = ((const float *)p)[0] + ((const float *)p)[1]; break;
+  default: *v = ((const double *)p)[0] + ((const double *)p)[1]; break;
+  }
+  return isnan(*v);
+}
+
+static int reads_early(shmap_ctx *ctx, void *arg)
+{
+  poisoned *q = arg;
+  int d = shmap_ctx_device(ctx);
+  size_t es = shmap_dtype_size(q->dt);
+  unsigned char in[16] = {0};
+  /* The value d + 1 in the dtype (the real part of a complex). */
+  float f = (float)(d + 1);
+  double g = d + 1;
+  if (q->dt == SHMAP_F16)
+    *(uint16_t *)in = shmap_f32_to_f16(f);
+  else if (q->dt == SHMAP_BF16)
+    *(uint16_t *)in = shmap_f32_to_bf16(f);
+  else if (q->dt == SHMAP_F32 || q->dt == SHMAP_C64)
+    memcpy(in, &f, sizeof f);
+  else
+    memcpy(in, &g, sizeof g);
+  shmap_block x = {in, q->dt, 1, {1}};
+  if (d == 1)
+    usleep(50000);
+  shmap_block *y;
+  shmap_request *r;
+  int rc = shmap_all_gather_start(ctx, &x, "i", 0, 1, &y, &r);
+  if (rc)
+    return rc;
+  if (d == 0)
+    for (int k = 0; k < 2; k++) {
+      double v;
+      if (poison_value(q->dt, (char *)y->data + (size_t)k * es, &v))
+        q->seen++;
+      else if (v != k + 1)
+        q->bad++;
+    }
+  return shmap_wait(ctx, &r);
+}
+
+START_TEST(t_poison)
+{
+  set_mode(_i);
+  ck_assert_int_eq(setenv("SHMAP_ASYNC_CHECK", "1", 1), 0);
+  static const shmap_dtype dts[] = {SHMAP_F16, SHMAP_BF16, SHMAP_F32,
+                                    SHMAP_F64, SHMAP_C64, SHMAP_C128};
+  shmap_mesh *mesh = tu_mesh_new("i=2");
+  for (size_t t = 0; t < sizeof dts / sizeof dts[0]; t++) {
+    poisoned q = {dts[t], 0, 0};
+    int rc = shmap_map(mesh, reads_early, &q, 0, NULL, NULL, 0, NULL, NULL);
+    ck_assert_msg(rc == 0, "%s", shmap_errmsg());
+    ck_assert_msg(q.bad == 0, "%s: %d elements neither final nor NaN",
+                  shmap_dtype_name(dts[t]), q.bad);
+    if (strcmp(modes[_i % NMODES], "threads") == 0)
+      ck_assert_msg(q.seen == 2, "%s: %d of 2 elements poisoned",
+                    shmap_dtype_name(dts[t]), q.seen);
+  }
+  shmap_mesh_destroy(mesh);
+  unsetenv("SHMAP_ASYNC_CHECK");
 }
 END_TEST
 
@@ -870,6 +953,7 @@ Suite *async_suite(void)
   tcase_add_loop_test(tc, t_limit, 0, NMODES);
   tcase_add_loop_test(tc, t_unwaited, 0, NMODES);
   tcase_add_loop_test(tc, t_check, 0, NMODES);
+  tcase_add_loop_test(tc, t_poison, 0, NMODES);
   tcase_add_loop_test(tc, t_mismatch, 0, NMODES);
   tcase_add_loop_test(tc, t_failure, 0, NMODES);
   tcase_add_loop_test(tc, t_bad_args, 0, NMODES);

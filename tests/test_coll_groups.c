@@ -25,6 +25,8 @@
 
 #include <shmap.h>
 
+#include "jaxgroups.h"
+#include "jaxragged.h"
 #include "refcoll.h"
 #include "testutil.h"
 
@@ -444,6 +446,47 @@ static void expect_err(shmap_mesh *mesh, shmap_body_fn body, void *arg,
                   words[k], msg);
 }
 
+/* The whole message, exactly: `want`, or `other` (the same failure seen
+ * by the other device first) when not NULL. */
+static void expect_msg2(shmap_mesh *mesh, shmap_body_fn body, void *arg,
+                        int code, const char *want, const char *other)
+{
+  int rc = shmap_map(mesh, body, arg, 0, NULL, NULL, 0, NULL, NULL);
+  const char *msg = shmap_errmsg();
+  ck_assert_msg(rc == code, "want %s, got %d (%s): %s", shmap_strerror(code),
+                rc, shmap_strerror(rc), msg);
+  ck_assert_msg(strcmp(msg, want) == 0 || (other && strcmp(msg, other) == 0),
+                "message\n  %s\nwant\n  %s", msg, want);
+}
+
+static void expect_msg(shmap_mesh *mesh, shmap_body_fn body, void *arg,
+                       int code, const char *want)
+{
+  expect_msg2(mesh, body, arg, code, want, NULL);
+}
+
+/* A message every device gives alike (a local check): `want` as device
+ * 0 words it, from whichever device of the mesh i=N reported first. */
+static void expect_anydev(shmap_mesh *mesh, shmap_body_fn body, void *arg,
+                          int code, const char *want)
+{
+  int rc = shmap_map(mesh, body, arg, 0, NULL, NULL, 0, NULL, NULL);
+  const char *msg = shmap_errmsg();
+  ck_assert_msg(rc == code, "want %s, got %d (%s): %s", shmap_strerror(code),
+                rc, shmap_strerror(rc), msg);
+  const char *at = strstr(want, " on device 0 (i=0): ");
+  ck_assert(at != NULL);
+  size_t head = (size_t)(at - want);
+  int d = -1, used = 0;
+  char tail[8];
+  int ok = strncmp(msg, want, head) == 0 &&
+           sscanf(msg + head, " on device %d (i=%7[0-9]): %n", &d, tail,
+                  &used) == 2 &&
+           used > 0 && atoi(tail) == d &&
+           strcmp(msg + head + used, at + strlen(" on device 0 (i=0): ")) == 0;
+  ck_assert_msg(ok, "message\n  %s\nwant (from any device)\n  %s", msg, want);
+}
+
 START_TEST(t_groups_errors)
 {
   set_mode(_i);
@@ -732,6 +775,7 @@ typedef struct rerr {
   int dev; /* the device whose arrays these are; the other's are fine */
   int alias; /* the output is the operand */
   int rank0; /* a rank-0 operand */
+  int orows; /* device `dev`'s output rows (0: 4) */
 } rerr;
 
 static int body_rerr(shmap_ctx *ctx, void *arg)
@@ -740,7 +784,8 @@ static int body_rerr(shmap_ctx *ctx, void *arg)
   int dev = shmap_ctx_device(ctx);
   float a[4] = {1, 2, 3, 4}, b[4] = {0};
   shmap_block op = {a, SHMAP_F32, e->rank0 ? 0 : 1, {4}};
-  shmap_block out = {e->alias ? a : b, SHMAP_F32, 1, {4}};
+  shmap_block out = {e->alias ? a : b, SHMAP_F32, 1,
+                     {dev == e->dev && e->orows ? e->orows : 4}};
   /* Fine: send 1 row to each at offset rank, receive 1 from each. */
   int64_t io[2] = {0, 1}, ss[2] = {1, 1}, oo[2] = {dev, dev}, rs[2] = {1, 1};
   if (dev == e->dev)
@@ -753,40 +798,247 @@ START_TEST(t_ragged_errors)
 {
   set_mode(_i);
   shmap_mesh *mesh = tu_mesh_new("i=2");
-  rerr ok = {{0, 1}, {1, 1}, {0, 0}, {1, 1}, 0, 0, 0};
+  rerr ok = {{0, 1}, {1, 1}, {0, 0}, {1, 1}, 0, 0, 0, 0};
   int rc = shmap_map(mesh, body_rerr, &ok, 0, NULL, NULL, 0, NULL, NULL);
   ck_assert_msg(rc == 0, "%s", shmap_errmsg());
-  rerr e1 = {{0, 3}, {1, 2}, {0, 0}, {1, 1}, 0, 0, 0};
+  rerr e1 = {{0, 3}, {1, 2}, {0, 0}, {1, 1}, 0, 0, 0, 0};
   expect_err(mesh, body_rerr, &e1, SHMAP_EINVAL,
              (const char *[]){"ragged_all_to_all over 'i'",
                               "input_offsets[1] = 3 with send_sizes[1] = 2",
                               "outside the operand's 4 rows", NULL});
-  rerr e2 = {{0, 1}, {1, 1}, {0, 4}, {1, 1}, 1, 0, 0};
-  expect_err(mesh, body_rerr, &e2, SHMAP_EINVAL,
-             (const char *[]){"device 1", "output_offsets[1] = 4",
-                              "outside the output's 4 rows", NULL});
-  rerr e3 = {{0, 1}, {-1, 1}, {0, 0}, {1, 1}, 0, 0, 0};
+  /* Device 1 puts its row for device 0 after device 0's own, and its
+   * own past the end of its output: found by the sender, once the first
+   * round has agreed on the outputs' rows. */
+  rerr e2 = {{0, 1}, {1, 1}, {1, 4}, {1, 1}, 1, 0, 0, 0};
+  expect_msg(mesh, body_rerr, &e2, SHMAP_EINVAL,
+             "ragged_all_to_all over 'i' on device 1 (i=1): "
+             "output_offsets[1] = 4 with send_sizes[1] = 1 is outside the "
+             "receiver's output's 4 rows");
+  /* Outputs of different rows: the mismatch, not an offset judged against
+   * the caller's own output. */
+  rerr e9 = {{0, 1}, {1, 1}, {1, 1}, {1, 1}, 1, 0, 0, 2};
+  expect_msg2(mesh, body_rerr, &e9, SHMAP_EMISMATCH,
+              "ragged_all_to_all over 'i' on device 1 (i=1): collective call "
+              "#1 differs between devices: device 1 (i=1) called "
+              "ragged_all_to_all(f32[4] over 'i', output rows 2) but device 0 "
+              "(i=0) called ragged_all_to_all(f32[4] over 'i', output rows 4)",
+              "ragged_all_to_all over 'i' on device 0 (i=0): collective call "
+              "#1 differs between devices: device 0 (i=0) called "
+              "ragged_all_to_all(f32[4] over 'i', output rows 4) but device 1 "
+              "(i=1) called ragged_all_to_all(f32[4] over 'i', output rows 2)");
+  rerr e3 = {{0, 1}, {-1, 1}, {0, 0}, {1, 1}, 0, 0, 0, 0};
   expect_err(mesh, body_rerr, &e3, SHMAP_EINVAL,
              (const char *[]){"send_sizes[0] = -1", NULL});
-  rerr e4 = {{0, 1}, {1, 1}, {0, 0}, {1, 5}, 0, 0, 0};
+  rerr e4 = {{0, 1}, {1, 1}, {0, 0}, {1, 5}, 0, 0, 0, 0};
   expect_err(mesh, body_rerr, &e4, SHMAP_EINVAL,
              (const char *[]){"recv_sizes[1] = 5 is outside [0, 4]", NULL});
   /* Sizes the peers disagree on: found after the offsets are exchanged. */
-  rerr e5 = {{0, 1}, {1, 1}, {0, 0}, {1, 2}, 0, 0, 0};
+  rerr e5 = {{0, 1}, {1, 1}, {0, 0}, {1, 2}, 0, 0, 0, 0};
   expect_err(mesh, body_rerr, &e5, SHMAP_EINVAL,
              (const char *[]){"recv_sizes[1] = 2, but rank 1 sends 1 rows",
                               NULL});
   /* Device 0 puts its row for device 1 at row 1, where device 1's own
    * row lands too. */
-  rerr e6 = {{0, 1}, {1, 1}, {0, 1}, {1, 1}, 0, 0, 0};
+  rerr e6 = {{0, 1}, {1, 1}, {0, 1}, {1, 1}, 0, 0, 0, 0};
   expect_err(mesh, body_rerr, &e6, SHMAP_EINVAL,
              (const char *[]){"overlap in the output", NULL});
-  rerr e7 = {{0, 1}, {1, 1}, {0, 0}, {1, 1}, 0, 1, 0};
+  rerr e7 = {{0, 1}, {1, 1}, {0, 0}, {1, 1}, 0, 1, 0, 0};
   expect_err(mesh, body_rerr, &e7, SHMAP_EINVAL,
              (const char *[]){"the output overlaps the operand", NULL});
-  rerr e8 = {{0, 1}, {1, 1}, {0, 0}, {1, 1}, 0, 0, 1};
+  rerr e8 = {{0, 1}, {1, 1}, {0, 0}, {1, 1}, 0, 0, 1, 0};
   expect_err(mesh, body_rerr, &e8, SHMAP_ESHAPE,
              (const char *[]){"no rows (rank 0)", NULL});
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
+/* JAX's examples (jaxragged.h), exact values, every device. */
+START_TEST(t_ragged_jax)
+{
+  set_mode(_i);
+  for (size_t k = 0; k < sizeof jr_cases / sizeof jr_cases[0]; k++) {
+    const jr_case *c = &jr_cases[k];
+    shmap_mesh *mesh = tu_mesh_new(c->mesh);
+    jr_run r = {c, {0}, {{0}}};
+    int rc = shmap_map(mesh, jr_body, &r, 0, NULL, NULL, 0, NULL, NULL);
+    ck_assert_msg(rc == 0, "%s: %s", c->name, shmap_errmsg());
+    for (int d = 0; d < JR_NDEV; d++)
+      ck_assert_msg(!r.bad[d], "%s: device %d: %s", c->name, d, r.why[d]);
+    shmap_mesh_destroy(mesh);
+  }
+}
+END_TEST
+
+/* JAX's psum examples and groups of different sizes (jaxgroups.h). */
+START_TEST(t_groups_jax)
+{
+  set_mode(_i);
+  shmap_mesh *mesh = tu_mesh_new("i=4");
+  for (size_t k = 0; k < sizeof jg_cases / sizeof jg_cases[0]; k++) {
+    jg_run r = {&jg_cases[k], {0}, {{0}}};
+    int rc = shmap_map(mesh, jg_body, &r, 0, NULL, NULL, 0, NULL, NULL);
+    ck_assert_msg(rc == 0, "%s: %s", r.c->name, shmap_errmsg());
+    for (int d = 0; d < 4; d++)
+      ck_assert_msg(!r.bad[d], "%s: device %d: %s", r.c->name, d, r.why[d]);
+  }
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
+/* Groups of different sizes where JAX refuses them or means something
+ * else, and layouts of size 0 that are not a partition. */
+typedef struct ugerr {
+  int which; /* 0 pmean, 1 all_gather, 2 psum_scatter, 3 all_to_all,
+                4 ragged_all_to_all, 5 psum */
+  int ngroups;
+  const int *ranks;
+} ugerr;
+
+static int body_ugerr(shmap_ctx *ctx, void *arg)
+{
+  ugerr *e = arg;
+  float v[4] = {1, 2, 3, 4}, o[4] = {0};
+  shmap_block x = {v, SHMAP_F32, 1, {4}}, y = {o, SHMAP_F32, 1, {4}};
+  shmap_groups g = {e->ngroups, 0, e->ranks};
+  shmap_block *out = NULL;
+  int64_t io[1] = {0}, ss[1] = {0}, oo[1] = {0}, rs[1] = {0};
+  int rc;
+  switch (e->which) {
+  case 0: rc = shmap_pmean_groups(ctx, &x, "i", &g); break;
+  case 1: rc = shmap_all_gather_groups(ctx, &x, "i", &g, 0, 1, &out); break;
+  case 2: rc = shmap_psum_scatter_groups(ctx, &x, "i", &g, 0, 1, &out); break;
+  case 3:
+    rc = shmap_all_to_all_groups(ctx, &x, "i", &g, 0, 0, 1, &out);
+    break;
+  case 4:
+    rc = shmap_ragged_all_to_all_groups(ctx, &x, &y, io, ss, oo, rs, 0, "i",
+                                        &g);
+    break;
+  default: rc = shmap_psum_groups(ctx, &x, "i", &g); break;
+  }
+  return rc;
+}
+
+/* Device 0 passes [[0, 1, 2], [3]], the others [[0], [1, 2, 3]]. */
+static int body_ugmis(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  static const int a[] = {0, 1, 2, -1, 3, -1}, b[] = {0, -1, 1, 2, 3, -1};
+  float v[1] = {1};
+  shmap_block x = {v, SHMAP_F32, 1, {1}};
+  shmap_groups g = {2, 0, shmap_ctx_device(ctx) == 0 ? a : b};
+  return shmap_psum_groups(ctx, &x, "i", &g);
+}
+
+START_TEST(t_groups_unequal_errors)
+{
+  set_mode(_i);
+  shmap_mesh *mesh = tu_mesh_new("i=4");
+  static const int three_one[] = {0, 1, 2, -1, 3, -1};
+  static const char *const what[] = {
+      "pmean over 'i' on device 0 (i=0): axis_index_groups of different "
+      "sizes: JAX's pmean divides by the first group's size in every group; "
+      "use psum within the groups and divide by the member's own group size",
+      "all_gather over 'i' on device 0 (i=0): axis_index_groups of different "
+      "sizes: JAX requires groups of one size here (only psum, pmax and "
+      "pmin take groups of different sizes)",
+      "psum_scatter over 'i' on device 0 (i=0): axis_index_groups of "
+      "different sizes: JAX requires groups of one size here (only psum, "
+      "pmax and pmin take groups of different sizes)",
+      "all_to_all over 'i' on device 0 (i=0): axis_index_groups of different "
+      "sizes: JAX requires groups of one size here (only psum, pmax and "
+      "pmin take groups of different sizes)",
+      "ragged_all_to_all over 'i' on device 0 (i=0): axis_index_groups of "
+      "different sizes: JAX requires groups of one size here (only psum, "
+      "pmax and pmin take groups of different sizes)"};
+  for (int w = 0; w < 5; w++) {
+    ugerr e = {w, 2, three_one};
+    expect_anydev(mesh, body_ugerr, &e, SHMAP_EINVAL, what[w]);
+  }
+  static const int empty[] = {0, 1, 2, 3, -1, -1};
+  ugerr e1 = {5, 2, empty};
+  expect_anydev(mesh, body_ugerr, &e1, SHMAP_EINVAL,
+                "psum over 'i' on device 0 (i=0): axis_index_groups: group 1 "
+                "of the 2 (size 0: each ended by -1) is empty");
+  static const int unended[] = {0, 1, -1, 2, 3, 0};
+  ugerr e2 = {5, 2, unended};
+  expect_anydev(mesh, body_ugerr, &e2, SHMAP_EINVAL,
+                "psum over 'i' on device 0 (i=0): axis_index_groups: group 1 "
+                "of the 2 (size 0: each ended by -1) has no -1 within the 2 "
+                "ranks the axes' 4 leave it");
+  static const int short_[] = {0, 1, -1, 2, -1};
+  ugerr e3 = {5, 2, short_};
+  expect_anydev(mesh, body_ugerr, &e3, SHMAP_EINVAL,
+                "psum over 'i' on device 0 (i=0): axis_index_groups: 2 groups "
+                "of 3 ranks in all cannot cover the 4 ranks of the axes "
+                "exactly once");
+  /* Layouts that differ between members: the mismatch shows both. */
+  int rc = shmap_map(mesh, body_ugmis, NULL, 0, NULL, NULL, 0, NULL, NULL);
+  const char *msg = shmap_errmsg();
+  ck_assert_msg(rc == SHMAP_EMISMATCH, "%d: %s", rc, msg);
+  ck_assert_msg(
+      ref_has(msg, "psum(f32[1] over 'i', axis_index_groups [[0, 1, 2], "
+                   "[3]])") &&
+          ref_has(msg, "psum(f32[1] over 'i', axis_index_groups [[0], [1, "
+                       "2, 3]])"),
+      "%s", msg);
+  static const int twice[] = {0, 1, -1, 2, 1, -1};
+  ugerr e4 = {5, 2, twice};
+  expect_anydev(mesh, body_ugerr, &e4, SHMAP_EINVAL,
+                "psum over 'i' on device 0 (i=0): axis_index_groups: group 1 "
+                "[2, 1] has rank 1, which group 0 [0, 1] has already");
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
+/* shmap_ragged_all_to_all_groups's own errors, on i=2 (or i=4). */
+typedef struct rgerr {
+  int64_t count;
+  int groups; /* 1: groups {{0, 1}, {2, 3}} on i=4 */
+  int dev;    /* the device that passes `count`; the others pass theirs */
+} rgerr;
+
+static int body_rgerr(shmap_ctx *ctx, void *arg)
+{
+  rgerr *e = arg;
+  int dev = shmap_ctx_device(ctx);
+  float a[4] = {1, 2, 3, 4}, b[4] = {0};
+  shmap_block op = {a, SHMAP_F32, 1, {4}}, out = {b, SHMAP_F32, 1, {4}};
+  static const int ranks[4] = {0, 1, 2, 3};
+  shmap_groups g = {2, 2, ranks};
+  /* Groups of 2 either way; k slices per peer, slice j of member s at
+   * row k s + j of its receiver. */
+  int me = dev % 2, k = e->count == 4 ? 2 : 1;
+  int64_t io[4] = {0, 1, 2, 3}, ss[4] = {1, 1, 1, 1}, oo[4],
+          rs[4] = {1, 1, 1, 1};
+  for (int i = 0; i < 4; i++)
+    oo[i] = k * me + i % k;
+  int64_t count = dev == e->dev ? e->count : 2 * k;
+  return shmap_ragged_all_to_all_groups(ctx, &op, &out, io, ss, oo, rs,
+                                        count, "i", e->groups ? &g : NULL);
+}
+
+START_TEST(t_ragged_groups_errors)
+{
+  set_mode(_i);
+  shmap_mesh *mesh = tu_mesh_new("i=2");
+  rgerr e1 = {3, 0, 1};
+  expect_msg(mesh, body_rgerr, &e1, SHMAP_EINVAL,
+             "ragged_all_to_all over 'i' on device 1 (i=1): count 3 is not a "
+             "positive multiple of the group's 2 members");
+  rgerr e2 = {-2, 0, 0};
+  expect_msg(mesh, body_rgerr, &e2, SHMAP_EINVAL,
+             "ragged_all_to_all over 'i' on device 0 (i=0): count -2 is not "
+             "a positive multiple of the group's 2 members");
+  /* Two slices per peer on every device: fine. */
+  rgerr ok = {4, 0, 0};
+  int rc = shmap_map(mesh, body_rgerr, &ok, 0, NULL, NULL, 0, NULL, NULL);
+  ck_assert_msg(rc == 0, "%s", shmap_errmsg());
+  shmap_mesh_destroy(mesh);
+  mesh = tu_mesh_new("i=4");
+  rgerr ok4 = {2, 1, 0};
+  rc = shmap_map(mesh, body_rgerr, &ok4, 0, NULL, NULL, 0, NULL, NULL);
+  ck_assert_msg(rc == 0, "%s", shmap_errmsg());
   shmap_mesh_destroy(mesh);
 }
 END_TEST
@@ -1060,6 +1312,10 @@ int main(void)
                {"pbroadcast_errors", t_pbroadcast_errors},
                {"ragged", t_prop_ragged},
                {"ragged_errors", t_ragged_errors},
+               {"ragged_jax", t_ragged_jax},
+               {"groups_jax", t_groups_jax},
+               {"groups_unequal_errors", t_groups_unequal_errors},
+               {"ragged_groups_errors", t_ragged_groups_errors},
                {"preduce", t_preduce},
                {"preduce_errors", t_preduce_errors}};
   for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {

@@ -254,6 +254,13 @@ START_TEST(partial_errors)
   shmap_map_opts fl = {.manual_axes = "i", .flags = 0x10};
   expect_err(shmap_map_ex(m, body_call, &what, 1, &x, is, 1, &y, os, &fl),
              SHMAP_EINVAL, "shmap_map_ex", "unknown flags 0x10", NULL);
+  /* The room reserved for later options must be zero. */
+  shmap_map_opts res = {.manual_axes = "i"};
+  res.reserved[3] = 9;
+  expect_err(shmap_map_ex(m, body_call, &what, 1, &x, is, 1, &y, os, &res),
+             SHMAP_EINVAL, "shmap_map_ex: opts->reserved[3] is 9, not 0",
+             "zero-initialise the options", NULL);
+  ck_assert_ptr_null(y);
   shmap_array_destroy(x);
   shmap_mesh_destroy(m);
 }
@@ -500,6 +507,9 @@ static int bad_outer(shmap_ctx *ctx, void *arg)
   case 12:
     o.flags = 0x20;
     break;
+  case 21: /* room reserved for later options, not zero */
+    o.reserved[5] = 1;
+    break;
   case 14: /* in spec longer than the block's rank */
     is[0] = "P(None, 'model')";
     break;
@@ -575,6 +585,8 @@ START_TEST(nested_errors)
       {19, SHMAP_EINVAL, "in_specs[0] block has no data", NULL, NULL},
       {20, SHMAP_EINVAL, "output 0 was not declared by any device", NULL,
        NULL},
+      {21, SHMAP_EINVAL, "shmap_map_nested",
+       "opts->reserved[5] is 1, not 0", "zero-initialise the options"},
   };
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     b.what = cases[c].what;

@@ -44,6 +44,20 @@
 
 enum { R_FREE = 0, R_POSTED, R_RUNNING, R_DONE };
 
+/* The pattern a checked start fills the result with: the 16-bit word
+ * 0x7fff, repeated (bytes ff 7f in memory).  Every float dtype reads it
+ * as a NaN (f16 and bf16 0x7fff, f32 0x7fff7fff, f64 0x7fff7fff7fff7fff,
+ * both parts of c64 and c128), and integers as values no computation of
+ * small numbers gives (i16 32767, i32 2147450879, u8 255 and 127 in turn,
+ * bool 255 and 127, which are not booleans).  Elements of two bytes or
+ * more start at even offsets, so each reads whole words of the pattern. */
+static void poison(void *data, size_t bytes)
+{
+  unsigned char *b = data;
+  for (size_t i = 0; i < bytes; i++)
+    b[i] = (i & 1) ? 0x7f : 0xff;
+}
+
 struct shmap_request {
   _Atomic int state;
   int slot, dev;
@@ -239,7 +253,7 @@ static void launch(struct shmap_request *r, shmap__plan *p, const char *api,
     r->in_sum = checksum(in->data, shmap_block_nbytes(in));
     if (!r->inplace)
       if (shmap_block_nbytes(res))
-        memset(res->data, 0xa5, shmap_block_nbytes(res));
+        poison(res->data, shmap_block_nbytes(res));
   }
   /* The call takes its number now, in program order; the helper's copy of
    * the context numbers it the same (comm.c adds one). */
@@ -441,8 +455,14 @@ SHMAP_EXTERN int shmap_wait(shmap_ctx *ctx, shmap_request **req)
   struct shmap_request *r = open_request(ctx, "shmap_wait", req);
   if (!r)
     return ctx->err;
+  /* A rehearsal replays the wait where the body made it (src/rehearse/). */
+  uint64_t t0 = shmap__tracing() ? shmap__now() : 0;
   if (!is_done(r))
     shmap__progress_wait(ctx->rt, ctx->dev, is_done, r);
+  if (t0)
+    shmap__trace_full(&ctx->rt->devs[ctx->dev],
+                      &(shmap__tev){t0, shmap__now(), 0, 0, r->k,
+                                    "shmap_wait", 0, 0, 0, -1});
   *req = NULL;
   return complete(ctx, r);
 }

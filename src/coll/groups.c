@@ -29,13 +29,155 @@
  * (ranks are data, not a name), so that the rest of the message stays. */
 #define GROUP_TEXT_MAX 160
 
+/* The layout of a shmap_groups: where each group starts in ranks and how
+ * many ranks it has.  size 0 lists groups of different sizes, each ended
+ * by -1. */
+typedef struct glayout {
+  int *start, *len; /* per group */
+  int total;        /* ranks listed, separators not counted */
+  bool unequal;
+} glayout;
+
 /* "[0, 2]": group gi of the layout. */
-static void group_text(const shmap_groups *g, int gi, char *buf, size_t n)
+static void group_text(const shmap_groups *g, const glayout *l, int gi,
+                       char *buf, size_t n)
 {
   snprintf(buf, n, "[");
-  for (int k = 0; k < g->size; k++)
-    shmap__cat(buf, n, "%s%d", k ? ", " : "", g->ranks[gi * g->size + k]);
+  for (int k = 0; k < l->len[gi]; k++)
+    shmap__cat(buf, n, "%s%d", k ? ", " : "", g->ranks[l->start[gi] + k]);
   shmap__cat(buf, n, "]");
+}
+
+/* Cut the list into groups: of g->size ranks each, or, with size 0, up to
+ * each -1 (reading at most n + ngroups entries, the most a layout of the
+ * n ranks can have). */
+static int groups_cut(shmap__plan *p, const shmap_groups *g, glayout *l)
+{
+  shmap__coll *c = &p->c;
+  const char *op = shmap__coll_opname(c);
+  int n = c->n;
+  l->unequal = g->size == 0;
+  l->total = 0;
+  for (int gi = 0, at = 0; gi < g->ngroups; gi++) {
+    l->start[gi] = at;
+    int len = g->size;
+    if (l->unequal) {
+      len = 0;
+      while (l->total + len < n + 1 && g->ranks[at + len] != -1)
+        len++;
+      if (len == 0)
+        return shmap__dev_fail(c->ctx, op, SHMAP_EINVAL,
+                               "axis_index_groups: group %d of the %d (size "
+                               "0: each ended by -1) is empty",
+                               gi, g->ngroups);
+      if (l->total + len > n)
+        return shmap__dev_fail(c->ctx, op, SHMAP_EINVAL,
+                               "axis_index_groups: group %d of the %d (size "
+                               "0: each ended by -1) has no -1 within the %d "
+                               "ranks the axes' %d leave it",
+                               gi, g->ngroups, n - l->total, n);
+      at += len + 1;
+    } else {
+      at += len;
+    }
+    l->len[gi] = len;
+    l->total += len;
+  }
+  if (l->total != n)
+    return shmap__dev_fail(c->ctx, op, SHMAP_EINVAL,
+                           l->unequal
+                               ? "axis_index_groups: %d groups of %d ranks in "
+                                 "all cannot cover the %d ranks of the axes "
+                                 "exactly once"
+                               : "axis_index_groups: %d groups of %d ranks "
+                                 "cannot cover the %d ranks of the axes "
+                                 "exactly once",
+                           g->ngroups, l->unequal ? l->total : g->size, n);
+  return 0;
+}
+
+/* Every rank exactly once; this member's group found (gmem, grank, gn)
+ * and the layout hashed into *h. */
+static int groups_locate(shmap__plan *p, const shmap_groups *g,
+                         const glayout *l, int *where, uint64_t *h)
+{
+  shmap__coll *c = &p->c;
+  const char *op = shmap__coll_opname(c);
+  int n = c->n;
+  for (int r = 0; r < n; r++)
+    where[r] = -1;
+  for (int gi = 0; gi < g->ngroups; gi++) {
+    for (int k = 0; k < l->len[gi]; k++) {
+      int r = g->ranks[l->start[gi] + k];
+      char gt[GROUP_TEXT_MAX], ot[GROUP_TEXT_MAX];
+      if (r < 0 || r >= n || where[r] >= 0) {
+        group_text(g, l, gi, gt, sizeof gt);
+        int other = r < 0 || r >= n ? -1 : where[r];
+        if (other < 0)
+          return shmap__dev_fail(c->ctx, op, SHMAP_EINVAL,
+                                 "axis_index_groups: group %d %s has rank %d "
+                                 "outside [0, %d)",
+                                 gi, gt, r, n);
+        if (other == gi)
+          return shmap__dev_fail(c->ctx, op, SHMAP_EINVAL,
+                                 "axis_index_groups: group %d %s has rank %d "
+                                 "twice",
+                                 gi, gt, r);
+        group_text(g, l, other, ot, sizeof ot);
+        return shmap__dev_fail(c->ctx, op, SHMAP_EINVAL,
+                               "axis_index_groups: group %d %s has rank %d, "
+                               "which group %d %s has already",
+                               gi, gt, r, other, ot);
+      }
+      where[r] = gi;
+      if (r == c->rank) {
+        p->gmem = &g->ranks[l->start[gi]];
+        p->grank = k;
+        p->gn = l->len[gi];
+      }
+      *h = shmap__hash_u64(*h, (uint32_t)r);
+    }
+    /* The boundaries are part of the layout: [0, 1], [2] is not [0], [1, 2]. */
+    *h = shmap__hash_u64(*h, 0xffffffffu);
+  }
+  return 0;
+}
+
+/* Groups of different sizes: JAX's psum, pmax and pmin take them; its
+ * pmean divides by the first group's size (psum of a constant), and its
+ * gathers, scatters and all-to-alls size their results by one group
+ * size, so those are refused. */
+static int groups_unequal_ok(shmap__plan *p)
+{
+  int kind = p->c.call.kind;
+  if (kind == SHMAP__PSUM || kind == SHMAP__PMAX || kind == SHMAP__PMIN)
+    return 0;
+  return shmap__dev_fail(p->c.ctx, shmap__coll_opname(&p->c), SHMAP_EINVAL,
+                         "axis_index_groups of different sizes: %s",
+                         kind == SHMAP__PMEAN
+                             ? "JAX's pmean divides by the first group's size "
+                               "in every group; use psum within the groups "
+                               "and divide by the member's own group size"
+                             : "JAX requires groups of one size here (only "
+                               "psum, pmax and pmin take groups of "
+                               "different sizes)");
+}
+
+/* The descriptor's copy of the layout, for the agreement and messages:
+ * the ranks (with -1 after each group when sizes differ) when few, and
+ * gsize -1 for groups of different sizes. */
+static void groups_describe(shmap__plan *p, const shmap_groups *g,
+                            const glayout *l, uint64_t h)
+{
+  shmap__coll *c = &p->c;
+  int listed = l->unequal ? l->total + g->ngroups : l->total;
+  c->call.gsize = l->unequal ? -1 : g->size;
+  c->call.ngroups = g->ngroups;
+  c->call.groups_hash = h;
+  if (listed <= SHMAP__GROUP_RANKS_LISTED)
+    memcpy(c->call.groups, g->ranks, sizeof(int) * (size_t)listed);
+  else if (l->unequal)
+    c->call.groups[0] = -2; /* too many to list */
 }
 
 int shmap__groups_plan(shmap__plan *p)
@@ -50,64 +192,39 @@ int shmap__groups_plan(shmap__plan *p)
   }
   int n = c->n;
   const char *op = shmap__coll_opname(c);
-  if (g->ngroups < 1 || g->size < 1)
+  if (g->ngroups < 1 || g->size < 0 || (g->size == 0 && g->ngroups > n))
     return shmap__dev_fail(c->ctx, op, SHMAP_EINVAL,
-                           "axis_index_groups: %d groups of %d ranks (both "
-                           "must be at least 1)",
+                           "axis_index_groups: %d groups of %d ranks (groups "
+                           "at least 1, size at least 0)",
                            g->ngroups, g->size);
   if (!g->ranks)
     return shmap__dev_fail(c->ctx, op, SHMAP_EINVAL,
                            "axis_index_groups: ranks is NULL");
-  if ((int64_t)g->ngroups * g->size != n)
+  if (g->size > 0 && (int64_t)g->ngroups * g->size != n)
     return shmap__dev_fail(c->ctx, op, SHMAP_EINVAL,
                            "axis_index_groups: %d groups of %d ranks cannot "
                            "cover the %d ranks of the axes exactly once",
                            g->ngroups, g->size, n);
-  int *where = shmap__malloc(sizeof(int) * (size_t)n);
-  if (!where)
+  size_t ng = (size_t)g->ngroups;
+  int *mem = shmap__malloc(sizeof(int) * (2 * ng + (size_t)n));
+  if (!mem)
     return shmap__dev_fail(c->ctx, op, SHMAP_ENOMEM, "out of memory");
-  for (int r = 0; r < n; r++)
-    where[r] = -1;
+  glayout l = {mem, mem + ng, 0, false};
   uint64_t h = shmap__hash_init();
-  for (int gi = 0; gi < g->ngroups; gi++)
-    for (int k = 0; k < g->size; k++) {
-      int r = g->ranks[gi * g->size + k];
-      char gt[GROUP_TEXT_MAX], ot[GROUP_TEXT_MAX];
-      if (r < 0 || r >= n || where[r] >= 0) {
-        group_text(g, gi, gt, sizeof gt);
-        int other = r < 0 || r >= n ? -1 : where[r];
-        free(where);
-        if (other < 0)
-          return shmap__dev_fail(c->ctx, op, SHMAP_EINVAL,
-                                 "axis_index_groups: group %d %s has rank %d "
-                                 "outside [0, %d)",
-                                 gi, gt, r, n);
-        if (other == gi)
-          return shmap__dev_fail(c->ctx, op, SHMAP_EINVAL,
-                                 "axis_index_groups: group %d %s has rank %d "
-                                 "twice",
-                                 gi, gt, r);
-        group_text(g, other, ot, sizeof ot);
-        return shmap__dev_fail(c->ctx, op, SHMAP_EINVAL,
-                               "axis_index_groups: group %d %s has rank %d, "
-                               "which group %d %s has already",
-                               gi, gt, r, other, ot);
-      }
-      where[r] = gi;
-      if (r == c->rank) {
-        p->gmem = &g->ranks[gi * g->size];
-        p->grank = k;
-      }
-      h = shmap__hash_u64(h, (uint32_t)r);
-    }
-  free(where);
-  p->gn = g->size;
-  c->call.gsize = g->size;
-  c->call.ngroups = g->ngroups;
-  c->call.groups_hash = h;
-  if (n <= SHMAP__GROUP_RANKS_LISTED)
-    memcpy(c->call.groups, g->ranks, sizeof(int) * (size_t)n);
-  return 0;
+  int rc = groups_cut(p, g, &l);
+  if (!rc)
+    rc = groups_locate(p, g, &l, mem + 2 * ng, &h);
+  bool unequal = false;
+  for (int gi = 1; !rc && gi < g->ngroups; gi++)
+    unequal |= l.len[gi] != l.len[0];
+  if (!rc && unequal)
+    rc = groups_unequal_ok(p);
+  if (!rc) {
+    l.unequal = g->size == 0;
+    groups_describe(p, g, &l, h);
+  }
+  free(mem);
+  return rc;
 }
 
 /* ---- reductions within groups ------------------------------------------- */

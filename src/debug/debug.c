@@ -224,6 +224,43 @@ static void trace_requests(strbuf *b, shmap__runtime *rt, int d)
   dev->dbg.nrtev = 0;
 }
 
+/* A device's predicted schedule (a rehearsal's, src/rehearse/): a track
+ * of its own after the devices' and their requests', named after the
+ * device, with the body and each collective as the fabric would run
+ * them, from the body's measured start. */
+static void trace_predicted(strbuf *b, shmap__runtime *rt, int d, int pid)
+{
+  shmap__dev *dev = &rt->devs[d];
+  if (!dev->dbg.nptev)
+    return;
+  int tid = rt->ndev + 1 + rt->ndev * SHMAP_MAX_REQUESTS + d;
+  char coords[SHMAP__DEVNAME_MAX];
+  shmap__mesh_devname(rt->mesh, d, coords, sizeof coords);
+  sep(b);
+  sb_printf(b, "{\"name\":\"thread_name\",\"cat\":\"__metadata\","
+               "\"ph\":\"M\",\"ts\":0,\"pid\":%d,\"tid\":%d,"
+               "\"args\":{\"name\":\"%s predicted\"}}",
+            pid, tid, coords);
+  for (size_t i = 0; i < dev->dbg.nptev; i++) {
+    const shmap__tev *e = &dev->dbg.ptev[i];
+    if (e->t1 < trace_t0)
+      continue;
+    char when[96], o[360];
+    when_format(e, when, sizeof when);
+    shmap__op_format(rt->mesh, e->op, o, sizeof o);
+    const char *over = strstr(o, " over ");
+    sep(b);
+    sb_printf(b, "{\"name\":\"%s\",\"cat\":\"predicted\",\"ph\":\"X\","
+                 "\"pid\":%d,\"tid\":%d,%s,"
+                 "\"args\":{\"axes\":\"%s\",\"bytes\":%llu,"
+                 "\"fabric\":\"%s\"}}",
+              e->op ? shmap__kind_name((int)(e->op & 0xff)) : "body", pid,
+              tid, when, e->op && over ? over + 6 : "",
+              (unsigned long long)e->bytes, e->job ? e->job : "");
+  }
+  dev->dbg.nptev = 0;
+}
+
 /* Append device d's track and events, and forget the events. */
 static void trace_device(strbuf *b, shmap__runtime *rt, int d, int pid)
 {
@@ -263,7 +300,11 @@ static void trace_device(strbuf *b, shmap__runtime *rt, int d, int pid)
       sb_printf(b, "{\"name\":\"%s\",\"cat\":\"%s\",\"ph\":\"X\","
                    "\"pid\":%d,\"tid\":%d,%s,"
                    "\"args\":{\"collectives\":%u}}",
-                e->job ? e->job : "body", e->job ? "placement" : "body",
+                e->job ? e->job : "body",
+                !e->job ? "body"
+                : strcmp(e->job, "shmap_wait") == 0 || strcmp(e->job, "shmap_cost") == 0
+                    ? "call"
+                                                    : "placement",
                 pid, tid, when, e->seq);
     } else if ((e->op & 0xff) == SHMAP__NESTED_BODY) {
       /* A nested map's body, inside the outer body on the same track. */
@@ -292,6 +333,7 @@ static void trace_device(strbuf *b, shmap__runtime *rt, int d, int pid)
   }
   dev->dbg.ntev = 0;
   trace_requests(b, rt, d);
+  trace_predicted(b, rt, d, pid);
   trace_dropped += dev->dbg.tev_dropped;
   dev->dbg.tev_dropped = 0;
 }
@@ -483,7 +525,7 @@ SHMAP_EXTERN int shmap_trace_stop(void)
 
 static void trace_atexit(void)
 {
-  if (shmap__tracing() && shmap_trace_stop() != 0)
+  if (shmap__trace_writing() && shmap_trace_stop() != 0)
     fprintf(stderr, "shmap: %s\n", shmap_errmsg());
 }
 

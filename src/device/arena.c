@@ -94,6 +94,22 @@ void shmap__blocks_release(shmap_mesh *mesh, void **mem)
     free(mem[d]);
 }
 
+/* A rehearsal's count of the device's blocks (device.h): `sign` 1 for a
+ * new chunk, -1 for a freed one. */
+static void mem_count(shmap_ctx *ctx, const shmap__chunk *c, int sign)
+{
+  struct shmap__memcount *m = &ctx->mem;
+  int k = c->kind >= 0 && c->kind < 3 ? c->kind : SHMAP__CHUNK_SCRATCH;
+  m->n[k] += sign;
+  m->bytes[k] += sign > 0 ? c->cap : -(uint64_t)c->cap;
+  m->live += sign > 0 ? c->cap : -(uint64_t)c->cap;
+  if (m->live > m->peak) {
+    m->peak = m->live;
+    memcpy(m->npeak, m->n, sizeof m->n);
+    memcpy(m->bpeak, m->bytes, sizeof m->bytes);
+  }
+}
+
 shmap__chunk *shmap__arena_alloc(shmap_ctx *ctx, shmap_dtype dtype, int rank,
                                  const int64_t shape[], int kind, bool zero)
 {
@@ -125,6 +141,8 @@ shmap__chunk *shmap__arena_alloc(shmap_ctx *ctx, shmap_dtype dtype, int rank,
   if (ctx->arena)
     ctx->arena->prev = c;
   ctx->arena = c;
+  if (ctx->mem.on)
+    mem_count(ctx, c, 1);
   return c;
 }
 
@@ -156,6 +174,8 @@ static void settle_busy(shmap_ctx *ctx, shmap__chunk *c)
 void shmap__arena_free(shmap_ctx *ctx, shmap__chunk *c)
 {
   shmap__arena_unlink(ctx, c);
+  if (ctx->mem.on)
+    mem_count(ctx, c, -1);
   settle_busy(ctx, c);
   shmap__dev *d = &ctx->rt->devs[ctx->dev];
   if (c->spare) {

@@ -58,6 +58,15 @@ struct shmap_ctx {
   int host;
   _Atomic(shmap__offer *) offer;
   _Atomic int body_done;
+  /* A rehearsed map (src/rehearse/) counts the bytes of the device's
+   * blocks (arena.c): live now and at their peak, by chunk kind (input,
+   * output, scratch), with the number of blocks. */
+  struct shmap__memcount {
+    bool on;
+    uint64_t live, peak;
+    int n[3], npeak[3];
+    uint64_t bytes[3], bpeak[3];
+  } mem;
 };
 
 /* ---- ctx.c ---------------------------------------------------------------- */

@@ -64,6 +64,14 @@ void shmap__explore_outputs(shmap__explore *x, shmap_array *const out[],
 
 /* ---- validate.c: a map's arguments ---------------------------------------- */
 
+/* The first nonzero element of opts->reserved, or -1: options from a
+ * later version of the header, or options not zero-initialised, are
+ * refused rather than half understood. */
+int shmap__map_opts_reserved(const shmap_map_opts *opts);
+#define SHMAP__OPTS_RESERVED_MSG                                              \
+  "opts->reserved[%d] is %llu, not 0 (room for options of later versions; "  \
+  "zero-initialise the options)"
+
 /* The checks of this process's arguments to a map (flags_op: the public
  * function whose flags to check, NULL for the library's own map): 0 or
  * the error (message set). */

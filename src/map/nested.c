@@ -521,6 +521,10 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
   static const shmap_map_opts defaults;
   if (!opts)
     opts = &defaults;
+  int rsv = shmap__map_opts_reserved(opts);
+  if (rsv >= 0)
+    return shmap__dev_fail(octx, op, SHMAP_EINVAL, SHMAP__OPTS_RESERVED_MSG,
+                           rsv, (unsigned long long)opts->reserved[rsv]);
   if ((rc = nested_check_args(octx, body, nin, in, in_specs, nout, out,
                               out_specs, opts)))
     return rc;

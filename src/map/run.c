@@ -8,6 +8,7 @@
 #include "hash.h"
 #include "settings.h"
 #include "proc/proc.h"
+#include "rehearse/rehearse.h"
 #include "sched/trace.h"
 #include "transport/mpi.h"
 
@@ -116,6 +117,7 @@ typedef struct map_frame {
   shmap_array **res;    /* the outputs until they are handed out */
   shmap_block **slots;  /* the contexts' block tables */
   bool locked;          /* the runtime lock and a mesh reference are held */
+  const char *rehearse; /* the fabric to rehearse the map on, or NULL */
   shmap__in_info ins_local[MAP_FEW + 1];
   shmap__spec ospec_local[MAP_FEW + 1];
   shmap_array *res_local[MAP_FEW + 1];
@@ -222,12 +224,22 @@ static int frame_run(map_frame *f)
   shmap__runtime_lock(rt);
   f->locked = true;
   int rc = shmap__comm_open(&job->comm, rt);
+  /* Off by default: one branch on a pointer that is NULL. */
+  shmap__rehearsal *rh = NULL;
+  if (f->rehearse && rc == 0)
+    rh = shmap__rehearse_begin(rt, f->rehearse);
+  /* Contexts start zeroed (shmap__runtime_take): counting is off. */
+  for (int d = 0; rh && d < job->mesh->ndev; d++)
+    job->ctx[d].mem.on = true;
   if (rc == 0) {
     shmap__proc_map_running(1);
     rc = shmap__runtime_run(rt, job, run_device);
     shmap__proc_map_running(-1);
     shmap__comm_close(&job->comm, rc != 0 || atomic_load(&rt->failed_dev) >= 0);
   }
+  if (rh)
+    shmap__rehearse_end(rh, job->ctx,
+                        rc ? rc : atomic_load(&rt->failed_dev) >= 0);
   if (rc == 0)
     frame_stats(job);
   if (rc == 0 && atomic_load(&rt->failed_dev) >= 0) {
@@ -271,10 +283,13 @@ static int map_once(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
                     void *arg, int nin, shmap_array *const in[],
                     const char *const in_specs[], int nout, shmap_array *out[],
                     const char *const out_specs[], unsigned flags,
-                    const char *manual_text)
+                    const char *manual_text, const char *rehearse,
+                    int rc_opts)
 {
   int rc = shmap__map_check_args(flags_op, mesh, body, nin, in, in_specs,
                                  nout, out, out_specs, flags);
+  if (rc == 0)
+    rc = rc_opts;
   if (!mesh)
     return rc;
   int now = shmap__map_check_caller(mesh, rc);
@@ -292,6 +307,8 @@ static int map_once(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
                        .manual = shmap__mesh_all(mesh)};
   f.slots = NULL;
   f.locked = false;
+  /* The library's own maps (placing arrays) are not the user's kernel. */
+  f.rehearse = flags_op ? shmap__rehearse_spec(rehearse) : NULL;
   if (rc == 0)
     rc = shmap__map_manual(&f.job, manual_text);
   rc = frame_tables(&f, rc);
@@ -325,7 +342,8 @@ typedef struct map_call {
   shmap_array *const *in;
   const char *const *in_specs, *const *out_specs;
   unsigned flags;
-  const char *manual_text;
+  const char *manual_text, *rehearse;
+  int rc_opts;
 } map_call;
 
 static int map_again(void *call, shmap_array *out[])
@@ -333,7 +351,7 @@ static int map_again(void *call, shmap_array *out[])
   map_call *c = call;
   return map_once(c->flags_op, c->mesh, c->body, c->arg, c->nin, c->in,
                   c->in_specs, c->nout, out, c->out_specs, c->flags,
-                  c->manual_text);
+                  c->manual_text, c->rehearse, c->rc_opts);
 }
 
 /* The map once, or under a schedule of the exploring mode (`schedule`:
@@ -342,10 +360,11 @@ static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
                    void *arg, int nin, shmap_array *const in[],
                    const char *const in_specs[], int nout, shmap_array *out[],
                    const char *const out_specs[], unsigned flags,
-                   const char *manual_text, const char *schedule)
+                   const char *manual_text, const char *rehearse,
+                   int rc_opts, const char *schedule)
 {
   map_call c = {flags_op, mesh, body, arg, nin, nout, in, in_specs,
-                out_specs, flags, manual_text};
+                out_specs, flags, manual_text, rehearse, rc_opts};
   bool free_rt = mesh && !shmap__current() && mesh->rt && !mesh->rt->explore;
   if (schedule && free_rt) {
     shmap__explore x = {0};
@@ -376,7 +395,7 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
                unsigned flags)
 {
   return map_run(NULL, mesh, body, arg, nin, in, in_specs, nout, out,
-                 out_specs, flags, NULL, NULL);
+                 out_specs, flags, NULL, NULL, 0, NULL);
 }
 
 SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
@@ -386,7 +405,7 @@ SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
                                  const char *const out_specs[], unsigned flags)
 {
   return map_run("shmap_map", mesh, body, arg, nin, in, in_specs, nout, out,
-                 out_specs, flags, NULL, NULL);
+                 out_specs, flags, NULL, NULL, 0, NULL);
 }
 
 SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
@@ -399,9 +418,16 @@ SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
   static const shmap_map_opts defaults;
   if (!opts)
     opts = &defaults;
+  /* A refusal of the options still takes part in the agreement under MPI
+   * (map_run), so that uninitialised options on one process fail the call
+   * on every process instead of leaving the others waiting. */
+  int k = shmap__map_opts_reserved(opts), rc_opts = 0;
+  if (k >= 0)
+    rc_opts = shmap__err(SHMAP_EINVAL, "shmap_map_ex: " SHMAP__OPTS_RESERVED_MSG,
+                         k, (unsigned long long)opts->reserved[k]);
   return map_run("shmap_map_ex", mesh, body, arg, nin, in, in_specs, nout,
                  out, out_specs, opts->flags, opts->manual_axes,
-                 opts->schedule);
+                 opts->rehearse, rc_opts, opts->schedule);
 }
 
 SHMAP_EXTERN int shmap_map(shmap_mesh *mesh, shmap_body_fn body, void *arg,

@@ -37,6 +37,15 @@ int shmap__map_check_args(const char *flags_op, const shmap_mesh *mesh,
   return 0;
 }
 
+int shmap__map_opts_reserved(const shmap_map_opts *opts)
+{
+  for (int k = 0; k < (int)(sizeof opts->reserved / sizeof opts->reserved[0]);
+       k++)
+    if (opts->reserved[k])
+      return k;
+  return -1;
+}
+
 int shmap__map_check_caller(shmap_mesh *mesh, int rc)
 {
   unsigned gen = atomic_load(&mesh->rt->forkgen);

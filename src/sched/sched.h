@@ -58,6 +58,13 @@ typedef struct shmap__tev {
   const char *job; /* body events: NULL for a user's body, else the name of
                       the library's own job (a static string) */
   int track;       /* request events: the device's request slot */
+  /* Collectives, for a rehearsal (src/rehearse/): the bytes of this
+   * device's input, the members its data moves among (axis_index_groups;
+   * 0: the whole group) and, for a ppermute, the device it sends to (-1:
+   * none).  A cost annotation (job "cost") keeps its FLOPs in `bytes` and
+   * the bytes it touches in `vbytes`. */
+  uint64_t vbytes;
+  int gn, peer;
 } shmap__tev;
 
 /* A user-level execution context with a stack of its own (fiber.c).  A
@@ -171,6 +178,11 @@ typedef struct shmap__dev {
     shmap__tev *rtev;
     size_t nrtev, caprtev;
     int rtrack; /* the slot of the request its helper carries out */
+    /* The device's schedule as a rehearsal predicted it (src/rehearse/),
+     * for the trace writer's second timeline; kept only while a trace
+     * records. */
+    shmap__tev *ptev;
+    size_t nptev, capptev;
   } dbg;
   /* The device's arena cache (arena.c): freed large blocks, and when
    * each was put there (a count of puts). */

@@ -10,10 +10,21 @@
 
 #include "sched/sched.h"
 
-/* Whether traces are being recorded. */
+/* Whether events are being recorded (for a trace, a rehearsal or both). */
 bool shmap__tracing(void);
-/* Start or stop recording (the trace writer). */
+/* Start or stop recording for the trace writer. */
 void shmap__trace_record(bool on);
+/* Whether the trace writer records (a rehearsal may record alone). */
+bool shmap__trace_writing(void);
+/* Start or stop recording for a rehearsal (counted: each rehearsed map
+ * turns it on at its start and off at its end). */
+void shmap__rehearse_record(bool on);
+/* Record an event of the predicted schedule of device `d` (a
+ * rehearsal's, written as a second timeline beside the measured one). */
+void shmap__trace_predicted(shmap__dev *d, const shmap__tev *e);
+/* Record a collective's event with its rehearsal fields, or an event of
+ * the body (a cost annotation, a wait) named by e->job. */
+void shmap__trace_full(shmap__dev *d, const shmap__tev *e);
 /* Free a device's recorded events (the runtime goes away). */
 void shmap__trace_dev_free(shmap__dev *d);
 /* Record an event of device `d` (when tracing). */

@@ -136,9 +136,16 @@ static int leave(shmap__coll *c, uint64_t bytes, int rc)
   uint64_t t1 = tracing ? shmap__now() : shmap__now_coarse();
   if (!shmap__helper_for)
     shmap__set_state(self, SHMAP__ST_BODY, 0, t1);
-  if (tracing)
-    shmap__trace_event(self, c->t0 < t1 ? c->t0 : t1, t1, c->packed, bytes,
-                       c->k);
+  if (tracing) {
+    /* What a rehearsal prices: the input's bytes, the members data moves
+     * among, a ppermute's destination device. */
+    uint64_t v = c->esize;
+    for (int i = 0; i < c->call.rank; i++)
+      v *= (uint64_t)c->call.shape[i];
+    shmap__trace_full(self, &(shmap__tev){
+        c->t0 < t1 ? c->t0 : t1, t1, c->packed, bytes, c->k, NULL, 0, v,
+        c->call.gsize, c->to >= 0 ? shmap__comm_member(c, c->to) : -1});
+  }
   return rc;
 }
 

@@ -13,6 +13,29 @@ uint64_t shmap__pack_op(int kind, const int axes[], int naxes)
     op |= (uint64_t)axes[k] << (12 + 4 * k);
   return op;
 }
+/* Groups of different sizes (gsize -1): the ranks listed with -1 after
+ * each group, or groups[0] -2 when they were too many to list. */
+static void unequal_groups_text(const shmap__call *c, char *buf, size_t n)
+{
+  if (c->groups[0] == -2) {
+    shmap__cat(buf, n, ", %d axis_index_groups of different sizes #%016llx",
+               c->ngroups, (unsigned long long)c->groups_hash);
+    return;
+  }
+  shmap__cat(buf, n, ", axis_index_groups [[");
+  for (int i = 0, g = 0, k = 0; i < SHMAP__GROUP_RANKS_LISTED; i++) {
+    if (c->groups[i] == -1) {
+      if (++g == c->ngroups)
+        break;
+      shmap__cat(buf, n, "], [");
+      k = 0;
+      continue;
+    }
+    shmap__cat(buf, n, "%s%d", k++ ? ", " : "", c->groups[i]);
+  }
+  shmap__cat(buf, n, "]]");
+}
+
 
 void shmap__call_format(const shmap_mesh *mesh, const shmap__call *c,
                         char *buf, size_t n)
@@ -81,7 +104,9 @@ void shmap__call_format(const shmap_mesh *mesh, const shmap__call *c,
   default:
     break;
   }
-  if (c->gsize) {
+  if (c->gsize < 0)
+    unequal_groups_text(c, buf, n);
+  else if (c->gsize) {
     if (c->ngroups * c->gsize <= SHMAP__GROUP_RANKS_LISTED) {
       shmap__cat(buf, n, ", axis_index_groups [");
       for (int g = 0; g < c->ngroups; g++) {
@@ -104,7 +129,8 @@ void shmap__call_copy(shmap__call *dst, const shmap__call *src)
   size_t np = src->npairs > 0 && src->npairs <= SHMAP__PAIRS_LISTED
                   ? (size_t)src->npairs
                   : 0;
-  size_t ng = src->gsize > 0 && src->ngroups > 0 &&
+  size_t ng = src->gsize < 0 ? SHMAP__GROUP_RANKS_LISTED
+              : src->gsize > 0 && src->ngroups > 0 &&
                       src->ngroups * src->gsize <= SHMAP__GROUP_RANKS_LISTED
                   ? (size_t)(src->ngroups * src->gsize)
                   : 0;

@@ -93,6 +93,27 @@ typedef struct smsg {
 } smsg;
 _Static_assert(sizeof(smsg) <= sizeof(notice), "a status fits a notice");
 
+/* The buffers of exchange() for groups of up to `cap` members, kept from
+ * call to call: allocating and freeing them on every call was most of
+ * the library's own work in a small psum over processes.  `wire` goes to
+ * the orphans (and a new one is allocated) when a failed call leaves a
+ * send that still reads it. */
+typedef struct xbufs {
+  struct mwire *theirs, *wire;
+  MPI_Request *reqs;
+  int *watch, *procs;
+  char *settled;
+  const void **srcs;
+  int cap;
+} xbufs;
+
+/* Per call: the requests this device posted (the array is the device's,
+ * kept from call to call). */
+typedef struct mcall {
+  MPI_Request *reqs;
+  int nreq, cap;
+} mcall;
+
 /* The descriptors a device published in the current map, the last RING
  * by call number, with their count and whether it left its body. */
 #define RING 64
@@ -111,6 +132,8 @@ typedef struct mdev {
    * (see scratch()), kept from call to call. */
   void *scratch[2];
   size_t scap[2];
+  xbufs x;
+  mcall mc;
 } mdev;
 enum { SCRATCH_TERMS, SCRATCH_ACC };
 
@@ -172,6 +195,19 @@ static shmap__mpimesh *mm_of(const shmap__runtime *rt)
 }
 
 /* Free what mesh_init allocated (m may be half built). */
+static void xbufs_free(xbufs *x, bool wire)
+{
+  free(x->theirs);
+  free(x->reqs);
+  free(x->watch);
+  free(x->procs);
+  free(x->settled);
+  free(x->srcs);
+  if (wire)
+    free(x->wire);
+  *x = (xbufs){.wire = wire ? NULL : x->wire};
+}
+
 static void mm_free(shmap__mpimesh *m)
 {
   for (int i = 0; i < m->npend; i++)
@@ -180,6 +216,8 @@ static void mm_free(shmap__mpimesh *m)
   for (int d = 0; m->dev && d < m->ndev; d++) {
     free(m->dev[d].scratch[SCRATCH_TERMS]);
     free(m->dev[d].scratch[SCRATCH_ACC]);
+    xbufs_free(&m->dev[d].x, true);
+    free(m->dev[d].mc.reqs);
   }
   free(m->dev);
   free(m->reply);
@@ -962,11 +1000,6 @@ static int tag_of(const shmap__mpimesh *m, int from, int to)
 
 /* ---- the transport (transport/comm.h) ---------------------------------------- */
 
-/* Per call: the requests this device posted. */
-typedef struct mcall {
-  MPI_Request *reqs;
-  int nreq, cap;
-} mcall;
 
 static mcall *MC(shmap__coll *c) { return *(mcall **)c->priv; }
 
@@ -1259,6 +1292,32 @@ static int post_all(shmap__coll *c, const mwire *wire, int wbytes,
   return 0;
 }
 
+/* The device's buffers of exchange() for a group of n, or NULL (out of
+ * memory). */
+static xbufs *xbufs_for(shmap__mpimesh *m, int dev, int n)
+{
+  xbufs *x = &m->dev[dev].x;
+  if (x->cap < n) {
+    xbufs_free(x, false);
+    x->theirs = shmap__malloc(sizeof *x->theirs * (size_t)n);
+    x->reqs = shmap__malloc(sizeof *x->reqs * 2 * (size_t)n);
+    x->watch = shmap__malloc(sizeof *x->watch * (size_t)n);
+    x->procs = shmap__malloc(sizeof *x->procs * (size_t)n);
+    x->settled = shmap__malloc((size_t)n);
+    x->srcs = shmap__malloc(sizeof *x->srcs * (size_t)n);
+    if (!x->theirs || !x->reqs || !x->watch || !x->procs || !x->settled ||
+        !x->srcs) {
+      xbufs_free(x, false);
+      return NULL;
+    }
+    x->cap = n;
+  }
+  /* On the heap: a failed call may leave its sends behind (abandon). */
+  if (!x->wire && !(x->wire = shmap__malloc(sizeof *x->wire)))
+    return NULL;
+  return x;
+}
+
 /* exchange() in a group of one: nobody to send to or agree with. */
 static int exchange_alone(shmap__coll *c, const void *data, size_t bytes,
                           mwire **got)
@@ -1267,9 +1326,11 @@ static int exchange_alone(shmap__coll *c, const void *data, size_t bytes,
   publish(c->comm->priv, c);
   atomic_store(&ctx->rt->devs[ctx->dev].coll.arrive, c->k);
   if (got) {
-    if (!(*got = shmap__malloc(sizeof **got)))
+    xbufs *x = xbufs_for(c->comm->priv, ctx->dev, 1);
+    if (!x)
       return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
                              "out of memory");
+    *got = x->theirs;
     if (bytes)
       memcpy((*got)->data, data, bytes);
   }
@@ -1279,7 +1340,8 @@ static int exchange_alone(shmap__coll *c, const void *data, size_t bytes,
 /* Send this device's descriptor (and `bytes` of terms from `data`) to
  * every other member, take theirs, and agree.  0, with the members'
  * messages in *got (by rank, this device's own slot holding its own) when
- * got is not NULL, the caller's to free; or an error code, message set. */
+ * got is not NULL, in the device's buffers (xbufs) until its next call;
+ * or an error code, message set. */
 static int exchange(shmap__coll *c, const void *data, size_t bytes,
                     mwire **got)
 {
@@ -1293,23 +1355,15 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
   if (c->n == 1)
     return exchange_alone(c, data, bytes, got);
   int n = c->n;
-  mwire *theirs = shmap__malloc(sizeof *theirs * (size_t)n);
-  MPI_Request *reqs = shmap__malloc(sizeof *reqs * 2 * (size_t)n);
-  int *watch = shmap__malloc(sizeof *watch * (size_t)n);
-  int *procs = shmap__malloc(sizeof *procs * (size_t)n);
-  char *settled = shmap__calloc((size_t)n, 1);
-  /* On the heap: a failed call may leave its sends behind (abandon). */
-  mwire *wire = shmap__malloc(sizeof *wire);
-  if (!theirs || !reqs || !watch || !procs || !settled || !wire) {
-    free(theirs);
-    free(reqs);
-    free(watch);
-    free(procs);
-    free(settled);
-    free(wire);
+  xbufs *x = xbufs_for(m, ctx->dev, n);
+  if (!x)
     return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
                            "out of memory");
-  }
+  mwire *theirs = x->theirs, *wire = x->wire;
+  MPI_Request *reqs = x->reqs;
+  int *watch = x->watch, *procs = x->procs;
+  char *settled = x->settled;
+  memset(settled, 0, (size_t)n);
   memset(wire, 0, offsetof(mwire, data));
   wire->k = c->k;
   wire->call = c->call;
@@ -1338,7 +1392,6 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
   int rc = perr ? perr : wait_all(ctx, &w);
   int err = perr ? perr : w.err;
   bool orphaned = rc && abandon(m, reqs, nreq, procs);
-  free(settled);
   if (atomic_load(&rt->abort))
     why[0] = '\0';
   for (int i = 0; rc == 0 && i < nwatch && !why[0]; i++)
@@ -1348,22 +1401,17 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
   /* The terms that came from other processes. */
   for (int i = 0; rc == 0 && !why[0] && i < nwatch; i++)
     ctx->remote += procs[i] != m->self ? bytes : 0;
-  free(procs);
-  free(reqs);
-  free(watch);
   if (!rc && !why[0] && got) {
     /* By rank: the members before this one, this one, the others. */
     memmove(&theirs[c->rank + 1], &theirs[c->rank],
             sizeof *theirs * (size_t)(n - 1 - c->rank));
     shmap__copy(theirs[c->rank].data, wire->data, bytes);
     *got = theirs;
-    theirs = NULL;
   }
-  free(theirs);
-  if (orphaned)
+  if (orphaned) {
     orphan(m, wire);
-  else
-    free(wire);
+    x->wire = NULL;
+  }
   if (err)
     return call_fail(c, err);
   if (why[0])
@@ -1376,11 +1424,10 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
 
 static int mpi_arrive(shmap__coll *c)
 {
-  mcall *mc = shmap__calloc(1, sizeof *mc);
+  shmap__mpimesh *m = c->comm->priv;
+  mcall *mc = &m->dev[c->ctx->dev].mc;
+  mc->nreq = 0;
   memcpy(c->priv, &mc, sizeof mc);
-  if (!mc)
-    return shmap__dev_fail(c->ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
-                           "out of memory");
   return exchange(c, NULL, 0, NULL);
 }
 
@@ -1404,17 +1451,12 @@ static int mpi_allreduce_small(shmap__coll *c, size_t count,
   int rc = exchange(c, c->call.src, count * c->esize, &all);
   if (rc)
     return rc;
-  const void **srcs = shmap__malloc(sizeof *srcs * (size_t)c->n);
-  if (!srcs) {
-    free(all);
-    return shmap__dev_fail(c->ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
-                           "out of memory");
-  }
+  /* exchange() made the device's buffers hold n members. */
+  shmap__mpimesh *m = c->comm->priv;
+  const void **srcs = m->dev[c->ctx->dev].x.srcs;
   for (int r = 0; r < c->n; r++)
     srcs[r] = all[r].data + off * c->esize;
   fold->fn(c->call.dst, srcs, c->n, n, fold->count);
-  free(srcs);
-  free(all);
   return 0;
 }
 
@@ -1676,8 +1718,7 @@ static int mpi_depart(shmap__coll *c)
     return 0;
   int rc = mc->nreq ? wait_must(c, mc->reqs, mc->nreq) : 0;
   locals_depart(c);
-  free(mc->reqs);
-  free(mc);
+  mc->nreq = 0;
   memset(c->priv, 0, sizeof mc);
   return rc ? data_fail(c, rc) : 0;
 }

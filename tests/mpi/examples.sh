@@ -6,7 +6,11 @@
 # runs every example of $b/examples alone and through LAUNCHER (a shell
 # function running its arguments on NP processes) with SHMAP_SCHED=SCHED,
 # and sets fail=1 (with a message) for one that fails or prints other lines
-# than alone.  Uses $b, $tmp and $limit of the caller.
+# than alone.  Uses $b, $tmp and $limit of the caller, and $tagged: when
+# set, LAUNCHER tags every line of the ranks' own output (Open MPI's
+# --tag-output, "[1,0]<stdout>:"), and only those lines are compared;
+# the launcher's own messages (a warning of its rsh agent, say) are shown
+# but cannot make an example that printed the right lines fail.
 run_examples() {
   np=$1 sched=$2 launcher=$3
   # Every example, unchanged, on np processes: it must succeed and print
@@ -26,16 +30,23 @@ run_examples() {
       continue
     fi
     echo "== np=$np SHMAP_SCHED=$sched: examples/$name"
-    SHMAP_SCHED=$sched timeout -k 10 "$limit" "$ex" >"$tmp/one" 2>&1 ||
-      { echo "FAIL: $name alone"; fail=1; }
-    "$launcher" "$ex" >"$tmp/many" 2>&1 ||
-      { echo "FAIL: $name (np=$np, $sched)"; cat "$tmp/many"; fail=1; continue; }
-    # Open MPI's rsh launcher (the two-namespace run) may warn that
-    # setpgid(2) on a child failed when the child had already started its
-    # program, a race of its own that changes nothing: such lines are the
-    # launcher's, not the example's.
-    grep -v -E '^\[[^]]*\] plm:rsh: Warning: setpgid\(' "$tmp/many" >"$tmp/many.f"
-    mv "$tmp/many.f" "$tmp/many"
+    # Standard output and standard error apart: lines of the two streams
+    # interleave differently from run to run.
+    SHMAP_SCHED=$sched timeout -k 10 "$limit" "$ex" >"$tmp/one" 2>"$tmp/one.err" ||
+      { echo "FAIL: $name alone"; cat "$tmp/one" "$tmp/one.err"; fail=1; }
+    "$launcher" "$ex" >"$tmp/many.raw" 2>"$tmp/many.err.raw" || {
+      echo "FAIL: $name (np=$np, $sched)"; cat "$tmp/many.raw" "$tmp/many.err.raw"
+      fail=1; continue; }
+    if [ -n "${tagged:-}" ]; then
+      sed -n 's/^\[[0-9]*,[0-9]*\]<stdout>://p' "$tmp/many.raw" >"$tmp/many"
+      sed -n 's/^\[[0-9]*,[0-9]*\]<stderr>://p' "$tmp/many.err.raw" >"$tmp/many.err"
+      # What the launcher said itself, for the log.
+      grep -h -v -E '^\[[0-9]+,[0-9]+\]<std(out|err)>:' "$tmp/many.raw" "$tmp/many.err.raw" |
+        sed 's/^/   launcher: /'
+    else
+      mv "$tmp/many.raw" "$tmp/many"
+      mv "$tmp/many.err.raw" "$tmp/many.err"
+    fi
     case $name in
     18_processes|12_moe) cmp -s "$tmp/one" "$tmp/many" ;;
     *) sed 's/ on process [0-9]* (host [^)]*)//g' "$tmp/many" | sort >"$tmp/many.s"
@@ -43,6 +54,12 @@ run_examples() {
     esac || {
       echo "FAIL: $name printed differently on $np processes:"
       diff "$tmp/one" "$tmp/many"
+      fail=1
+    }
+    sed 's/ on process [0-9]* (host [^)]*)//g' "$tmp/many.err" | sort >"$tmp/many.s"
+    sort "$tmp/one.err" | cmp -s - "$tmp/many.s" || {
+      echo "FAIL: $name printed differently on stderr on $np processes:"
+      sort "$tmp/one.err" | diff - "$tmp/many.s"
       fail=1
     }
   done

@@ -19,6 +19,8 @@
 
 #include <shmap.h>
 
+#include "../jaxgroups.h"
+#include "../jaxragged.h"
 #include "../refcoll.h"
 
 static int failures, R, me;
@@ -369,6 +371,46 @@ static void fixed_cases(void)
   shmap_mesh_destroy(mesh);
 }
 
+/* JAX's examples of ragged_all_to_all (../jaxragged.h): every process
+ * checks the devices it runs. */
+static void jax_ragged_cases(void)
+{
+  for (size_t k = 0; k < sizeof jr_cases / sizeof jr_cases[0]; k++) {
+    const jr_case *c = &jr_cases[k];
+    shmap_mesh *mesh = NULL;
+    int rc = shmap_mesh_create(&mesh, c->mesh);
+    EXPECT(rc == 0, "%s: mesh \"%s\": %s", c->name, c->mesh, shmap_errmsg());
+    if (rc)
+      continue;
+    jr_run r = {c, {0}, {{0}}};
+    rc = shmap_map(mesh, jr_body, &r, 0, NULL, NULL, 0, NULL, NULL);
+    EXPECT(rc == 0, "%s: %s", c->name, shmap_errmsg());
+    for (int d = 0; d < JR_NDEV; d++)
+      if (shmap_mesh_device_process(mesh, d) == me)
+        EXPECT(!r.bad[d], "%s: device %d: %s", c->name, d, r.why[d]);
+    shmap_mesh_destroy(mesh);
+  }
+}
+
+/* JAX's psum examples and groups of different sizes (../jaxgroups.h). */
+static void jax_groups_cases(void)
+{
+  shmap_mesh *mesh = NULL;
+  int rc = shmap_mesh_create(&mesh, "i=4");
+  EXPECT(rc == 0, "mesh \"i=4\": %s", shmap_errmsg());
+  if (rc)
+    return;
+  for (size_t k = 0; k < sizeof jg_cases / sizeof jg_cases[0]; k++) {
+    jg_run r = {&jg_cases[k], {0}, {{0}}};
+    rc = shmap_map(mesh, jg_body, &r, 0, NULL, NULL, 0, NULL, NULL);
+    EXPECT(rc == 0, "%s: %s", r.c->name, shmap_errmsg());
+    for (int d = 0; d < 4; d++)
+      if (shmap_mesh_device_process(mesh, d) == me)
+        EXPECT(!r.bad[d], "%s: device %d: %s", r.c->name, d, r.why[d]);
+  }
+  shmap_mesh_destroy(mesh);
+}
+
 int main(void)
 {
   R = shmap_process_count();
@@ -386,6 +428,8 @@ int main(void)
     ragged_case(&rng, seed, ci);
   }
   fixed_cases();
+  jax_ragged_cases();
+  jax_groups_cases();
   if (failures)
     fprintf(stderr, "[process %d of %d] %d failure%s\n", me, R, failures,
             failures == 1 ? "" : "s");

@@ -1,0 +1,39 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * sol.h - the speed of light of bench/run: what this machine's caches and
+ * memory allow a collective at best, from a measured core-to-core
+ * cache-line transfer time and measured read and write rates.
+ * BENCHMARKS.md ("Speed of light") gives the arithmetic.
+ */
+#ifndef BENCH_SOL_H
+#define BENCH_SOL_H
+
+#include <stddef.h>
+
+/* The machine's measurements: the one-way transfer time of a cache line
+ * between two cores in microseconds, and read and write rates in bytes
+ * per microsecond at working sets of SOL_MIN << (2 * i) bytes. */
+#define SOL_SIZES 9
+#define SOL_MIN ((size_t)4096)
+typedef struct sol_machine {
+  double line_us;
+  int cores; /* cores the measurement used: 2 when pinning worked */
+  double read[SOL_SIZES], write[SOL_SIZES];
+} sol_machine;
+
+/* Measure the machine (about a second); quick takes fewer samples. */
+void sol_measure(sol_machine *m, int quick);
+
+/* The bounds of one case: a collective `op` of bench/run's table (or an
+ * empty map) over P devices of n bytes each.  Latency: line_us times the
+ * dependent transfers; bandwidth: the bytes read and written over the
+ * rates at the case's working set.  The bound is the larger.  Ops are
+ * named as bench/run prints them. */
+typedef struct sol_bound {
+  int steps;            /* dependent cache-line transfers */
+  double rbytes, wbytes; /* bytes read and written, all devices */
+  double lat_us, bw_us, us;
+} sol_bound;
+sol_bound sol_case(const sol_machine *m, const char *op, int P, size_t n);
+
+#endif
