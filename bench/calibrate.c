@@ -3,9 +3,8 @@
  * calibrate.c - this machine as a fabric for the cluster rehearsal
  * (shmap-rehearse(7)).  It times single collectives on a mesh of n
  * devices here: a ring ppermute of a tiny block gives alpha, the cost of
- * one call, and ppermutes of larger blocks give beta, the bytes per
- * second one device sends at; a psum is timed and printed beside its
- * price as a check.  One device's FLOP/s (a plain matmul loop, the kind
+ * one call, and psums of larger blocks give beta, the bytes per second
+ * one device moves at; each timing is printed beside its price.  One device's FLOP/s (a plain matmul loop, the kind
  * the examples run) and memory bandwidth (memcpy) are measured on one
  * core and shared out: n devices on c cores each get c/n of a core.
  * The result is a fabric file with one "switch" level whose port has
@@ -154,32 +153,33 @@ int main(int argc, char **argv)
   }
   int reps = quick ? 50 : 200;
   double alpha = timed(mesh, 64, reps, 0);
-  /* beta: the least-squares slope of the large blocks' time above alpha
-   * against their bytes. */
+  /* beta: in threads mode a ppermute hands its block over without a
+   * copy, so its time hardly grows with the bytes; a psum reads, adds and
+   * writes them.  beta is the least-squares fit of the psums' time above
+   * alpha to the switch rule's 2 V (n-1)/n bytes, and a large ppermute is
+   * overpriced by it (BENCHMARKS.md). */
   int64_t sizes[] = {256 << 10, 1 << 20, 4 << 20};
   int nsizes = quick ? 2 : 3;
-  double ts[3], vv = 0, vt = 0;
+  double tp[3], ts[3], vv = 0, vt = 0;
   for (int s = 0; s < nsizes; s++) {
-    ts[s] = timed(mesh, sizes[s], quick ? 5 : 20, 0);
-    vv += (double)sizes[s] * sizes[s];
-    vt += (double)sizes[s] * (ts[s] - alpha);
+    double v = 2.0 * sizes[s] * (n - 1) / n;
+    tp[s] = timed(mesh, sizes[s], quick ? 5 : 20, 0);
+    ts[s] = timed(mesh, sizes[s], quick ? 5 : 20, 1);
+    vv += v * v;
+    vt += v * (ts[s] - alpha);
   }
   double beta = vt > 0 ? vv / vt : 1e12;
-  for (int s = 0; s < nsizes; s++)
+  for (int s = 0; s < nsizes; s++) {
+    double v = (double)sizes[s];
     fprintf(stderr, "ppermute %8lld B: %9.1f us, priced %9.1f us\n",
+            (long long)sizes[s], tp[s] * 1e6, (alpha + v / beta) * 1e6);
+    fprintf(stderr, "psum     %8lld B: %9.1f us, priced %9.1f us\n",
             (long long)sizes[s], ts[s] * 1e6,
-            (alpha + sizes[s] / beta) * 1e6);
+            (alpha + 2 * v * (n - 1) / (n * beta)) * 1e6);
+  }
   int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
   double share = cores >= n ? 1.0 : (double)cores / n;
   double flops = core_flops(quick) * share, membw = core_membw(quick) * share;
-  for (int s = 0; s < nsizes; s++) {
-    double t = timed(mesh, sizes[s], quick ? 4 : 20, 1);
-    double v = (double)sizes[s];
-    /* The switch rule of a psum: a reduce-scatter and an all-gather. */
-    double priced = alpha + 2 * v * (n - 1) / (n * beta);
-    fprintf(stderr, "psum     %8lld B: %9.1f us, priced %9.1f us\n",
-            (long long)sizes[s], t * 1e6, priced * 1e6);
-  }
   shmap_mesh_destroy(mesh);
   FILE *fp = out ? fopen(out, "w") : stdout;
   if (fp == NULL) {

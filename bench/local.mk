@@ -58,3 +58,10 @@ bench_overlap_LDADD = src/libshmap.la
 noinst_PROGRAMS += bench/calibrate
 bench_calibrate_SOURCES = bench/calibrate.c
 bench_calibrate_LDADD = src/libshmap.la
+
+noinst_PROGRAMS += bench/rehearse
+bench_rehearse_SOURCES = bench/rehearse.c
+bench_rehearse_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+bench_rehearse_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DBENCH_EXAMPLES_DIR='"$(abs_top_builddir)/examples"'
+bench_rehearse_LDADD = $(JANSSON_LIBS)
