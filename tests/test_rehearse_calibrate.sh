@@ -2,13 +2,16 @@
 # SPDX-License-Identifier: MIT
 # test_rehearse_calibrate.sh - bench/calibrate measures this machine (quick
 # mode, about a second) and writes a fabric file; the file loads and prices
-# collectives to its alpha and beta (tests/test_rehearse_calibrate).
+# collectives to its alpha and beta (tests/test_rehearse_calibrate), in
+# both scheduling modes (the tool takes threads mode unless told).
 top_builddir=${top_builddir:-.}
 file=${TMPDIR:-/tmp}/shmap-calibrate-$$.json
 trap 'rm -f "$file"' EXIT
-for n in 2 8; do
-  "$top_builddir/bench/calibrate" -q -n $n -o "$file" 2>/dev/null || {
-    echo "bench/calibrate -n $n failed" >&2
+for run in threads:2 threads:8 fibers:2 fibers:8; do
+  mode=${run%:*} n=${run#*:}
+  SHMAP_SCHED=$mode "$top_builddir/bench/calibrate" -q -n $n -o "$file" \
+      2>/dev/null || {
+    echo "bench/calibrate -n $n ($mode) failed" >&2
     exit 1
   }
   grep -q "\"name\": \"this-machine-$n\"" "$file" || {
