@@ -50,3 +50,18 @@ bench_transport_LDADD = src/libshmap.la
 noinst_PROGRAMS += bench/overlap
 bench_overlap_SOURCES = bench/overlap.c
 bench_overlap_LDADD = src/libshmap.la
+
+# bench/calibrate: this machine as a fabric file for the cluster rehearsal
+# (alpha and beta from single collectives here), and bench/rehearse, which
+# rehearses examples 15-17 on that file beside their time measured here
+# (BENCHMARKS.md).
+noinst_PROGRAMS += bench/calibrate
+bench_calibrate_SOURCES = bench/calibrate.c
+bench_calibrate_LDADD = src/libshmap.la
+
+noinst_PROGRAMS += bench/rehearse
+bench_rehearse_SOURCES = bench/rehearse.c
+bench_rehearse_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+bench_rehearse_CPPFLAGS = $(AM_CPPFLAGS) \
+	-DBENCH_EXAMPLES_DIR='"$(abs_top_builddir)/examples"'
+bench_rehearse_LDADD = $(JANSSON_LIBS)

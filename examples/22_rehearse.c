@@ -6,8 +6,9 @@
  * What this example teaches
  *   The collective matmul of example 15 (all-gather matmul, one
  *   direction, on a ring of 8 devices along 'i') runs here, on this
- *   machine, and is rehearsed on two described clusters: a TPU v5e slice
- *   and an 8-GPU H100 node (shmap-rehearse(7) gives their figures and
+ *   machine, and is rehearsed on every preset cluster: a TPU v5e slice,
+ *   an 8-GPU H100 node and H100 nodes joined by InfiniBand, where the one
+ *   axis 'i' runs across nodes (shmap-rehearse(7) gives their figures and
  *   sources).  The rehearsal replays what every device did: each
  *   ppermute with its bytes, each start and wait, and the compute between
  *   them, which the body annotates with shmap_cost() (2 M K N / n^2 FLOP
@@ -20,9 +21,10 @@
  *   chunk's 4 (K/n) N bytes travel one hop.  The transfer hides under the
  *   matmul when 2 (M/n)(K/n) N / F >= 4 (K/n) N / W, that is when
  *   M/n >= 2 F / W: on a TPU v5e (F = 1.97e14 FLOP/s, W = 4.5e10 B/s per
- *   direction) about 8800 rows per device, on an H100 (F = 9.89e14, W =
- *   4.5e11) about 4400.  This kernel's M/n is far smaller, so on both
- *   clusters the transfers are exposed: the report says how much.
+ *   direction) about 8800 rows per device, on an H100 node (F = 9.89e14,
+ *   W = 4.5e11) about 4400, and across H100 nodes (W = 5e10 on
+ *   InfiniBand) about 40000.  This kernel's M/n is far smaller, so on
+ *   every cluster the transfers are exposed: the report says how much.
  *
  *   Run it as it is, or with SHMAP_REHEARSE=h100-multinode and
  *   SHMAP_REHEARSE_OUT=report.jsonl to rehearse every map of any program
@@ -119,8 +121,8 @@ int main(void)
   shmap_array *ga, *gb, *gc;
   check(shmap_array_from_host(&ga, SHMAP_F32, 2, (int64_t[]){M, K}, a), "a");
   check(shmap_array_from_host(&gb, SHMAP_F32, 2, (int64_t[]){K, N}, b), "b");
-  const char *presets[] = {"tpu-v5e-16x16", "h100-8"};
-  for (int p = 0; p < 2; p++) {
+  const char *presets[] = {"tpu-v5e-16x16", "h100-8", "h100-multinode"};
+  for (int p = 0; p < 3; p++) {
     shmap_map_opts o = {.rehearse = presets[p]};
     check(shmap_map_ex(mesh, ag_matmul, NULL, 2, (shmap_array *[]){ga, gb},
                        (const char *[]){"P('i', None)", "P('i', None)"}, 1,

@@ -33,3 +33,13 @@ tests_mpi_test_mpi_rehearse_SOURCES = tests/mpi/test_mpi_rehearse.c
 tests_mpi_test_mpi_rehearse_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 tests_mpi_test_mpi_rehearse_LDADD = src/libshmap.la $(JANSSON_LIBS)
 endif
+
+# The calibration round trip: bench/calibrate's file for this machine loads
+# and prices collectives to its alpha and beta.
+check_PROGRAMS += tests/test_rehearse_calibrate
+tests_test_rehearse_calibrate_SOURCES = tests/test_rehearse_calibrate.c
+tests_test_rehearse_calibrate_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
+tests_test_rehearse_calibrate_LDADD = src/libshmap_core.la $(UV_LIBS) \
+	$(JANSSON_LIBS)
+TESTS += tests/test_rehearse_calibrate.sh
+EXTRA_DIST += tests/test_rehearse_calibrate.sh

@@ -48,7 +48,7 @@ RELIABILITY_TESTS = \
 	tests/test_reliability_stack
 check_PROGRAMS += $(RELIABILITY_TESTS)
 TESTS += $(RELIABILITY_TESTS)
-EXTRA_DIST += tests/valgrind-examples.sh
+EXTRA_DIST += tests/valgrind-examples.sh tests/valgrind.supp
 
 tests_test_alloc_fail_SOURCES = tests/test_alloc_fail.c \
 	tests/testutil.c tests/testutil.h

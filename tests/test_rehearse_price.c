@@ -97,6 +97,80 @@ START_TEST(p2p_and_compute)
 }
 END_TEST
 
+/* The worked examples of J. Austin et al., "How to Scale Your Model"
+ * (jax-ml.github.io/scaling-book), chapter "Sharded Matrices": its pop quiz
+ * on AllGather time, its problems 2 and 3 (AllGather latency, latency-bound
+ * AllGather) and its summary table.  TPU v5e and v4p ICI: 4.5e10 B/s per
+ * link per direction (9e10 B/s both ways), about 1 us per hop.
+ *
+ * The book's bandwidth-bound times are V/W, the limit of the exact ring
+ * rule V(N-1)/(N W) for a large axis, which the book's table states too.
+ * The rehearsal prices the exact rule, so its values are the book's times
+ * V/W times (N-1)/N; shmap-rehearse(7) says so.  Where the book counts
+ * hops or a line without wraparound, the values are the book's exactly. */
+static const shmap__level book_ring = {"ici", SHMAP__TOPO_RING, 4.5e10, 1e-6,
+                                       0};
+static const shmap__level book_line = {"ici", SHMAP__TOPO_LINE, 4.5e10, 1e-6,
+                                       0};
+
+START_TEST(scaling_book_all_gather)
+{
+  /* Pop quiz 2, part 1: AllGather_Y([E_Y, F]) -> [E, F] on a TPU v5e mesh
+   * {X:8, Y:4}, E = 2048, F = 8192 in bfloat16: V = 2 * 2048 * 8192 bytes.
+   * The book: V / 9e10 = 377 us (V rounded to 34e6; 372.8 us unrounded). */
+  double v = 2.0 * 2048 * 8192;
+  shmap__phase ring4 = {&book_ring, 4, 1, 0};
+  EQ(shmap__price_all_gather(&ring4, v), v / 9e10 * 3 / 4);
+  ck_assert_double_eq_tol(v / 9e10, 377e-6, 5e-6);
+  /* The book then notes that a v5e axis of 4 has no wraparound link and
+   * gives 3 hops of V/4 at 4.5e10 B/s: 3 * 8.4e6 / 4.5e10 = 560 us.  On a
+   * line the rule is exactly that (8.4e6 is V/4 = 8388608 rounded). */
+  shmap__phase line4 = {&book_line, 4, 1, 0};
+  EQ(shmap__price_all_gather(&line4, v), 3 * (v / 4) / 4.5e10);
+  ck_assert_double_eq_tol(shmap__price_all_gather(&line4, v), 560e-6,
+                          1e-6);
+  /* Part 2: E = F = 256, V = 131072 bytes: 2.2 us of bandwidth, below the
+   * 3 hops of 1 us, so latency bound at 3 us, the book's figure. */
+  EQ(shmap__price_all_gather(&line4, 2.0 * 256 * 256), 3e-6);
+  /* Problem 3: AllGather_X([B_X]) of 128 bfloat16 on a TPU v4p axis of 4
+   * with wraparound: latency bound, 2 hops, 2 us. */
+  EQ(shmap__price_all_gather(&ring4, 256), 2e-6);
+  /* Problem 2, part 1: AllGather_X([B_X, D_Y]) on a v4p 4x4x4, B = 1024,
+   * D = 4096: V = 2BD/4 bytes, the book's V / 9e10 = 23 us. */
+  double b = 1024, d = 4096;
+  EQ(shmap__price_all_gather(&ring4, 2 * b * d / 4), 2 * b * d / 4 / 9e10 * 3 / 4);
+  ck_assert_double_eq_tol(2 * b * d / 4 / 9e10, 23e-6, 0.5e-6);
+  /* Part 2: AllGather_XY of the whole array, two axes' links at once:
+   * the book's 2BD / (2 * 9e10) = 46 us, here times 15/16. */
+  shmap__phase ring44 = {&book_ring, 16, 2, 4};
+  EQ(shmap__price_all_gather(&ring44, 2 * b * d), 2 * b * d / 18e10 * 15 / 16);
+  ck_assert_double_eq_tol(2 * b * d / 18e10, 46e-6, 1e-6);
+}
+END_TEST
+
+START_TEST(scaling_book_reduce_all_to_all)
+{
+  double b = 1024, d = 4096;
+  shmap__phase ring4 = {&book_ring, 4, 1, 0};
+  /* The summary table: a ReduceScatter costs an AllGather, an AllReduce
+   * two.  Problem 2, part 3: AllReduce_Z of the book's 2BD bytes,
+   * 4BD / 9e10 = 190 us (186.4 us unrounded), here times 3/4. */
+  EQ(shmap__price_reduce_scatter(&ring4, 2 * b * d),
+     shmap__price_all_gather(&ring4, 2 * b * d));
+  EQ(shmap__price_all_reduce(&ring4, 2 * b * d), 4 * b * d / 9e10 * 3 / 4);
+  ck_assert_double_eq_tol(4 * b * d / 9e10, 190e-6, 5e-6);
+  /* The table's AllToAll: a quarter of the AllGather's V / 9e10 on a
+   * bidirectional ring, V the whole array (N devices of V / N bytes).
+   * The bisection rule gives exactly that on an even ring, without the
+   * (N-1)/N factor, as the book's footnote counts N^2/4 pieces of V/N^2. */
+  for (int n = 4; n <= 16; n *= 2) {
+    shmap__phase p = {&book_ring, n, 1, 0};
+    double v = 64e6;
+    EQ(shmap__price_all_to_all(&p, v / n), v / 9e10 / 4);
+  }
+}
+END_TEST
+
 /* Write `text` to a fresh file and load it; the error's message. */
 static int load_text(const char *text, char *path, size_t n)
 {
@@ -172,6 +246,8 @@ static Suite *price_suite(void)
   tcase_add_test(tc, line_switch_full_rules);
   tcase_add_test(tc, p2p_and_compute);
   tcase_add_test(tc, file_errors);
+  tcase_add_test(tc, scaling_book_all_gather);
+  tcase_add_test(tc, scaling_book_reduce_all_to_all);
   suite_add_tcase(s, tc);
   return s;
 }

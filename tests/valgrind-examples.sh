@@ -39,6 +39,8 @@
 set -u
 
 builddir=${1:-.}
+# The C library's own reports (tests/valgrind.supp says which and why).
+supp="$(cd "$(dirname "$0")" && pwd)/valgrind.supp"
 
 if ! command -v valgrind >/dev/null 2>&1; then
   echo "valgrind-examples: valgrind is not installed; skipping" >&2
@@ -79,6 +81,7 @@ for ex in $examples; do
   name=${ex##*/}
   "$libtool_sh" --mode=execute valgrind -q --error-exitcode=99 \
     --leak-check=full --errors-for-leak-kinds=definite \
+    --suppressions="$supp" \
     --num-callers=30 "$ex" >"$log" 2>&1
   rc=$?
   if [ "$rc" -eq 0 ] && ! grep -q '^==[0-9]*==' "$log"; then

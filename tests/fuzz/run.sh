@@ -15,7 +15,8 @@
 #   FUZZ_KEEP=1       keep the temporary directory (kept anyway on failure)
 #
 # Needs clang and its libFuzzer runtime (Debian 12: apt-get install clang
-# libclang-rt-14-dev), pkg-config and libuv (libuv1-dev); it installs
+# libclang-rt-14-dev), pkg-config, libuv (libuv1-dev) and jansson
+# (libjansson-dev, which the library links); it installs
 # nothing itself.
 set -u
 
@@ -40,12 +41,14 @@ esac
 
 missing() {
   echo "run.sh: $1" >&2
-  echo "run.sh: install it first (Debian 12, as root: apt-get install -y clang libclang-rt-14-dev pkg-config libuv1-dev)" >&2
+  echo "run.sh: install it first (Debian 12, as root: apt-get install -y clang libclang-rt-14-dev pkg-config libuv1-dev libjansson-dev)" >&2
   exit 1
 }
 command -v "$cc" >/dev/null 2>&1 || missing "clang not found"
 command -v pkg-config >/dev/null 2>&1 || missing "pkg-config not found"
 uv=$(pkg-config --cflags --libs libuv 2>/dev/null) || missing "libuv not found by pkg-config"
+jansson=$(pkg-config --cflags --libs jansson 2>/dev/null) ||
+  missing "jansson not found by pkg-config"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/shmap-fuzz.XXXXXX") || exit 1
 keep=${FUZZ_KEEP:-}
@@ -76,13 +79,13 @@ else
 fi
 
 echo "run.sh: building the fuzz target with $cc"
-# shellcheck disable=SC2086 # $uv is a list of flags
+# shellcheck disable=SC2086 # $uv and $jansson are lists of flags
 if ! "$cc" -g -O1 -fsanitize=fuzzer,address,undefined \
     -fno-sanitize-recover=undefined -fno-omit-frame-pointer \
     -std=c11 -D_GNU_SOURCE -DSHMAP_LIBFUZZER \
     -I"$tmp/include" -I"$top/include" -I"$top/src" \
     "$here/fuzz_parse.c" "$top"/src/*.c "$top"/src/*/*.c \
-    $uv -lm -lpthread -o "$tmp/fuzz_parse" 2>"$tmp/build.log"; then
+    $uv $jansson -lm -lpthread -o "$tmp/fuzz_parse" 2>"$tmp/build.log"; then
   cat "$tmp/build.log" >&2
   echo "run.sh: build failed" >&2
   exit 1
