@@ -5,16 +5,17 @@
 # device at a time, in the order a seeded random walk chooses at every
 # wait of the transport (arrivals, departures, publications), whatever
 # mode the test asks for.  A bounded set of the collective, asynchronous,
-# small-reduction and ppermute tests, each under a few seeds, each run
+# small-reduction and ppermute tests, each under three seeds, each run
 # time-bounded.  A failure prints the seed: the same SHMAP_EXPLORE_SEED
 # runs the same schedules again.
 top_builddir=${top_builddir:-.}
 unset SHMAP_WATCHDOG SHMAP_TRACE SHMAP_REPLAY SHMAP_EXPLORE
 to=
 command -v timeout >/dev/null 2>&1 && to="timeout 120"
-tests="test_coll test_async test_ppermute_inplace test_ppermute_handover
-test_coll_groups test_coll_errors"
-seeds=${SHMAP_EXPLORE_SEEDS:-"1 2"}
+tests="test_coll test_coll_edge test_coll_jax test_async test_small_reduce
+test_ppermute_inplace test_ppermute_handover test_coll_groups
+test_coll_errors"
+seeds=${SHMAP_EXPLORE_SEEDS:-"1 2 3"}
 fail=0
 for t in $tests; do
   prog=$top_builddir/tests/$t
