@@ -22,6 +22,11 @@
 #                           spelled shmap thread)
 #   shmap release           give back the registers a parked fiber borrowed
 #                           (done by itself before the program resumes)
+#   shmap schedule          under an exploring schedule (SHMAP_REPLAY,
+#                           shmap_explore(3)): the schedule, its step, the
+#                           device that runs next and those that could have
+#   shmap schedule step [N] run to the schedule's next choice (or N-th next)
+#                           and show it
 #   $shmap_device()         the device number the selected thread runs, or
 #                           -1 (break f.c:42 if $shmap_device() == 3)
 #   set shmap values N      how many leading values the printers show
@@ -508,17 +513,39 @@ _SAVED_SLOTS = (("r15", 8), ("r14", 16), ("r13", 24), ("r12", 32),
 _VIEW_REGS = ("rip", "rsp", "rbp", "rbx", "r12", "r13", "r14", "r15")
 
 
-def _is_fibers(rt):
+def _exploring(rt):
+    """Whether a map of the runtime runs under the exploring mode now (its
+    devices are fibers that the map's caller runs one at a time)."""
     try:
-        return (_int(rt["mode"]) == _MODE_FIBERS and _int(rt["devs"]) != 0
-                and _int(rt["started"]) != 0)
+        return (_int(rt["devs"]) != 0 and
+                _int(rt["devs"][0]["sched"]["xfiber"]) != 0)
     except gdb.error:
         return False
 
 
+def _is_fibers(rt):
+    try:
+        return (_int(rt["devs"]) != 0 and _int(rt["started"]) != 0 and
+                (_int(rt["mode"]) == _MODE_FIBERS or _exploring(rt)))
+    except gdb.error:
+        return False
+
+
+def _dev_fiber(dev):
+    """A shmap__dev value's fiber: the exploring mode's while a map runs
+    under it, else fiber mode's."""
+    try:
+        x = dev["sched"]["xfiber"]
+        if _int(x) != 0:
+            return x.dereference()
+    except gdb.error:
+        pass
+    return dev["sched"]["fiber"]
+
+
 def _fiber_range(dev):
     """[lo, hi) of a shmap__dev value's fiber stack, or None."""
-    f = dev["sched"]["fiber"]
+    f = _dev_fiber(dev)
     lo = _int(f["stack"])
     size = _int(f["stack_size"])
     if lo == 0 or size <= 0 or _int(f["map"]) == 0:
@@ -583,7 +610,7 @@ def _release_view():
 def _load_context(th, dev):
     """Load parked device `dev`'s saved registers into thread th (selected
     afterwards).  The thread's own registers are kept in _View."""
-    sp = _int(dev["sched"]["fiber"]["sp"])
+    sp = _int(_dev_fiber(dev)["sp"])
     if sp == 0:
         raise ShmapError("device %d has no saved context" % _int(dev["id"]))
     _define_hooks()
@@ -623,7 +650,7 @@ def _device_index():
     rts = _runtimes()
     for rt in rts:
         sig.append((_int(rt["id"]), _int(rt["devs"]), _int(rt["started"]),
-                    _int(rt["mode"])))
+                    _int(rt["mode"]), _exploring(rt)))
     sig = tuple(sig)
     if sig == _Cache.key:
         return
@@ -678,7 +705,8 @@ def _worker_thread(rt, dev, maps):
     shown), or None."""
     try:
         w = dev["sched"]["worker"]
-        if _int(w) == 0:
+        # Exploring, the map's caller runs the devices: no worker.
+        if _int(w) == 0 or _int(dev["sched"]["xfiber"]) != 0:
             return None
         return _find_thread(w.dereference(), maps)
     except gdb.error:
@@ -694,6 +722,8 @@ shmap meshes            -- one line per live mesh
 shmap devices [MESH]    -- every device of every live mesh (or of mesh #MESH)
 shmap device DEV [MESH] -- select device DEV (also: shmap thread DEV)
 shmap release           -- give back the registers a parked fiber borrowed
+shmap schedule          -- an exploring schedule's next choice
+shmap schedule step [N] -- run to its next choice (or N-th next)
 See also: set shmap values, $shmap_device(), and shmap-debugging(7)."""
 
     def __init__(self):
@@ -863,8 +893,9 @@ include the time the program has been stopped in gdb."""
                     tcol, tname = "thread %d" % th.num, th.name or ""
                 else:
                     tcol = "parked"
-                    tname = _str(dev["sched"]["worker"]["name"]) if _int(
-                        dev["sched"]["worker"]) else ""
+                    tname = _str(dev["sched"]["worker"]["name"]) if (
+                        _int(dev["sched"]["worker"]) and
+                        not _exploring(rt)) else ""
                 mark = "*" if sel_dev == (rid, d) else " "
                 if want_where and th is not None:
                     uf = self._where(th, body, lib)
@@ -1385,6 +1416,116 @@ shmap_lookup.name = "libshmap"
 shmap_lookup.enabled = True
 
 
+# ---- exploring schedules ----------------------------------------------------
+
+def _sym_value(name):
+    """The value of one of the library's globals, or None."""
+    try:
+        sym = gdb.lookup_global_symbol(name) or gdb.lookup_static_symbol(name)
+        if sym is None:
+            return gdb.parse_and_eval(name)
+        return sym.value()
+    except gdb.error:
+        return None
+
+
+def _schedule_text():
+    """What the exploring schedule does next, or None outside one."""
+    text = _sym_value("shmap__explore_text")
+    if text is None or _int(text) == 0:
+        return None
+    name = text.string()
+    step = _int(_sym_value("shmap__explore_next_step"))
+    nxt = _int(_sym_value("shmap__explore_next_dev"))
+    mapno = _int(_sym_value("shmap__explore_mapno"))
+    ncand = _int(_sym_value("shmap__explore_ncand"))
+    cand = _sym_value("shmap__explore_cand")
+    axes = None
+    for rt in _runtimes():
+        if _exploring(rt):
+            axes = _mesh_axes(rt["mesh"].dereference())
+    name_of = (lambda d: _devname(axes, d)) if axes else (
+        lambda d: "device %d" % d)
+    could = [_int(cand[i]) for i in range(min(ncand, _MAX_DEVICES))]
+    return ("schedule %s (SHMAP_REPLAY=%s), map %d, step %d: %s runs next; "
+            "could run: %s" % (name, name, mapno, step, name_of(nxt),
+                               ", ".join(name_of(d) for d in could)))
+
+
+class ShmapSchedule(gdb.Command):
+    """Show an exploring schedule's next choice: shmap schedule
+
+Under an exploring schedule (the program run with SHMAP_REPLAY=TEXT, or
+SHMAP_EXPLORE, SHMAP_SCHED=explore, shmap_explore(3)), one device runs at a
+time and the schedule picks the next at every wait with more than one
+device able to run.  This shows the schedule's text, the map it is in,
+the choice's number (its step), the device it picked and the devices that
+could have run.  The choice is the one the program stopped at or made
+last; "shmap schedule step" runs to the next one."""
+
+    def __init__(self):
+        super().__init__("shmap schedule", gdb.COMMAND_RUNNING,
+                         gdb.COMPLETE_NONE, True)
+
+    def invoke(self, arg, from_tty):
+        def go():
+            if arg.strip():
+                raise ShmapError("usage: shmap schedule [step [N]]")
+            text = _schedule_text()
+            if text is None:
+                raise ShmapError(
+                    "no exploring schedule is choosing now (run the program "
+                    "with SHMAP_REPLAY=TEXT or SHMAP_SCHED=explore; "
+                    "\"shmap schedule step\" runs to its first choice)")
+            gdb.write(text + "\n")
+        _run(go)
+
+
+class ShmapScheduleStep(gdb.Command):
+    """Run to an exploring schedule's next choice: shmap schedule step [N]
+
+Lets the program run until the schedule makes its next choice (N: its
+N-th next, default 1), stops before the chosen device goes on, and shows
+the choice as "shmap schedule" does.  The devices then are all parked but
+none runs: "shmap devices" lists them, "shmap device DEV" shows one.
+Another breakpoint reached first stops the program there instead; so
+does its end."""
+
+    def __init__(self):
+        super().__init__("shmap schedule step", gdb.COMMAND_RUNNING,
+                         gdb.COMPLETE_NONE)
+
+    def invoke(self, arg, from_tty):
+        def go():
+            nums = _parse_ints(arg, 1, "usage: shmap schedule step [N]")
+            n = nums[0] if nums else 1
+            if n < 1:
+                raise ShmapError("usage: shmap schedule step [N] (N >= 1)")
+            if gdb.selected_inferior().pid == 0:
+                raise ShmapError("the program is not running (start it "
+                                 "first, e.g. with \"start\")")
+            bp = gdb.Breakpoint("shmap__explore_step", internal=True)
+            bp.silent = True
+            try:
+                for _ in range(n):
+                    before = bp.hit_count
+                    out = gdb.execute("continue", to_string=True)
+                    if gdb.selected_inferior().pid == 0:
+                        gdb.write(out.replace("Continuing.\n", ""))
+                        gdb.write("The program ended before the schedule's "
+                                  "next choice.\n")
+                        return
+                    if bp.hit_count == before:
+                        # Another breakpoint, or a signal: what gdb said.
+                        gdb.write(out.replace("Continuing.\n", ""))
+                        return
+            finally:
+                bp.delete()
+            gdb.write(_schedule_text() or "no exploring schedule\n")
+            gdb.write("\n")
+        _run(go)
+
+
 def _install():
     # Sourcing the file twice replaces the earlier printer.
     gdb.pretty_printers[:] = [p for p in gdb.pretty_printers
@@ -1396,6 +1537,8 @@ def _install():
     ShmapDevice("shmap device")
     ShmapDevice("shmap thread")
     ShmapRelease()
+    ShmapSchedule()
+    ShmapScheduleStep()
     ShmapDeviceFunction()
     ShmapSetPrefix("set shmap")
     ShmapSetPrefix("show shmap")

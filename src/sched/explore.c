@@ -51,6 +51,7 @@ typedef struct xstate {
   xdev *dev;
   int ndev, ndone;
   int *cand;
+  int *shown; /* the candidates of the last choice, for debuggers */
   int *prio;
   shmap__explore own; /* the schedule when the caller set none */
   shmap__explore *x;  /* the schedule of the current map */
@@ -69,14 +70,31 @@ typedef struct xstate {
  * runs next (see shmap__explore_step). */
 volatile int shmap__explore_next_dev = -1;
 volatile unsigned shmap__explore_next_step;
+const char *volatile shmap__explore_text;
+volatile unsigned shmap__explore_mapno;
+const int *volatile shmap__explore_cand;
+volatile int shmap__explore_ncand;
 
-/* Called before every choice that had more than one candidate: a place for
- * a breakpoint (the gdb extension's "shmap schedule step" stops here). */
+/* Called at every choice that had more than one candidate, with the
+ * variables above set: a place for a breakpoint (the gdb extension's
+ * "shmap schedule step" stops here). */
 __attribute__((noinline)) void shmap__explore_step(unsigned step, int dev)
 {
-  shmap__explore_next_step = step;
-  shmap__explore_next_dev = dev;
+  (void)step;
+  (void)dev;
   __asm__ __volatile__("" ::: "memory");
+}
+
+static void announce(xstate *xs, uint32_t s, int pick, int n)
+{
+  shmap__explore_text = xs->x->text;
+  shmap__explore_mapno = xs->x->maps;
+  memcpy(xs->shown, xs->cand, (size_t)n * sizeof *xs->cand);
+  shmap__explore_cand = xs->shown;
+  shmap__explore_ncand = n;
+  shmap__explore_next_step = s;
+  shmap__explore_next_dev = pick;
+  shmap__explore_step(s, pick);
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -123,6 +141,7 @@ static void xstate_free(shmap__runtime *rt)
     shmap__fiber_destroy(&xs->dev[d].fiber);
   free(xs->dev);
   free(xs->cand);
+  free(xs->shown);
   free(xs->prio);
   shmap__explore_free(&xs->own);
   free(xs);
@@ -161,8 +180,9 @@ static int ensure(shmap__runtime *rt, size_t ss)
   xs->ndev = rt->ndev;
   xs->dev = shmap__calloc((size_t)rt->ndev, sizeof *xs->dev);
   xs->cand = shmap__calloc((size_t)rt->ndev, sizeof *xs->cand);
+  xs->shown = shmap__calloc((size_t)rt->ndev, sizeof *xs->shown);
   xs->prio = shmap__calloc((size_t)rt->ndev, sizeof *xs->prio);
-  if (!xs->dev || !xs->cand || !xs->prio) {
+  if (!xs->dev || !xs->cand || !xs->shown || !xs->prio) {
     xstate_free(rt);
     return shmap__err(SHMAP_ENOMEM, "out of memory for the exploring mode");
   }
@@ -277,7 +297,7 @@ static int choose(xstate *xs, int n)
   if (pick < 0)
     pick = xs->cand[below(xs, (uint32_t)n)];
   record(xs, pick, n);
-  shmap__explore_step(s, pick);
+  announce(xs, s, pick, n);
   return pick;
 }
 
@@ -486,6 +506,8 @@ static void explore_launch(shmap__runtime *rt, bool host_runs)
   shmap__fiber_host_init(&xs->host);
   shmap__guard_thread();
   map_begin(rt, xs);
+  for (int d = 0; d < xs->ndev; d++)
+    rt->devs[d].sched.xfiber = &xs->dev[d].fiber;
   uint64_t period = shmap__watchdog_ns(), t0 = period ? shmap__now() : 0;
   uint64_t due = t0 + period;
   while (xs->ndone < xs->ndev) {
@@ -498,6 +520,12 @@ static void explore_launch(shmap__runtime *rt, bool host_runs)
       due += period;
     }
   }
+  for (int d = 0; d < xs->ndev; d++)
+    rt->devs[d].sched.xfiber = NULL;
+  shmap__explore_text = NULL;
+  shmap__explore_ncand = 0;
+  shmap__explore_cand = NULL;
+  shmap__explore_next_dev = -1;
   map_end(rt, xs);
 }
 

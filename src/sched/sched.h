@@ -148,6 +148,9 @@ typedef struct shmap__dev {
    * waits for. */
   struct shmap__dev_sched {
     alignas(SHMAP__CACHELINE) shmap__fiber fiber;
+    /* While a map runs under the exploring mode: the device's fiber there
+     * (explore.c), which debuggers show instead of `fiber`; else NULL. */
+    shmap__fiber *xfiber;
     struct shmap__worker *worker; /* the worker running it (or that last did) */
     struct shmap__worker *home;   /* the worker whose range it is in */
     shmap__waiter *wq; /* where to wake this device: own or home worker's */
@@ -280,6 +283,12 @@ void shmap__explore_free(shmap__explore *x);
 void shmap__explore_step(unsigned step, int dev);
 extern volatile int shmap__explore_next_dev;
 extern volatile unsigned shmap__explore_next_step;
+/* For debuggers, set before each such call: the schedule's text, the
+ * number of the map under it, and the devices that could have run. */
+extern const char *volatile shmap__explore_text;
+extern volatile unsigned shmap__explore_mapno;
+extern const int *volatile shmap__explore_cand;
+extern volatile int shmap__explore_ncand;
 
 typedef struct shmap__runtime {
   struct shmap__runtime *next; /* in the registry of live runtimes */
