@@ -297,10 +297,11 @@ void shmap__setting_async_check_force(int delta)
   atomic_fetch_add(&async_forced, delta);
 }
 
+/* A replayed schedule checks as the exploring run that found it did. */
 bool shmap__setting_async_check(void)
 {
   return setting_switch(V_ASYNC, "SHMAP_ASYNC_CHECK", false) ||
-         atomic_load(&async_forced) > 0;
+         atomic_load(&async_forced) > 0 || env("SHMAP_REPLAY") != NULL;
 }
 
 bool shmap__setting_hugepages(void)

@@ -45,7 +45,7 @@ int shmap__setting_simd(const char *const names[], int n);
 
 /* SHMAP_ASYNC_CHECK: 1 checks the rules of asynchronous collectives
  * (checksums of inputs and results between start and wait), 0 (the
- * default) does not. */
+ * default) does not.  It is on as well while SHMAP_REPLAY is set. */
 bool shmap__setting_async_check(void);
 /* Turn the check on (+1) while runs under exploring schedules need it,
  * and off again (-1); SHMAP_ASYNC_CHECK=1 keeps it on regardless. */

@@ -142,6 +142,28 @@ static int nested_body(shmap_ctx *ctx, void *arg)
   return rc;
 }
 
+/* Bug 4: an input block rewritten between an all_gather's start and its
+ * wait.  Device 0 reuses its input for the next step as soon as it has
+ * started the gather; the exploring run checks the asynchronous rules. */
+static int rewrite_body(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  int r = shmap_axis_index(ctx, "i");
+  int64_t one = 1;
+  shmap_block *x = shmap_block_alloc(ctx, SHMAP_F32, 1, &one);
+  if (!x)
+    return shmap_fail(ctx, "no block");
+  ((float *)x->data)[0] = (float)r;
+  shmap_block *g = NULL;
+  shmap_request *req = NULL;
+  int rc = shmap_all_gather_start(ctx, x, "i", 0, 1, &g, &req);
+  if (rc)
+    return rc;
+  if (r == 0)
+    ((float *)x->data)[0] = 100.0f; /* the bug: before the wait */
+  return shmap_wait(ctx, &req);
+}
+
 /* ---- the programs, as shmap_explore() runs them --------------------------- */
 
 typedef struct prog {
@@ -156,6 +178,7 @@ static const prog bugs[] = {
     {"shared", "i=4", shared_body, 1, NULL, 2},
     {"pair", "i=2", pair_body, 1, NULL, 4},
     {"nested", "i=2, j=2", nested_body, 0, "i", 8},
+    {"rewrite", "i=2", rewrite_body, 0, NULL, 1},
 };
 #define NBUGS (int)(sizeof bugs / sizeof bugs[0])
 

@@ -377,7 +377,9 @@ static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
     snprintf(x.text, sizeof x.text, "%s", schedule);
     x.hash = x.out_hash = shmap__hash_init();
     mesh->rt->explore = &x;
+    shmap__setting_async_check_force(1); /* as under shmap_explore() */
     int rc = map_again(&c, out);
+    shmap__setting_async_check_force(-1);
     mesh->rt->explore = NULL;
     shmap__explore_free(&x);
     return rc;
