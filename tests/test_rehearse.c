@@ -172,6 +172,33 @@ static void run(int kind, double *pred, double *exposed)
   unlink(fabric_path);
 }
 
+/* A fabric named in the options that cannot be loaded fails the map with
+ * the loader's message; the mesh then runs the next map. */
+START_TEST(bad_fabric)
+{
+  set_mode(_i);
+  shmap_mesh *m = tu_mesh_new("i=2, j=4");
+  int kind = 0;
+  shmap_map_opts o = {.rehearse = "tpu-v9"};
+  ck_assert_int_eq(
+      shmap_map_ex(m, kernel, &kind, 0, NULL, NULL, 0, NULL, NULL, &o),
+      SHMAP_EINVAL);
+  ck_assert_str_eq(shmap_errmsg(),
+                   "shmap_map_ex: rehearse: shmap_fabric_load: 'tpu-v9' is "
+                   "no preset (tpu-v5e-16x16, h100-8, h100-multinode) and "
+                   "no .json file");
+  o.rehearse = "/nonexistent/fabric.json";
+  ck_assert_int_ne(
+      shmap_map_ex(m, kernel, &kind, 0, NULL, NULL, 0, NULL, NULL, &o), 0);
+  ck_assert_ptr_nonnull(strstr(shmap_errmsg(), "shmap_map_ex: rehearse: "));
+  ck_assert_ptr_nonnull(strstr(shmap_errmsg(), "/nonexistent/fabric.json"));
+  o.rehearse = NULL;
+  tu_map_ok(shmap_map_ex(m, kernel, &kind, 0, NULL, NULL, 0, NULL, NULL, &o),
+            "the next map");
+  shmap_mesh_destroy(m);
+}
+END_TEST
+
 START_TEST(collectives)
 {
   set_mode(_i);
@@ -346,6 +373,7 @@ static Suite *rehearse_suite(void)
   Suite *s = suite_create("rehearse");
   TCase *tc = tcase_create("maps");
   tcase_set_timeout(tc, TIMEOUT);
+  tcase_add_loop_test(tc, bad_fabric, 0, NMODES);
   tcase_add_loop_test(tc, collectives, 0, NMODES);
   tcase_add_loop_test(tc, overlap_and_contention, 0, NMODES);
   tcase_add_loop_test(tc, environment, 0, NMODES);

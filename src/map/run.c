@@ -410,6 +410,21 @@ SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
                  out_specs, flags, NULL, NULL, 0, NULL);
 }
 
+/* A fabric the caller named that cannot be loaded fails the map (the
+ * setting SHMAP_REHEARSE instead only warns): 0 or its error code. */
+static int rehearse_check(const char *spec)
+{
+  shmap_fabric *f;
+  int code = shmap_fabric_load(&f, spec);
+  if (code == 0) {
+    shmap_fabric_free(f);
+    return 0;
+  }
+  char why[SHMAP__MSG_MAX];
+  snprintf(why, sizeof why, "%s", shmap_errmsg());
+  return shmap__err(code, "shmap_map_ex: rehearse: %s", why);
+}
+
 SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
                               int nin, shmap_array *const in[],
                               const char *const in_specs[], int nout,
@@ -427,6 +442,8 @@ SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
   if (k >= 0)
     rc_opts = shmap__err(SHMAP_EINVAL, "shmap_map_ex: " SHMAP__OPTS_RESERVED_MSG,
                          k, (unsigned long long)opts->reserved[k]);
+  else if (opts->rehearse && *opts->rehearse)
+    rc_opts = rehearse_check(opts->rehearse);
   return map_run("shmap_map_ex", mesh, body, arg, nin, in, in_specs, nout,
                  out, out_specs, opts->flags, opts->manual_axes,
                  opts->rehearse, rc_opts, opts->schedule);
