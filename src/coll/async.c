@@ -512,6 +512,8 @@ SHMAP_EXTERN int shmap_test(shmap_ctx *ctx, shmap_request *const *req,
   struct shmap_request *r = open_request(ctx, "shmap_test", req);
   if (!r)
     return ctx->err;
+  /* Where no helper runs, the device carries its requests out now. */
+  shmap__progress_run(ctx->rt, ctx->dev);
   *done = is_done(r);
   /* A body may poll in a loop: let the devices it may be waiting for run
    * (in fiber mode they may share its worker). */

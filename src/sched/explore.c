@@ -12,10 +12,10 @@
  * When no device can continue while some have not finished, the devices
  * wait for each other: the scheduler fails the map with the wait-for
  * cycle (each device, the collective and axes it waits in, and its call
- * number) instead of hanging.  Asynchronous requests run on progress
- * helper threads, outside the schedule; while a helper works, a stall is
- * given time before it counts as a deadlock, and the order of the
- * helpers' steps is not replayed.
+ * number) instead of hanging.  Asynchronous requests run on no helper
+ * thread here: a device carries out its own when it waits for them
+ * (sched/progress.c), on its fiber, so their steps are choices of the
+ * schedule too and replay with it.
  */
 #include "sched/mode.h"
 
@@ -414,26 +414,11 @@ static void deadlock_text(const shmap__runtime *rt, const xstate *xs,
     }
 }
 
-/* While a progress helper works, a stall may end without any device: its
- * grace time. */
-#define HELPER_GRACE 2000000000u /* ns */
-
-/* No device can continue: wait for helpers, else fail the map with the
- * cycle; then the candidates (at least one, forced when the failure
- * released nobody). */
+/* No device can continue: fail the map with the cycle; then the
+ * candidates (at least one, forced when the failure released nobody). */
 static int stalled(shmap__runtime *rt, xstate *xs)
 {
   int n = 0;
-  if (atomic_load(&rt->helpers)) {
-    uint64_t t0 = shmap__now();
-    struct timespec nap = {0, 20000};
-    while (n == 0 && shmap__now() - t0 < HELPER_GRACE) {
-      nanosleep(&nap, NULL);
-      n = runnable(xs);
-    }
-    if (n)
-      return n;
-  }
   if (!atomic_load(&rt->abort)) {
     char *msg = malloc(SHMAP__MSG_MAX);
     int first = 0;
@@ -529,13 +514,13 @@ static void explore_launch(shmap__runtime *rt, bool host_runs)
   map_end(rt, xs);
 }
 
+/* A device's wait: back to the scheduler.  A device carrying out its own
+ * asynchronous request (progress.c) keeps that across the switch, which
+ * the thread's other devices must not see. */
 static bool explore_dev_wait_on(shmap__runtime *rt, shmap__dev *d,
                                 const shmap__dev *awaited, shmap__pred pred,
                                 void *arg, _Atomic int *abort)
 {
-  if (shmap__helper_for == d)
-    return shmap__wait_full(rt, &d->waiter, pred, arg, abort, 0, NULL,
-                            NULL) == 1;
   xstate *xs = rt->xstate;
   xdev *x = &xs->dev[d->id];
   x->pred = pred;
@@ -543,7 +528,10 @@ static bool explore_dev_wait_on(shmap__runtime *rt, shmap__dev *d,
   x->abort = abort;
   x->awaited = awaited;
   x->next = X_WAIT;
+  shmap__dev *helping = shmap__helper_for;
+  shmap__helper_for = NULL;
   shmap__fiber_switch(&x->fiber, &xs->host);
+  shmap__helper_for = helping;
   x->pred = NULL;
   x->awaited = NULL;
   return x->res;
@@ -553,10 +541,6 @@ static bool second_look(void *arg) { return (*(int *)arg)++ > 0; }
 
 static void explore_dev_yield(shmap__runtime *rt, shmap__dev *d)
 {
-  if (shmap__helper_for == d) {
-    sched_yield();
-    return;
-  }
   int looks = 0;
   explore_dev_wait_on(rt, d, NULL, second_look, &looks, NULL);
 }
@@ -567,25 +551,19 @@ static bool explore_dev_poll(shmap__runtime *rt, shmap__dev *d,
   return explore_dev_wait_on(rt, d, NULL, pred, arg, abort);
 }
 
-/* The scheduler looks at every waiting device itself; only progress
- * helpers sleep, on their devices' waiters. */
+/* The scheduler looks at every waiting device itself: nobody sleeps. */
 static void explore_wake_group(shmap__runtime *rt, int n, int self,
                                int (*member)(const void *arg, int i),
                                const void *arg)
 {
-  if (!atomic_load_explicit(&rt->helpers, memory_order_relaxed))
-    return;
-  for (int i = 0; i < n; i++)
-    if (i != self)
-      shmap__wake(&rt->devs[member(arg, i)].waiter);
+  (void)rt;
+  (void)n;
+  (void)self;
+  (void)member;
+  (void)arg;
 }
 
-static void explore_wake_all(shmap__runtime *rt)
-{
-  if (rt->devs && rt->sleepers &&
-      atomic_load_explicit(&rt->helpers, memory_order_relaxed))
-    shmap__wake_devices(rt, 0);
-}
+static void explore_wake_all(shmap__runtime *rt) { (void)rt; }
 
 /* Like devices of their own threads: no worker's range is shared. */
 static int explore_workers(const shmap__runtime *rt)

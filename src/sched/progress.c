@@ -20,6 +20,14 @@
  * The queue is a ring written by the device and read by the helper (one
  * producer, one consumer), with SHMAP_MAX_REQUESTS places: a device cannot
  * have more requests open.
+ *
+ * Under a scheduling mode that runs every device on one thread (the
+ * exploring mode, whose schedules must replay exactly), no helper thread
+ * runs: the work waits in a ring of its own until the device waits for it
+ * (its wait, test, next blocking collective or the end of its body), and
+ * the device carries it out then, in order, as its helper would, on its
+ * own fiber; its waits in the transport are then choices of the schedule
+ * like any other.
  */
 #include "sched/progress.h"
 
@@ -43,6 +51,10 @@ typedef struct item {
 typedef struct helper {
   alignas(SHMAP__CACHELINE) _Atomic uint32_t head, tail; /* ring indices */
   item ring[SHMAP_MAX_REQUESTS];
+  /* One thread runs every device: the work the device carries out itself
+   * (touched by the device only). */
+  item iring[SHMAP_MAX_REQUESTS];
+  uint32_t ihead, itail;
   shmap__runtime *rt;
   int dev;
   int started;       /* the thread runs (written by the device only) */
@@ -122,7 +134,7 @@ int shmap__progress_ensure(shmap__runtime *rt, int dev)
   if (!all)
     return shmap__err(SHMAP_ENOMEM, "out of memory for progress helpers");
   helper *h = atomic_load(&all[dev]);
-  if (h && h->started)
+  if (h && (h->started || rt->ops->one_thread))
     return 0;
   if (!h) {
     if (!(h = shmap__alloc(sizeof *h, true)))
@@ -132,6 +144,8 @@ int shmap__progress_ensure(shmap__runtime *rt, int dev)
     h->dev = dev;
     atomic_store(&all[dev], h);
   }
+  if (rt->ops->one_thread)
+    return 0; /* the device carries out its own work (above) */
   shmap__waiter_init(&h->park, rt->spin_max);
   shmap__waiter_init(&h->donew, rt->spin_max);
   snprintf(h->name, sizeof h->name, "shmap-p%d", dev & 0xffff);
@@ -156,16 +170,36 @@ void shmap__progress_post(shmap__runtime *rt, int dev, void (*fn)(void *),
                           void *arg)
 {
   helper *h = helper_of(rt, dev);
+  if (rt->ops->one_thread) {
+    h->iring[h->itail++ % SHMAP_MAX_REQUESTS] = (item){fn, arg};
+    return;
+  }
   uint32_t tail = atomic_load(&h->tail);
   h->ring[tail % SHMAP_MAX_REQUESTS] = (item){fn, arg};
   atomic_store(&h->tail, tail + 1);
   shmap__wake(&h->park);
 }
 
+void shmap__progress_run(shmap__runtime *rt, int dev)
+{
+  helper *h = rt->ops->one_thread ? helper_of(rt, dev) : NULL;
+  if (!h || shmap__helper_for)
+    return; /* no work of its own, or carrying out some already */
+  shmap__dev *d = &rt->devs[dev];
+  while (h->ihead != h->itail) {
+    item it = h->iring[h->ihead % SHMAP_MAX_REQUESTS];
+    shmap__helper_for = d;
+    it.fn(it.arg);
+    shmap__helper_for = NULL;
+    h->ihead++;
+  }
+}
+
 void shmap__progress_wait(shmap__runtime *rt, int dev, shmap__pred pred,
                           void *arg)
 {
   shmap__dev *d = &rt->devs[dev];
+  shmap__progress_run(rt, dev);
   if (shmap__workers(rt) || rt->ops->one_thread) {
     /* The device's worker runs its neighbours meanwhile. */
     while (!shmap__dev_wait(rt, d, pred, arg, NULL))
@@ -179,6 +213,8 @@ void shmap__progress_wait(shmap__runtime *rt, int dev, shmap__pred pred,
 void shmap__progress_done(shmap__runtime *rt, int dev)
 {
   shmap__dev *d = &rt->devs[dev];
+  if (rt->ops->one_thread)
+    return; /* the device itself did the work */
   if (shmap__workers(rt))
     shmap__wake(d->sched.wq);
   else

@@ -22,6 +22,9 @@ int shmap__progress_ensure(shmap__runtime *rt, int dev);
  * device's behalf. */
 void shmap__progress_post(shmap__runtime *rt, int dev, void (*fn)(void *),
                           void *arg);
+/* Under a mode that runs every device on one thread: carry out the work
+ * device dev posted, in order, on the calling device (no-op otherwise). */
+void shmap__progress_run(shmap__runtime *rt, int dev);
 /* The device waits until pred(arg) holds; the helper calls
  * shmap__progress_done() after each change that may make it hold. */
 void shmap__progress_wait(shmap__runtime *rt, int dev, shmap__pred pred,
