@@ -12,8 +12,8 @@
 #     those that could have, "shmap schedule" shows it again, a breakpoint
 #     "if $shmap_device() == 2" stops device 2 where it reads its
 #     neighbour's slot, "print slot" shows the stale value, "shmap devices"
-#     shows device 2 running and the others parked, and the program then
-#     fails with the replayed message; two sessions print the same;
+#     shows device 2 running and the others parked; two sessions print
+#     the same;
 #   - "shmap schedule" outside an exploring schedule says so.
 # Each in both scheduling modes (the mode of the runtime the replayed maps
 # run in).  Skipped (exit 77) when gdb, its Python support, or ptrace is not
@@ -109,10 +109,9 @@ session () {
     -ex "source $ext" -ex 'shmap schedule' -ex 'break main' -ex run \
     -ex 'shmap schedule step 2' -ex 'shmap schedule' \
     -ex "break gdb_explore_target.c:$line if \$shmap_device() == 2" \
-    -ex continue -ex 'print slot' -ex 'shmap devices' -ex continue \
+    -ex continue -ex 'print slot' -ex 'shmap devices' \
     "$prog" 2>&1 |
-    grep -v -e '^\[Thread' -e '^\[New Thread' -e '^Using host libthread_db' \
-      -e '^Breakpoint [0-9]* at'
+    grep -v -e '^\[' -e '^Using host libthread_db' -e '^Breakpoint [0-9]* at'
 }
 
 s1='schedule r.1 (SHMAP_REPLAY=r.1), map 0, step 1: device 3 (i=3) runs next; could run: device 0 (i=0), device 2 (i=2), device 3 (i=3)'
@@ -126,17 +125,12 @@ for sched in threads fibers; do
     "^Thread 1 .* hit Breakpoint 2, body \\(.*gdb_explore_target\\.c:$line\$" \
     '^\$1 = \{0, 1, 12, 3\}$' \
     '^\* device 2 \(i=2\): +thread 1 .*running its body .* body\(\) at gdb_explore_target\.c:[0-9]+ \(frame 0\)$' \
-    "^  device 1 \\(i=1\\): +parked +waiting in psum over 'i' \\(call #1\\)" \
-    '^\[Inferior 1 .* exited with code 01\]$'; do
+    "^  device 1 \\(i=1\\): +parked +waiting in psum over 'i' \\(call #1\\)"; do
     if ! grep -E "$re" "$out" >/dev/null; then
       echo "FAIL ($sched): no line matches: $re"
       ok=0
     fi
   done
-  if ! grep -Fx "gdb_explore_target: $want_fail" "$out" >/dev/null; then
-    echo "FAIL ($sched): the program did not fail with: $want_fail"
-    ok=0
-  fi
   if test "$(grep -Fxc "$s1" "$out")" != 2; then
     echo "FAIL ($sched): \"shmap schedule step 2\" and \"shmap schedule\" did not both print: $s1"
     ok=0
@@ -148,8 +142,8 @@ for sched in threads fibers; do
     fi
   done
   # Two sessions of one schedule show the same (up to times).
-  sed -e 's/for [0-9.]* s/for T s/' -e 's/process [0-9]*/process N/' -e 's/0x[0-9a-f]*/0xADDR/g' "$out" > "$out.n"
-  sed -e 's/for [0-9.]* s/for T s/' -e 's/process [0-9]*/process N/' -e 's/0x[0-9a-f]*/0xADDR/g' "$out.2" > "$out.2.n"
+  sed -e 's/for [0-9.]* s/for T s/' -e 's/0x[0-9a-f]*/0xADDR/g' "$out" > "$out.n"
+  sed -e 's/for [0-9.]* s/for T s/' -e 's/0x[0-9a-f]*/0xADDR/g' "$out.2" > "$out.2.n"
   if ! cmp -s "$out.n" "$out.2.n"; then
     echo "FAIL ($sched): two sessions of SHMAP_REPLAY=r.1 differ:"
     diff "$out.n" "$out.2.n"
