@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 /* Allocations left before the injected failure (0: none planned). */
 static _Atomic long countdown;
@@ -73,6 +74,27 @@ void *shmap__alloc(size_t n, bool zero)
   if (p && zero)
     memset(p, 0, rounded);
   return p;
+}
+
+size_t shmap__page_size(void)
+{
+  static _Atomic size_t page;
+  size_t pg = atomic_load_explicit(&page, memory_order_relaxed);
+  if (!pg) {
+    long v = sysconf(_SC_PAGESIZE);
+    pg = v > 0 ? (size_t)v : 4096;
+    atomic_store_explicit(&page, pg, memory_order_relaxed);
+  }
+  return pg;
+}
+
+void *shmap__alloc_pages(size_t n)
+{
+  size_t pg = shmap__page_size();
+  size_t whole = (n + pg - 1) & ~(pg - 1);
+  if (whole < n || inject())
+    return NULL;
+  return aligned_alloc(pg, whole ? whole : pg);
 }
 
 void *shmap__realloc(void *p, size_t n)

@@ -373,6 +373,11 @@ unsigned shmap__fork_generation(void);
 
 /* 64-byte aligned allocation of n bytes (n may be 0); free with free(). */
 void *shmap__alloc(size_t n, bool zero);
+/* n bytes rounded up to whole pages, page-aligned (no huge pages: they
+ * are protected page by page); free with free(). */
+void *shmap__alloc_pages(size_t n);
+/* The system's page size. */
+size_t shmap__page_size(void);
 void *shmap__malloc(size_t n);
 void *shmap__calloc(size_t n, size_t size);
 void *shmap__realloc(void *p, size_t n);

@@ -29,6 +29,16 @@
  * fills the result with a pattern and checksums the input, the helper
  * checksums the result when the transfer is done, and the wait checksums
  * both again: a difference fails the wait (and the map), naming the call.
+ *
+ * Reads are found by the pages: under the check every block of the arena
+ * has whole pages of its own (device/arena.c), so a start whose result is
+ * such a block has the algorithm write into a scratch block of the device
+ * instead, and takes the result's pages away from the body until the wait
+ * (sched/guard.c).  A read (or a write) there faults once: the guard
+ * records it and gives the pages back, the body reads the pattern and goes
+ * on, and the wait gives the pages back, copies the scratch in and fails,
+ * naming the call.  Every way a request ends gives its pages back
+ * (release(), and the runtime's destruction).
  */
 #include "coll/async.h"
 #include "hash.h"
@@ -63,9 +73,12 @@ struct shmap_request {
   int slot, dev;
   shmap__plan plan;                        /* plan.c.ctx is &proxy */
   int (*algo)(shmap__plan *, shmap_block *);
-  shmap_block *res;      /* what the algorithm writes */
-  shmap__chunk *scratch; /* psum: the fold's block, copied into ... */
-  shmap_block *inplace;  /* ... x, at the wait */
+  shmap_block *res;      /* the call's result */
+  shmap_block *work;     /* what the algorithm writes: res, or scratch's */
+  shmap__chunk *scratch; /* psum, a watched result: the algorithm's block, */
+  shmap_block *inplace;  /* copied into x (psum) or res at the wait */
+  int watch;             /* the guard's handle of res's pages (0: none) */
+  size_t watch_len;      /* the bytes of res's pages, when watched */
   const shmap_block *in; /* the input the body must not write */
   struct shmap_ctx proxy;
   const char *api;       /* "shmap_ppermute_start" */
@@ -114,8 +127,14 @@ void shmap__async_destroy(shmap__runtime *rt)
   adev *_Atomic *t = atomic_load(&rt->async);
   if (!t)
     return;
-  for (int d = 0; d < rt->ndev; d++)
-    free(atomic_load(&t[d]));
+  for (int d = 0; d < rt->ndev; d++) {
+    adev *a = atomic_load(&t[d]);
+    /* No page may stay taken away, whatever ended the requests. */
+    for (int s = 0; a && s < SHMAP_MAX_REQUESTS; s++)
+      if (a->req[s].watch)
+        shmap__guard_unwatch(a->req[s].watch);
+    free(a);
+  }
   free(t);
   atomic_store(&rt->async, NULL);
 }
@@ -143,11 +162,11 @@ static void carry_out(void *arg)
   shmap__dev *d = &rt->devs[r->dev];
   atomic_store(&r->state, R_RUNNING);
   d->dbg.rtrack = r->slot;
-  int rc = r->algo(&r->plan, r->res);
+  int rc = r->algo(&r->plan, r->work);
   r->rc = rc;
   if (rc)
     snprintf(r->msg, sizeof r->msg, "%s", shmap__errbuf());
-  else if (r->check && !r->inplace)
+  else if (r->check && !r->scratch)
     r->res_sum = checksum(r->res->data, shmap_block_nbytes(r->res));
   r->t_done = shmap__now();
   if (shmap__tracing())
@@ -254,6 +273,11 @@ static void launch(struct shmap_request *r, shmap__plan *p, const char *api,
     if (!r->inplace)
       if (shmap_block_nbytes(res))
         poison(res->data, shmap_block_nbytes(res));
+    /* A watched result keeps the pattern until the wait. */
+    if (r->watch_len) {
+      r->res_sum = checksum(res->data, shmap_block_nbytes(res));
+      r->watch = shmap__guard_watch(res->data, r->watch_len);
+    }
   }
   /* The call takes its number now, in program order; the helper's copy of
    * the context numbers it the same (comm.c adds one). */
@@ -287,6 +311,24 @@ static int start_new(shmap__plan *p, const char *api,
     return ctx->err;
   r->inplace = NULL;
   r->scratch = NULL;
+  r->work = res;
+  r->watch = 0;
+  r->watch_len = 0;
+  /* Under the check a result with pages of its own is watched until the
+   * wait, while the algorithm writes into a scratch block. */
+  size_t len;
+  if (shmap__setting_async_check() && shmap__arena_own_pages(ctx, res, &len)) {
+    shmap__chunk *s = shmap__arena_alloc(ctx, res->dtype, res->rank,
+                                         res->shape, SHMAP__CHUNK_SCRATCH,
+                                         false);
+    if (!s)
+      return shmap__dev_fail(ctx, shmap__coll_opname(&p->c), SHMAP_ENOMEM,
+                             "%s", shmap__errbuf());
+    p->c.call.dst = s->block.data;
+    r->scratch = s;
+    r->work = &s->block;
+    r->watch_len = len;
+  }
   launch(r, p, api, algo, res, x);
   *out = res;
   *req = r;
@@ -368,6 +410,9 @@ SHMAP_EXTERN int shmap_psum_start(shmap_ctx *ctx, shmap_block *x,
   p.c.call.dst = scratch->block.data;
   r->inplace = x;
   r->scratch = scratch;
+  r->work = x;
+  r->watch = 0;
+  r->watch_len = 0;
   launch(r, &p, "shmap_psum_start", shmap__algo_allreduce, x, x);
   *req = r;
   return 0;
@@ -407,8 +452,18 @@ static struct shmap_request *open_request(shmap_ctx *ctx, const char *api,
   return r;
 }
 
+/* Give the result's pages back; what touched them meanwhile (0: nothing,
+ * or not watched). */
+static int unwatch(struct shmap_request *r)
+{
+  int hit = shmap__guard_unwatch(r->watch);
+  r->watch = 0;
+  return hit;
+}
+
 static void release(shmap_ctx *ctx, struct shmap_request *r)
 {
+  unwatch(r);
   if (r->scratch)
     shmap__arena_free(ctx, r->scratch);
   r->scratch = NULL;
@@ -420,6 +475,7 @@ static void release(shmap_ctx *ctx, struct shmap_request *r)
 /* The request is done: hand its outcome to the device. */
 static int complete(shmap_ctx *ctx, struct shmap_request *r)
 {
+  int hit = unwatch(r);
   int rc = r->rc;
   ctx->remote += r->proxy.remote;
   if (rc) {
@@ -433,16 +489,26 @@ static int complete(shmap_ctx *ctx, struct shmap_request *r)
                          "(call #%u); it must stay unchanged until the wait "
                          "returns", r->api, r->k);
   } else if (r->check && !r->inplace &&
-             checksum(r->res->data, shmap_block_nbytes(r->res)) !=
-                 r->res_sum) {
+             (hit == SHMAP__GUARD_WRITE ||
+              checksum(r->res->data, shmap_block_nbytes(r->res)) !=
+                  r->res_sum)) {
     rc = shmap__dev_fail(ctx, r->op, SHMAP_ESTATE,
                          "the result was written between %s and shmap_wait "
                          "(call #%u); it belongs to the transfer until the "
                          "wait returns", r->api, r->k);
+  } else if (hit) {
+    /* The pattern is intact: the fault was a read (or, where the
+     * processor does not say, a write of the pattern itself). */
+    rc = shmap__dev_fail(ctx, r->op, SHMAP_ESTATE,
+                         "the result was %s between %s and shmap_wait "
+                         "(call #%u); it belongs to the transfer until the "
+                         "wait returns",
+                         hit == SHMAP__GUARD_READ ? "read" : "read or written",
+                         r->api, r->k);
   }
-  if (!rc && r->inplace)
-    shmap__copy(r->inplace->data, r->scratch->block.data,
-                shmap_block_nbytes(r->inplace));
+  if (!rc && r->scratch)
+    shmap__copy(r->inplace ? r->inplace->data : r->res->data,
+                r->scratch->block.data, shmap_block_nbytes(r->work));
   release(ctx, r);
   return rc;
 }

@@ -11,6 +11,60 @@
 #define CHUNK_HDR ((sizeof(shmap__chunk) + 63) & ~(size_t)63)
 
 /*
+ * With SHMAP_ASYNC_CHECK=1 every chunk is paged: its data starts a page
+ * and its room is whole pages, with the header alone at the end of the
+ * page before, so that an asynchronous collective may take its result's
+ * pages away from the body until the wait (coll/async.c) without taking
+ * anything else.  The header still sits just before the room (room() and
+ * shmap__arena_adopt count on it); `off` is how far the allocation starts
+ * before the header, 0 for a chunk that is not paged.  The map sets the
+ * switch as it starts (shmap__arena_set_paged), so a map's allocations
+ * test one flag.
+ */
+static _Atomic bool paged_on;
+
+void shmap__arena_set_paged(bool on)
+{
+  atomic_store_explicit(&paged_on, on, memory_order_relaxed);
+}
+
+static size_t round_page(size_t bytes)
+{
+  size_t pg = shmap__page_size();
+  return (bytes + pg - 1) & ~(pg - 1);
+}
+
+/* A chunk of `bytes` bytes of room, paged or not; NULL when out of
+ * memory. */
+static shmap__chunk *chunk_new(size_t bytes, bool paged)
+{
+  if (!paged) {
+    shmap__chunk *c = shmap__alloc(CHUNK_HDR + bytes, false);
+    if (c) {
+      c->cap = bytes;
+      c->off = 0;
+    }
+    return c;
+  }
+  size_t pg = shmap__page_size(), cap = round_page(bytes);
+  char *base = cap >= bytes && cap <= SIZE_MAX - pg
+                   ? shmap__alloc_pages(pg + cap)
+                   : NULL;
+  if (!base)
+    return NULL;
+  shmap__chunk *c = (shmap__chunk *)(base + pg - CHUNK_HDR);
+  c->cap = cap;
+  c->off = pg - CHUNK_HDR;
+  return c;
+}
+
+static void chunk_free(shmap__chunk *c)
+{
+  if (c)
+    free((char *)c - c->off);
+}
+
+/*
  * Blocks of a page or more freed by a device (results of collectives freed
  * in a loop, blocks built for a map's inputs) are kept for its next
  * allocation of a similar size: a fresh allocation of megabytes is mostly
@@ -24,14 +78,18 @@
 #define CACHE_MIN ((size_t)4 << 10)
 #define CACHE_MAX ((size_t)64 << 20)
 
-static shmap__chunk *cache_take(shmap_ctx *ctx, size_t bytes)
+/* A cached chunk for `bytes` bytes; a paged one when `paged` (its size
+ * rules then count whole pages). */
+static shmap__chunk *cache_take(shmap_ctx *ctx, size_t bytes, bool paged)
 {
+  if (paged)
+    bytes = round_page(bytes);
   if (bytes < CACHE_MIN)
     return NULL;
   shmap__dev *d = &ctx->rt->devs[ctx->dev];
   for (int i = 0; i < SHMAP__CACHE; i++) {
     shmap__chunk *c = d->arena.cache[i];
-    if (c && c->cap >= bytes && c->cap / 2 <= bytes) {
+    if (c && c->cap >= bytes && c->cap / 2 <= bytes && (c->off || !paged)) {
       d->arena.cache[i] = NULL;
       return c;
     }
@@ -56,7 +114,7 @@ static _Atomic bool hooked; /* arena_hooks registered (once per process) */
 static void cache_put(shmap__dev *d, shmap__chunk *c)
 {
   if (c->cap < CACHE_MIN || c->cap > CACHE_MAX) {
-    free(c);
+    chunk_free(c);
     return;
   }
   /* The caches are freed with their runtime. */
@@ -73,7 +131,7 @@ static void cache_put(shmap__dev *d, shmap__chunk *c)
     if (d->arena.put_at[i] < d->arena.put_at[k])
       k = i;
   }
-  free(d->arena.cache[k]);
+  chunk_free(d->arena.cache[k]);
   d->arena.cache[k] = c;
   d->arena.put_at[k] = ++d->arena.nput;
 }
@@ -91,7 +149,7 @@ void shmap__blocks_release(shmap_mesh *mesh, void **mem)
     return;
   }
   for (int d = 0; d < mesh->ndev; d++)
-    free(mem[d]);
+    chunk_free(mem[d]);
 }
 
 /* A rehearsal's count of the device's blocks (device.h): `sign` 1 for a
@@ -114,9 +172,10 @@ shmap__chunk *shmap__arena_alloc(shmap_ctx *ctx, shmap_dtype dtype, int rank,
                                  const int64_t shape[], int kind, bool zero)
 {
   size_t bytes = (size_t)shmap__numel(rank, shape) * shmap_dtype_size(dtype);
-  shmap__chunk *c = cache_take(ctx, bytes);
-  if (!c && (c = shmap__alloc(CHUNK_HDR + bytes, false)))
-    c->cap = bytes;
+  bool paged = atomic_load_explicit(&paged_on, memory_order_relaxed);
+  shmap__chunk *c = cache_take(ctx, bytes, paged);
+  if (!c)
+    c = chunk_new(bytes, paged);
   if (!c) {
     char s[SHMAP__SHAPE_MAX];
     shmap__shape_format(dtype, rank, shape, s, sizeof s);
@@ -194,9 +253,9 @@ void *shmap__arena_spare(shmap_ctx *ctx, shmap__chunk *c, size_t bytes,
       (data != room(c) && !(c->spare && data == room(c->spare))))
     return NULL;
   if (!c->spare) {
-    shmap__chunk *s = cache_take(ctx, c->cap);
-    if (!s && (s = shmap__alloc(CHUNK_HDR + c->cap, false)))
-      s->cap = c->cap;
+    shmap__chunk *s = cache_take(ctx, c->cap, c->off != 0);
+    if (!s)
+      s = chunk_new(c->cap, c->off != 0);
     if (!s) {
       char sh[SHMAP__SHAPE_MAX];
       shmap__shape_format(c->block.dtype, c->block.rank, c->block.shape, sh,
@@ -265,6 +324,18 @@ shmap__chunk *shmap__arena_find(shmap_ctx *ctx, const shmap_block *block)
   return NULL;
 }
 
+bool shmap__arena_own_pages(shmap_ctx *ctx, const shmap_block *block,
+                            size_t *len)
+{
+  size_t nbytes = shmap_block_nbytes(block);
+  shmap__chunk *c = nbytes ? shmap__arena_find(ctx, block) : NULL;
+  if (!c || !c->off || block->data != room(c) ||
+      (uintptr_t)block->data % shmap__page_size() || nbytes > c->cap)
+    return false;
+  *len = round_page(nbytes);
+  return true;
+}
+
 void shmap__arena_clear(shmap_ctx *ctx)
 {
   while (ctx->arena)
@@ -274,7 +345,7 @@ void shmap__arena_clear(shmap_ctx *ctx)
 void shmap__arena_cache_free(shmap__dev *d)
 {
   for (int i = 0; i < SHMAP__CACHE; i++) {
-    free(d->arena.cache[i]);
+    chunk_free(d->arena.cache[i]);
     d->arena.cache[i] = NULL;
   }
 }

@@ -22,6 +22,7 @@ typedef struct shmap__chunk {
   struct shmap__chunk *prev, *next;
   int kind;
   size_t cap;        /* bytes of data room */
+  size_t off;        /* bytes of the allocation before the header (paged) */
   /* A second buffer for in-place ppermute (shmap__arena_spare): the
    * block's data is the chunk's own room or the spare's, and the other one
    * may still be read by device busy_dev until it finishes its collective
@@ -41,6 +42,14 @@ void shmap__arena_free(struct shmap_ctx *ctx, shmap__chunk *c);
 void shmap__arena_unlink(struct shmap_ctx *ctx, shmap__chunk *c);
 /* The arena chunk holding `block`, or NULL when it is not one of ours. */
 shmap__chunk *shmap__arena_find(struct shmap_ctx *ctx, const shmap_block *block);
+/* Whether the arena's new chunks are paged: their data starts a page and
+ * their room is whole pages no other data shares (SHMAP_ASYNC_CHECK=1,
+ * set by the map as it starts). */
+void shmap__arena_set_paged(bool on);
+/* Whether `block` is an arena block whose data fills whole pages of its
+ * own (a paged chunk's room); *len is then the bytes of those pages. */
+bool shmap__arena_own_pages(struct shmap_ctx *ctx, const shmap_block *block,
+                            size_t *len);
 /* Free every chunk still in the arena (the end of a map). */
 void shmap__arena_clear(struct shmap_ctx *ctx);
 /* In-place ppermute: room of at least `bytes` bytes, other than the

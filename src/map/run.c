@@ -10,6 +10,7 @@
 #include "proc/proc.h"
 #include "rehearse/rehearse.h"
 #include "sched/trace.h"
+#include "settings.h"
 #include "transport/mpi.h"
 
 #include <stdio.h>
@@ -231,6 +232,9 @@ static int frame_run(map_frame *f)
   /* Contexts start zeroed (shmap__runtime_take): counting is off. */
   for (int d = 0; rh && d < job->mesh->ndev; d++)
     job->ctx[d].mem.on = true;
+  /* Under SHMAP_ASYNC_CHECK=1 blocks get pages of their own, which an
+   * asynchronous collective's start may protect until its wait. */
+  shmap__arena_set_paged(shmap__setting_async_check());
   if (rc == 0) {
     shmap__proc_map_running(1);
     rc = shmap__runtime_run(rt, job, run_device);

@@ -101,6 +101,23 @@ void shmap__fiber_entered(shmap__fiber *self, shmap__fiber *from);
  * handler that names a device overflowing its stack, and an alternate
  * signal stack for it. */
 void shmap__guard_thread(void);
+/* guard.c: take the pages [lo, lo + len) away from the program (no
+ * access) and watch them: the first access faults, is recorded and gives
+ * them back, and the program goes on.  Returns a handle for
+ * shmap__guard_unwatch, or 0 when they cannot be watched (left as they
+ * are). */
+int shmap__guard_watch(void *lo, size_t len);
+/* Give the pages back (read and write) and stop watching them; returns
+ * what touched them meanwhile: 0 nothing, or the first access, a
+ * SHMAP__GUARD_* kind (handle 0: 0). */
+int shmap__guard_unwatch(int handle);
+/* How many ranges are watched now (tests: none after a map). */
+int shmap__guard_watching(void);
+enum {
+  SHMAP__GUARD_READ = 1,
+  SHMAP__GUARD_WRITE = 2,
+  SHMAP__GUARD_EITHER = 3 /* read or written: the processor does not say */
+};
 
 /* How devices are run: the number a mode's table gives to the runtime's
  * `mode`, which debuggers and tests read. */
