@@ -164,6 +164,31 @@ static int rewrite_body(shmap_ctx *ctx, void *arg)
   return shmap_wait(ctx, &req);
 }
 
+/* Bug 5: a result read between a psum_scatter's start and its wait.
+ * Device 1 peeks at its share of the sum before waiting; the exploring
+ * run checks the asynchronous rules, which report the read. */
+static int peek_body(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  int r = shmap_axis_index(ctx, "i");
+  int64_t two = 2;
+  shmap_block *x = shmap_block_alloc(ctx, SHMAP_F32, 1, &two);
+  if (!x)
+    return shmap_fail(ctx, "no block");
+  ((float *)x->data)[0] = (float)r;
+  ((float *)x->data)[1] = (float)(r + 1);
+  shmap_block *s = NULL;
+  shmap_request *req = NULL;
+  int rc = shmap_psum_scatter_start(ctx, x, "i", 0, 1, &s, &req);
+  if (rc)
+    return rc;
+  volatile float early = 0.0f;
+  if (r == 1)
+    early = ((float *)s->data)[0]; /* the bug: before the wait */
+  (void)early;
+  return shmap_wait(ctx, &req);
+}
+
 /* ---- the programs, as shmap_explore() runs them --------------------------- */
 
 typedef struct prog {
@@ -172,13 +197,17 @@ typedef struct prog {
   int nout;              /* 1: one f32[1] output per device, sharded on i */
   const char *manual;    /* the map's manual axes (NULL: all) */
   int max_schedules;     /* found within this many */
+  const char *want;      /* in the failure's message (NULL: any failure) */
 } prog;
 
 static const prog bugs[] = {
-    {"shared", "i=4", shared_body, 1, NULL, 2},
-    {"pair", "i=2", pair_body, 1, NULL, 4},
-    {"nested", "i=2, j=2", nested_body, 0, "i", 8},
-    {"rewrite", "i=2", rewrite_body, 0, NULL, 1},
+    {"shared", "i=4", shared_body, 1, NULL, 2, "'s slot, expected"},
+    {"pair", "i=2", pair_body, 1, NULL, 4, NULL},
+    {"nested", "i=2, j=2", nested_body, 0, "i", 8, NULL},
+    {"rewrite", "i=2", rewrite_body, 0, NULL, 1,
+     "the input was written between shmap_all_gather_start and shmap_wait"},
+    {"peek", "i=2", peek_body, 0, NULL, 1,
+     "the result was read between shmap_psum_scatter_start and shmap_wait"},
 };
 #define NBUGS (int)(sizeof bugs / sizeof bugs[0])
 
@@ -249,6 +278,9 @@ START_TEST(bug_api)
                 p->name, res.failed);
   ck_assert_str_eq(shmap_errmsg(), shmap_errmsg()); /* set */
   ck_assert_ptr_nonnull(strstr(shmap_errmsg(), res.replay));
+  if (p->want)
+    ck_assert_msg(strstr(res.message, p->want), "%s: %s", p->name,
+                  res.message);
   /* 100 replays: the same choices and the same failure. */
   shmap_explore_result first = res;
   /* Outputs unlike the first schedule's are not a failure of the schedule
@@ -313,6 +345,8 @@ START_TEST(bug_env)
   const char *env[] = {sched, "SHMAP_EXPLORE=100", "SHMAP_EXPLORE_SEED=1"};
   ck_assert_int_eq(spawn(p->name, env, 3, out, sizeof out, err, sizeof err), 0);
   ck_assert_msg(strncmp(out, "rc=0", 4) != 0, "%s: not found: %s", p->name, out);
+  if (p->want)
+    ck_assert_msg(strstr(out, p->want), "%s: %s", p->name, out);
   const char *at = strstr(err, "SHMAP_REPLAY=");
   ck_assert_msg(at != NULL, "%s: no schedule printed: %s", p->name, err);
   const char *s = strstr(err, "exploring: schedule ");
