@@ -188,7 +188,7 @@ START_TEST(test_bad_sched)
   setenv("SHMAP_SCHED", "fiber", 1);
   char *out = two_maps(NULL);
   expect_once(out, "shmap: SHMAP_SCHED=\"fiber\" is not valid (accepted: "
-                   "threads, fibers, auto); using auto\n");
+                   "threads, fibers, explore, auto); using auto\n");
   free(out);
 }
 END_TEST
