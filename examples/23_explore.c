@@ -25,6 +25,13 @@
  * result.  The seeds are fixed, so the output is the same on every run
  * and in both scheduling modes (the explored maps run one device at a
  * time in either); tests/test_explore_example.sh compares it.
+ *
+ * "23_explore once" runs the buggy kernel once, as an ordinary program
+ * would: with SHMAP_EXPLORE=200 in the environment its map is explored
+ * without a change to the program, and SHMAP_REPLAY replays the order
+ * that failed.  SHMAP_EXPLORE runs the map again without sgd_run() around
+ * it, so the board keeps what the previous schedule left on it: the same
+ * failing schedule then has another critical step.
  */
 #include <shmap.h>
 
@@ -110,8 +117,9 @@ static int sgd_run(shmap_mesh *mesh, void *arg, unsigned long long *digest)
   return rc;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+  int once = argc > 1 && strcmp(argv[1], "once") == 0;
   float norm = 0;
   for (int e = 0; e < N; e++) {
     W[e] = (float)(e % 5) - 2.0f;
@@ -133,6 +141,16 @@ int main(void)
     return 1;
   }
   int bad = 0;
+
+  /* 0. The buggy kernel once, under whatever the environment says. */
+  if (once) {
+    kernel buggy = {.fixed = 0};
+    int rc = sgd_run(mesh, &buggy, NULL);
+    printf("one run of the buggy kernel: %s\n",
+           rc ? shmap_errmsg() : "passed");
+    shmap_mesh_destroy(mesh);
+    return rc != 0;
+  }
 
   /* 1. Search: 200 schedules, alternately random walks and PCT, seeds
    * from 1.  quiet: the result, not stderr, says what failed. */
