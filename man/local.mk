@@ -136,3 +136,6 @@ SHMAP_MAN_PAGES += \
 # Cluster rehearsal.
 SHMAP_MAN_PAGES += man/shmap_rehearse.3 man/shmap-rehearse.7 \
 	man/shmap-rehearse.1
+
+# Exploring device interleavings.
+SHMAP_MAN_PAGES += man/shmap_explore.3
