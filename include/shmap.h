@@ -514,9 +514,10 @@ typedef struct shmap_map_opts {
   const char *rehearse;
   /* Exploring device interleavings (shmap_explore(3)); these fields stay
    * together.  A schedule such as "r.12" (random walk, seed 12) or
-   * "p3.12" (PCT with 3 priority change points): the map runs one device
-   * at a time in the order the schedule chooses at every wait.  NULL: the
-   * mesh's scheduling mode.  shmap_map_nested() takes only NULL. */
+   * "p3.12" (PCT of depth 3, with 2 priority change points): the map runs
+   * one device at a time in the order the schedule chooses at every wait.
+   * NULL: the mesh's scheduling mode.  shmap_map_nested() takes only
+   * NULL. */
   const char *schedule;
   /* Room for options of later versions, so that the structure keeps its
    * size (README.md, "ABI policy").  New fields go before it, taking

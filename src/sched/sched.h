@@ -263,8 +263,8 @@ struct shmap__transport;
  * A schedule of the exploring mode (explore.c).  One device runs at a
  * time; at every wait of a device the schedule picks which runnable
  * device continues.  The text names a strategy and a seed: "r.SEED" is a
- * random walk, "pD.SEED" probabilistic concurrency testing with D
- * priority change points.  The maps run under it are counted from 0, and
+ * random walk, "pD.SEED" probabilistic concurrency testing of depth D
+ * (D - 1 priority change points).  The maps run under it are counted from 0, and
  * map m draws from the seed and m, so the same text and the same program
  * make the same choices in every map.  A choice is recorded only where
  * more than one device could run.
