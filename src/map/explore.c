@@ -243,6 +243,16 @@ static int search(attempt *a, int total, uint64_t seed, int depth,
   return 0;
 }
 
+int shmap__explore_one_process(const shmap_mesh *mesh, const char *api)
+{
+  const shmap__place *pl = mesh->place;
+  if (!pl || pl->nproc <= 1)
+    return 0;
+  return shmap__err(SHMAP_EINVAL, "%s: an exploring schedule runs every "
+                    "device on one thread, and this mesh's %d devices run in "
+                    "%d processes", api, mesh->ndev, pl->nproc);
+}
+
 SHMAP_EXTERN int shmap_explore(shmap_mesh *mesh, shmap_explore_fn run,
                                void *arg, const shmap_explore_opts *opts,
                                shmap_explore_result *res)
@@ -260,6 +270,9 @@ SHMAP_EXTERN int shmap_explore(shmap_mesh *mesh, shmap_explore_fn run,
     return shmap__err(SHMAP_EINVAL, "shmap_explore: schedules=%d, depth=%d "
                       "(schedules at least 0, depth from 0 to 64)",
                       opts->schedules, opts->depth);
+  int rc = shmap__explore_one_process(mesh, "shmap_explore");
+  if (rc)
+    return rc;
   const char *replay = opts->replay ? opts->replay : shmap__setting_replay();
   char st;
   int dp;

@@ -50,6 +50,10 @@ int shmap__map(shmap_mesh *mesh, shmap_body_fn body, void *arg, int nin,
 
 /* ---- explore.c: exploring interleavings (shmap_explore(3)) ---------------- */
 
+/* 0 when every device of `mesh` runs in this process, else SHMAP_EINVAL
+ * with a message after `api`: an exploring schedule runs every device on
+ * the calling thread. */
+int shmap__explore_one_process(const shmap_mesh *mesh, const char *api);
 /* One map call made again with its arguments (`call`), its outputs into
  * out[]: 0 or the error. */
 typedef int (*shmap__map_once_fn)(void *call, shmap_array *out[]);

@@ -370,14 +370,8 @@ static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
   map_call c = {flags_op, mesh, body, arg, nin, nout, in, in_specs,
                 out_specs, flags, manual_text, rehearse, rc_opts};
   bool free_rt = mesh && !shmap__current() && mesh->rt && !mesh->rt->explore;
-  if (schedule && free_rt) {
+  if (schedule && free_rt && rc_opts == 0) {
     shmap__explore x = {0};
-    char st;
-    int depth;
-    uint64_t seed;
-    if (!shmap__parse_schedule(schedule, &st, &depth, &seed))
-      return shmap__err(SHMAP_EINVAL, "shmap_map_ex: schedule \"%.60s\" is "
-                        "not valid (r.SEED or pDEPTH.SEED)", schedule);
     snprintf(x.text, sizeof x.text, "%s", schedule);
     x.hash = x.out_hash = shmap__hash_init();
     mesh->rt->explore = &x;
@@ -390,8 +384,13 @@ static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
   }
   int n = free_rt && nout >= 0 && (nout == 0 || out) ? shmap__setting_explore()
                                                      : 0;
-  if (n > 0)
-    return shmap__explore_map(mesh, n, map_again, &c, out, nout);
+  if (n > 0 && rc_opts == 0) {
+    /* Refused through the map's agreement, so that a process whose
+     * environment differs fails with the others instead of waiting. */
+    c.rc_opts = shmap__explore_one_process(mesh, "SHMAP_EXPLORE");
+    if (c.rc_opts == 0)
+      return shmap__explore_map(mesh, n, map_again, &c, out, nout);
+  }
   return map_again(&c, out);
 }
 
@@ -412,6 +411,20 @@ SHMAP_EXTERN int shmap_map_flags(shmap_mesh *mesh, shmap_body_fn body,
 {
   return map_run("shmap_map", mesh, body, arg, nin, in, in_specs, nout, out,
                  out_specs, flags, NULL, NULL, 0, NULL);
+}
+
+/* A schedule in the options: valid, and for a mesh whose devices all run
+ * here; 0 or SHMAP_EINVAL with the message (refused through the map's
+ * agreement, as the other options are). */
+static int schedule_check(const shmap_mesh *mesh, const char *schedule)
+{
+  char st;
+  int depth;
+  uint64_t seed;
+  if (!shmap__parse_schedule(schedule, &st, &depth, &seed))
+    return shmap__err(SHMAP_EINVAL, "shmap_map_ex: schedule \"%.60s\" is "
+                      "not valid (r.SEED or pDEPTH.SEED)", schedule);
+  return mesh ? shmap__explore_one_process(mesh, "shmap_map_ex") : 0;
 }
 
 /* A fabric the caller named that cannot be loaded fails the map (the
@@ -448,6 +461,8 @@ SHMAP_EXTERN int shmap_map_ex(shmap_mesh *mesh, shmap_body_fn body, void *arg,
                          k, (unsigned long long)opts->reserved[k]);
   else if (opts->rehearse && *opts->rehearse)
     rc_opts = rehearse_check(opts->rehearse);
+  if (rc_opts == 0 && opts->schedule)
+    rc_opts = schedule_check(mesh, opts->schedule);
   return map_run("shmap_map_ex", mesh, body, arg, nin, in, in_specs, nout,
                  out, out_specs, opts->flags, opts->manual_axes,
                  opts->rehearse, rc_opts, opts->schedule);

@@ -57,7 +57,8 @@ static const char *const call_names[NCALLS] = {"map", "reshard", "transfer",
 /* Bad variants per call: a description, the code every process must
  * return, the text the message must hold, and whether the variant is a
  * valid call that differs from the other processes' (SHMAP_EMISMATCH;
- * such cases are skipped with one process). */
+ * such cases are skipped with one process), or 2, one that is bad only on
+ * a mesh over several processes (skipped with one too). */
 typedef struct variant {
   const char *what;
   int code;
@@ -78,6 +79,10 @@ static const variant map_v[] = {
     {"in_specs[0] P('i') (differs)", SHMAP_EMISMATCH, "different arguments", 1},
     {"flags SHMAP_NO_CHECK_REP (differs)", SHMAP_EMISMATCH,
      "different arguments", 1},
+    {"schedule q.1", SHMAP_EINVAL, "schedule \"q.1\" is not valid", 0},
+    {"schedule r.1 (exploring over processes)", SHMAP_EINVAL,
+     "an exploring schedule runs every device on one thread, and this "
+     "mesh's 8 devices run in", 2},
 };
 static const variant reshard_v[] = {
     {"spec P('z')", SHMAP_EAXIS, "'z'", 0},
@@ -180,9 +185,11 @@ static int run_call(int call, int v, int bad, int check)
       case 8: specs_out[0] = "P('j')"; break;
       case 9: specs_in[0] = "P('i')"; break;
       case 10: flags = SHMAP_NO_CHECK_REP; break;
+      case 11: opts.schedule = "q.1"; break;
+      case 12: opts.schedule = "r.1"; break;
       default: break;
       }
-    if (opts.manual_axes)
+    if (opts.manual_axes || opts.schedule)
       rc = shmap_map_ex(m1, fn, &b, nin, in, specs_in, 1, &out, specs_out,
                         &opts);
     else
@@ -283,12 +290,12 @@ static void run_case(int call, int v, int bad, int next)
     CHECK(strstr(msg, var->reason), "message does not say \"%s\": %s",
           var->reason, msg);
     char who[64];
-    if (R > 1 && !var->differs) {
+    if (R > 1 && var->differs != 1) {
       snprintf(who, sizeof who, "process %d (host ", bad);
       CHECK(strstr(msg, who) && strstr(msg, "rejected the call"),
             "message does not name the rejecting %s...): %s", who, msg);
     }
-    if (R > 1 && var->differs) {
+    if (R > 1 && var->differs == 1) {
       snprintf(who, sizeof who, "process %d (host ", bad ? bad : 1);
       CHECK(strstr(msg, "process 0 (host ") && strstr(msg, who),
             "message does not name process 0 and %s...): %s", who, msg);
@@ -367,12 +374,14 @@ static void run_mode(const char *mode)
   int last = R - 1;
   /* The cases the library got wrong: a bad spec on the last process while
    * the others psum in the body; bad specs to reshard and transfer; bad
-   * arguments followed by a correct call; out_specs that differ. */
+   * arguments followed by a correct call; out_specs that differ; a bad
+   * schedule, and one over processes. */
   static const int fixed[][3] = {
       {MAP, 0, MAP},      {MAP, 0, TO_HOST},   {RESHARD, 0, RESHARD},
       {TRANSFER, 0, TRANSFER}, {MAP, 1, MAP},   {MAP, 2, MAP},
       {MAP, 3, MAP},      {TO_HOST, 0, TO_HOST}, {TO_HOST, 0, MAP},
-      {MAP, 8, MAP},      {COLL, 0, MAP},
+      {MAP, 8, MAP},      {COLL, 0, MAP},      {MAP, 11, MAP},
+      {MAP, 12, MAP},
   };
   for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
     run_case(fixed[i][0], fixed[i][1], last, fixed[i][2]);
