@@ -136,12 +136,14 @@ typedef struct hplan {
  * its sends behind), one received message per process, the requests, and
  * the terms of one fold. */
 typedef struct hbufs {
-  unsigned char *out, *in;
+  unsigned char *out, **in;
+  size_t outcap, *incap;
+  char *unrecv;
   MPI_Request *reqs;
   int *watch, *procs;
   char *settled;
   const void **srcs;
-  int srccap;
+  int srccap, nin;
 } hbufs;
 
 /* The descriptors a device published in the current map, the last RING
@@ -222,7 +224,6 @@ typedef struct shmap__mpimesh {
   uint32_t *ask_id;         /* ndev: the asker's last question */
   pend *pend;               /* status notices still being sent (lock) */
   verdict *all;             /* nproc: the results of a map, at its end */
-  size_t hslot;             /* bytes of one leader's message at most */
   int npend, cappend;
 } shmap__mpimesh;
 
@@ -262,13 +263,17 @@ static void hbufs_free(hbufs *b, bool out)
 {
   if (out)
     free(b->out);
+  for (int i = 0; b->in && i < b->nin; i++)
+    free(b->in[i]);
   free(b->in);
+  free(b->incap);
+  free(b->unrecv);
   free(b->reqs);
   free(b->watch);
   free(b->procs);
   free(b->settled);
   free(b->srcs);
-  *b = (hbufs){.out = out ? NULL : b->out};
+  *b = (hbufs){.out = out ? NULL : b->out, .outcap = out ? 0 : b->outcap};
 }
 
 static void mm_free(shmap__mpimesh *m)
@@ -624,6 +629,11 @@ typedef struct waitarg {
   shmap__coll *c;
   const unsigned char *theirs; /* by index i of watch (their()) */
   size_t stride;
+  /* Leaders' messages (see "Groups spread over processes"), received
+   * once probed, in buffers of their size: by i, whether still to come
+   * (then reqs[2i] is MPI_REQUEST_NULL), and the message. */
+  char *unrecv;
+  struct hbufs *hb;
   char *settled;       /* by i: its descriptor is known to be on its way */
   uint64_t next_check, interval;
   int asking;          /* index asked about, -1: none */
@@ -651,10 +661,15 @@ typedef struct mwire {
 
 /* The received descriptor of watched member i (messages of `stride`
  * bytes each, a descriptor first). */
-static const mhead *their(const waitarg *w, int i)
+static const mhead *their(const waitarg *w, int i);
+
+/* Whether watched member i's message is still to come. */
+static bool recv_pending(const waitarg *w, int i)
 {
-  return (const mhead *)(w->theirs + (size_t)i * w->stride);
+  return w->reqs[2 * i] != MPI_REQUEST_NULL || (w->unrecv && w->unrecv[i]);
 }
+
+static bool probe_leads(waitarg *w);
 
 static bool arrive_check(waitarg *w);
 
@@ -666,6 +681,10 @@ static bool arrive_check(waitarg *w);
 static bool tested_all(waitarg *w)
 {
   int flag = 1;
+  if (w->unrecv && !probe_leads(w))
+    flag = 0;
+  if (w->err)
+    return true;
   for (int i = 0; i < w->nreq; i++) {
     int one = 0;
     if ((w->err = SHMAP__MPI_CHECK(MPI_Test, &w->reqs[i], &one,
@@ -865,7 +884,7 @@ static bool decide(waitarg *w, int i, const smsg *s)
   if (w->reqs[2 * i] != MPI_REQUEST_NULL)
     (void)SHMAP__MPI_CHECK(MPI_Test, &w->reqs[2 * i], &flag,
                            MPI_STATUS_IGNORE);
-  if (w->reqs[2 * i] == MPI_REQUEST_NULL) {
+  if (!recv_pending(w, i)) {
     if (their(w, i)->k == k)
       return false; /* it came meanwhile */
     later = true;   /* it made call k without us */
@@ -914,7 +933,7 @@ static bool remote_left(waitarg *w, bool failed)
   uint32_t k = w->k;
   for (int i = 0; i < w->nwatch; i++) {
     int d = w->watch[i];
-    if (pl->owner[d] == pl->self || w->reqs[2 * i] == MPI_REQUEST_NULL ||
+    if (pl->owner[d] == pl->self || !recv_pending(w, i) ||
         !es->done[d])
       continue;
     if (!failed && es->counts[d] < k) {
@@ -976,7 +995,7 @@ static bool arrive_check(waitarg *w)
     return true;
   bool later = false;
   for (int i = 0; i < w->nwatch; i++) {
-    if (w->reqs[2 * i] != MPI_REQUEST_NULL || their(w, i)->k == k)
+    if (recv_pending(w, i) || their(w, i)->k == k)
       continue;
     if (their(w, i)->k > k) {
       later = true;
@@ -1038,7 +1057,7 @@ static bool ask_members(waitarg *w, uint64_t now)
   for (int t = 0; t < w->nwatch; t++) {
     int i = (w->rr + t) % w->nwatch;
     int d = w->watch[i];
-    bool pending = w->reqs[2 * i] != MPI_REQUEST_NULL || their(w, i)->k != k;
+    bool pending = recv_pending(w, i) || their(w, i)->k != k;
     if (!pending || w->settled[i])
       continue;
     if (pl->owner[d] == pl->self) {
@@ -1648,19 +1667,23 @@ static hplan *hplan_of(shmap__coll *c)
   return h;
 }
 
-/* The leader's buffers for messages of up to m->hslot bytes and folds of
- * n terms, or NULL (out of memory). */
-static hbufs *hbufs_for(shmap__mpimesh *m, int dev, int n)
+/* The leader's buffers for folds of n terms and a message of `bytes`,
+ * or NULL (out of memory). */
+static hbufs *hbufs_for(shmap__mpimesh *m, int dev, int n, size_t bytes)
 {
   hbufs *b = &m->dev[dev].hb;
   if (!b->in) {
     size_t np = (size_t)m->nproc;
-    b->in = shmap__malloc(m->hslot * np);
+    b->in = shmap__calloc(np, sizeof *b->in);
+    b->incap = shmap__calloc(np, sizeof *b->incap);
+    b->unrecv = shmap__malloc(np);
     b->reqs = shmap__malloc(sizeof *b->reqs * 2 * np);
     b->watch = shmap__malloc(sizeof *b->watch * np);
     b->procs = shmap__malloc(sizeof *b->procs * np);
     b->settled = shmap__malloc(np);
-    if (!b->in || !b->reqs || !b->watch || !b->procs || !b->settled) {
+    b->nin = b->in ? m->nproc : 0;
+    if (!b->in || !b->incap || !b->unrecv || !b->reqs || !b->watch ||
+        !b->procs || !b->settled) {
       hbufs_free(b, false);
       return NULL;
     }
@@ -1673,27 +1696,67 @@ static hbufs *hbufs_for(shmap__mpimesh *m, int dev, int n)
     b->srccap = n;
   }
   /* On the heap: a failed call may leave its sends behind (abandon). */
-  if (!b->out && !(b->out = shmap__malloc(m->hslot)))
-    return NULL;
+  if (!b->out || b->outcap < bytes) {
+    free(b->out);
+    b->outcap = 0;
+    if (!(b->out = shmap__malloc(bytes)))
+      return NULL;
+    b->outcap = bytes;
+  }
   return b;
 }
 
-/* The most bytes of a leader's message: every device of the fullest
- * process contributing a term. */
-static void hslot_init(shmap__mpimesh *m, const shmap__place *pl)
+static const mhead *their(const waitarg *w, int i)
 {
-  if (m->hslot)
-    return;
-  int most = 0;
-  for (int p = 0; p < m->nproc; p++) {
-    int k = 0;
-    for (int d = 0; d < m->ndev; d++)
-      k += pl->owner[d] == p;
-    most = k > most ? k : most;
+  if (w->hb)
+    return (const mhead *)w->hb->in[i];
+  return (const mhead *)(w->theirs + (size_t)i * w->stride);
+}
+
+/* Receive the leaders' messages that came, each into a buffer of its
+ * size (a leader whose call differs may send more than ours would).
+ * Whether all came; an error sets w->err. */
+static bool probe_leads(waitarg *w)
+{
+  shmap__mpimesh *m = w->m;
+  hbufs *b = w->hb;
+  bool all = true;
+  for (int i = 0; i < w->nwatch; i++) {
+    if (!w->unrecv[i])
+      continue;
+    int flag = 0, len = 0, p = b->procs[i];
+    MPI_Message msg;
+    MPI_Status st;
+    if ((w->err = SHMAP__MPI_CHECK(
+             MPI_Improbe, p, lead_tag_of(m, w->watch[i], w->c->ctx->dev),
+             m->comm, &flag, &msg, &st)))
+      return false;
+    if (!flag) {
+      all = false;
+      continue;
+    }
+    (void)SHMAP__MPI_CHECK(MPI_Get_count, &st, MPI_BYTE, &len);
+    size_t need = (size_t)len > sizeof(hwire) ? (size_t)len : sizeof(hwire);
+    if (b->incap[i] < need) {
+      free(b->in[i]);
+      b->incap[i] = 0;
+      if ((b->in[i] = shmap__malloc(need)))
+        b->incap[i] = need;
+    }
+    atomic_fetch_add(&m->got[p], 1);
+    if (!b->in[i]) { /* taken off all the same, so that nothing is left */
+      (void)SHMAP__MPI_CHECK(MPI_Mrecv, NULL, 0, MPI_BYTE, &msg,
+                             MPI_STATUS_IGNORE);
+      w->err = shmap__err(SHMAP_ENOMEM, "out of memory");
+      return false;
+    }
+    memset(b->in[i], 0, sizeof(hwire));
+    w->unrecv[i] = 0;
+    if ((w->err = SHMAP__MPI_CHECK(MPI_Mrecv, b->in[i], len, MPI_BYTE, &msg,
+                                   MPI_STATUS_IGNORE)))
+      return false;
   }
-  size_t a = alignof(hwire);
-  size_t b = offsetof(hwire, data) + (size_t)most * SHMAP__SMALL_BYTES;
-  m->hslot = (b + a - 1) / a * a;
+  return all;
 }
 
 /* What a local member's published call k says (as decide() for a member
@@ -1840,9 +1903,9 @@ static int lead_message(shmap__coll *c, const hplan *h, const shmap__fold *fold,
 }
 
 /* Post the leaders' exchange: for the i-th other process holding members,
- * reqs[2i] receives its leader's message into in + i * hslot and
- * reqs[2i+1] sends ours.  0, or an MPI error (message set), the posting
- * stopping there. */
+ * send ours; its leader's message, to be probed for, comes into in[i]
+ * (unrecv[i] set, reqs[2i] null).  0, or an MPI error (message set), the
+ * posting stopping there. */
 static int post_leads(shmap__coll *c, const hplan *h, hbufs *b, int wbytes,
                       int *nreq)
 {
@@ -1854,17 +1917,12 @@ static int post_leads(shmap__coll *c, const hplan *h, hbufs *b, int wbytes,
     int d = h->plead[p];
     b->procs[i] = p;
     b->watch[i] = d;
-    atomic_fetch_add(&m->got[p], 1);
-    int rc = SHMAP__MPI_CHECK(MPI_Irecv, b->in + (size_t)i * m->hslot,
-                              (int)m->hslot, MPI_BYTE, p,
-                              lead_tag_of(m, d, me), m->comm, &b->reqs[2 * i]);
-    if (rc) {
-      atomic_fetch_sub(&m->got[p], 1);
-      return rc;
-    }
+    b->unrecv[i] = 1;
+    b->reqs[2 * i] = MPI_REQUEST_NULL;
     atomic_fetch_add(&m->sent[p], 1);
-    rc = SHMAP__MPI_CHECK(MPI_Isend, b->out, wbytes, MPI_BYTE, p,
-                          lead_tag_of(m, me, d), m->comm, &b->reqs[2 * i + 1]);
+    int rc = SHMAP__MPI_CHECK(MPI_Isend, b->out, wbytes, MPI_BYTE, p,
+                              lead_tag_of(m, me, d), m->comm,
+                              &b->reqs[2 * i + 1]);
     if (rc) {
       atomic_fetch_sub(&m->sent[p], 1);
       b->reqs[2 * i + 1] = MPI_REQUEST_NULL;
@@ -1887,7 +1945,7 @@ static const hwire *msg_of(shmap__coll *c, const hplan *h, const hbufs *b,
   int i = 0;
   for (int q = 0; q < p; q++)
     i += q != m->self && h->cnt[q] > 0;
-  return (const hwire *)(b->in + (size_t)i * m->hslot);
+  return (const hwire *)b->in[i];
 }
 
 /* Every member's terms folded in rank order into acc (count elements),
@@ -1944,8 +2002,8 @@ static int lead_exchange(shmap__coll *c, const hplan *h, hbufs *b, int wbytes)
   char why[SHMAP__MSG_MAX - 200];
   why[0] = '\0';
   waitarg w = {.m = m, .reqs = b->reqs, .nreq = nreq, .watch = b->watch,
-               .nwatch = nwatch, .k = c->k, .c = c, .theirs = b->in,
-               .stride = m->hslot, .settled = b->settled,
+               .nwatch = nwatch, .k = c->k, .c = c, .unrecv = b->unrecv,
+               .hb = b, .settled = b->settled,
                .interval = CHECK_AFTER, .asking = -1, .why = why,
                .nwhy = sizeof why};
   w.next_check = shmap__now() + CHECK_AFTER;
@@ -1979,7 +2037,6 @@ static int lead_call(shmap__coll *c, const hplan *h, const shmap__fold *fold,
   shmap__runtime *rt = ctx->rt;
   shmap__mpimesh *m = c->comm->priv;
   size_t des = fold->out_esize;
-  hslot_init(m, c->comm->mesh->place);
   publish(m, c);
   char why[SHMAP__MSG_MAX - 200];
   why[0] = '\0';
@@ -1992,7 +2049,8 @@ static int lead_call(shmap__coll *c, const hplan *h, const shmap__fold *fold,
                          why);
   else if (w.state == H_CANCEL)
     rc = shmap__canceled(ctx, shmap__coll_opname(c));
-  hbufs *b = rc ? NULL : hbufs_for(m, ctx->dev, c->n);
+  size_t wmax = offsetof(hwire, data) + (size_t)h->nlocal * count * c->esize;
+  hbufs *b = rc ? NULL : hbufs_for(m, ctx->dev, c->n, wmax);
   char *acc = b ? scratch(c, SCRATCH_ACC, count * des + 1) : NULL;
   if (!rc && !acc)
     rc = shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
