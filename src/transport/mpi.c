@@ -1847,7 +1847,9 @@ static bool lead_done(void *arg)
 }
 
 /* Publish the leader's outcome to its local members (every member's
- * result written first when ok). */
+ * result written first when ok).  Only to those in a call of the same
+ * number: after a mismatch a member may wait in an earlier call for
+ * another leader, whose outcome this one must not overwrite. */
 static void lead_publish(shmap__coll *c, const hplan *h, bool ok)
 {
   shmap__mpimesh *m = c->comm->priv;
@@ -1855,7 +1857,8 @@ static void lead_publish(shmap__coll *c, const hplan *h, bool ok)
   uint64_t v = (uint64_t)c->k << 1 | (ok ? 1u : 0u);
   for (int i = 0; i < h->nlocal; i++) {
     int d = h->locals[i];
-    if (d == c->ctx->dev)
+    if (d == c->ctx->dev ||
+        atomic_load_explicit(&m->dev[d].cur, memory_order_acquire) != c->k)
       continue;
     atomic_store_explicit(&m->dev[d].hgot, v, memory_order_release);
     shmap__dev_wake(&rt->devs[d]);
