@@ -7,6 +7,8 @@
  * communicator.  Tag 0 carries notices between processes; every other tag
  * names one ordered pair of devices within one map,
  *     1 + ((epoch mod K) * ndev + from) * ndev + to,
+ * or, offset by K * ndev * ndev, one ordered pair of leaders of a group's
+ * parts in two processes (see "Groups spread over processes"),
  * so the messages of a map that failed half-way can never match a receive
  * of a later map, and the messages between two devices arrive in the order
  * they were sent (MPI does not reorder messages with one source and tag).
@@ -114,6 +116,36 @@ typedef struct mcall {
   int nreq, cap;
 } mcall;
 
+/* A device's view of a group it made a small reduction in, computed
+ * once per group (see "Groups spread over processes"). */
+typedef struct hplan {
+  int naxes, base, n;      /* the group (n 0: none yet) */
+  int axes[SHMAP_MAX_AXES];
+  bool spread;             /* a process holds two or more of its members */
+  int lead;                /* the leader here: the lowest rank's device */
+  int nlocal;              /* members in this process ... */
+  int *locals;             /* ... their devices, by rank (n) */
+  int *rproc, *ridx;       /* n: each rank's process, its index there */
+  int *first, *cnt, *plead; /* nproc: a process's lowest rank (-1: none),
+                               members and leader */
+  int cap;                 /* ranks the arrays hold */
+} hplan;
+
+/* A leader's buffers (see "Groups spread over processes"), kept from
+ * call to call: its message (to the orphans when a failed call leaves
+ * its sends behind), one received message per process, the requests, and
+ * the terms of one fold. */
+typedef struct hbufs {
+  unsigned char *out, **in;
+  size_t outcap, *incap;
+  char *unrecv;
+  MPI_Request *reqs;
+  int *watch, *procs;
+  char *settled;
+  const void **srcs;
+  int srccap, nin;
+} hbufs;
+
 /* The descriptors a device published in the current map, the last RING
  * by call number, with their count and whether it left its body. */
 #define RING 64
@@ -134,6 +166,14 @@ typedef struct mdev {
   size_t scap[2];
   xbufs x;
   mcall mc;
+  /* Groups spread over processes: the outcome of the last call whose
+   * leader was another device of this process (the call number << 1, | 1
+   * when it succeeded, the result then in dst), and the part of the
+   * result this device takes (psum_scatter's offset and length). */
+  _Atomic uint64_t hgot;
+  size_t hoff, hn;
+  hplan hp;
+  hbufs hb;
 } mdev;
 enum { SCRATCH_TERMS, SCRATCH_ACC };
 
@@ -208,6 +248,34 @@ static void xbufs_free(xbufs *x, bool wire)
   *x = (xbufs){.wire = wire ? NULL : x->wire};
 }
 
+static void hplan_free(hplan *h)
+{
+  free(h->locals);
+  free(h->rproc);
+  free(h->ridx);
+  free(h->first);
+  free(h->cnt);
+  free(h->plead);
+  *h = (hplan){0};
+}
+
+static void hbufs_free(hbufs *b, bool out)
+{
+  if (out)
+    free(b->out);
+  for (int i = 0; b->in && i < b->nin; i++)
+    free(b->in[i]);
+  free(b->in);
+  free(b->incap);
+  free(b->unrecv);
+  free(b->reqs);
+  free(b->watch);
+  free(b->procs);
+  free(b->settled);
+  free(b->srcs);
+  *b = (hbufs){.out = out ? NULL : b->out, .outcap = out ? 0 : b->outcap};
+}
+
 static void mm_free(shmap__mpimesh *m)
 {
   for (int i = 0; i < m->npend; i++)
@@ -218,6 +286,8 @@ static void mm_free(shmap__mpimesh *m)
     free(m->dev[d].scratch[SCRATCH_ACC]);
     xbufs_free(&m->dev[d].x, true);
     free(m->dev[d].mc.reqs);
+    hplan_free(&m->dev[d].hp);
+    hbufs_free(&m->dev[d].hb, true);
   }
   free(m->dev);
   free(m->reply);
@@ -279,7 +349,9 @@ static int mpi_mesh_init(shmap__runtime *rt)
   bool ok = mm_alloc(m, mesh->ndev);
   int ub = shmap__proc_tag_ub();
   long long pairs = (long long)mesh->ndev * mesh->ndev;
-  m->tagk = ub > 0 ? (int)((ub - 1LL) / pairs) : 0;
+  /* Two ranges of tags: device pairs, then leader pairs (see "Groups
+   * spread over processes"). */
+  m->tagk = ub > 0 ? (int)((ub - 1LL) / (2 * pairs)) : 0;
   int rc = 0;
   if (!ok)
     rc = shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
@@ -287,7 +359,7 @@ static int mpi_mesh_init(shmap__runtime *rt)
     rc = shmap__err(SHMAP_EINVAL,
                     "a mesh of %d devices over several processes needs MPI "
                     "tags up to %lld; this MPI offers %d",
-                    mesh->ndev, 2 * pairs, ub);
+                    mesh->ndev, 4 * pairs, ub);
   else
     rc = shmap__proc_mesh_open(mesh);
   if (rc) {
@@ -530,6 +602,7 @@ static void map_begin(shmap__mpimesh *m)
     m->dev[d].finished = 0;
     atomic_store(&m->dev[d].cur, 0);
     atomic_store(&m->dev[d].left, 0);
+    atomic_store(&m->dev[d].hgot, 0);
     m->reply[d].epoch = 0;
   }
   uv_mutex_unlock(&m->lock);
@@ -554,7 +627,13 @@ typedef struct waitarg {
   bool cancel;        /* a watched member left without entering the call */
   /* Descriptor exchange only (arrive, see Cross-group agreement): */
   shmap__coll *c;
-  const struct mwire *theirs; /* by index i of watch */
+  const unsigned char *theirs; /* by index i of watch (their()) */
+  size_t stride;
+  /* Leaders' messages (see "Groups spread over processes"), received
+   * once probed, in buffers of their size: by i, whether still to come
+   * (then reqs[2i] is MPI_REQUEST_NULL), and the message. */
+  char *unrecv;
+  struct hbufs *hb;
   char *settled;       /* by i: its descriptor is known to be on its way */
   uint64_t next_check, interval;
   int asking;          /* index asked about, -1: none */
@@ -571,11 +650,26 @@ typedef struct waitarg {
  * message carries the bytes up to data plus the terms it has, and every
  * receive takes a whole mwire, so that a mismatch between the two kinds
  * of call is a difference of descriptors, never a truncated message. */
-typedef struct mwire {
+typedef struct mhead {
   uint32_t k, pad;
   shmap__call call;
+} mhead;
+typedef struct mwire {
+  mhead h;
   alignas(16) unsigned char data[SHMAP__SMALL_BYTES];
 } mwire;
+
+/* The received descriptor of watched member i (messages of `stride`
+ * bytes each, a descriptor first). */
+static const mhead *their(const waitarg *w, int i);
+
+/* Whether watched member i's message is still to come. */
+static bool recv_pending(const waitarg *w, int i)
+{
+  return w->reqs[2 * i] != MPI_REQUEST_NULL || (w->unrecv && w->unrecv[i]);
+}
+
+static bool probe_leads(waitarg *w);
 
 static bool arrive_check(waitarg *w);
 
@@ -587,6 +681,10 @@ static bool arrive_check(waitarg *w);
 static bool tested_all(waitarg *w)
 {
   int flag = 1;
+  if (w->unrecv && !probe_leads(w))
+    flag = 0;
+  if (w->err)
+    return true;
   for (int i = 0; i < w->nreq; i++) {
     int one = 0;
     if ((w->err = SHMAP__MPI_CHECK(MPI_Test, &w->reqs[i], &one,
@@ -786,8 +884,8 @@ static bool decide(waitarg *w, int i, const smsg *s)
   if (w->reqs[2 * i] != MPI_REQUEST_NULL)
     (void)SHMAP__MPI_CHECK(MPI_Test, &w->reqs[2 * i], &flag,
                            MPI_STATUS_IGNORE);
-  if (w->reqs[2 * i] == MPI_REQUEST_NULL) {
-    if (w->theirs[i].k == k)
+  if (!recv_pending(w, i)) {
+    if (their(w, i)->k == k)
       return false; /* it came meanwhile */
     later = true;   /* it made call k without us */
   }
@@ -835,7 +933,7 @@ static bool remote_left(waitarg *w, bool failed)
   uint32_t k = w->k;
   for (int i = 0; i < w->nwatch; i++) {
     int d = w->watch[i];
-    if (pl->owner[d] == pl->self || w->reqs[2 * i] == MPI_REQUEST_NULL ||
+    if (pl->owner[d] == pl->self || !recv_pending(w, i) ||
         !es->done[d])
       continue;
     if (!failed && es->counts[d] < k) {
@@ -897,9 +995,9 @@ static bool arrive_check(waitarg *w)
     return true;
   bool later = false;
   for (int i = 0; i < w->nwatch; i++) {
-    if (w->reqs[2 * i] != MPI_REQUEST_NULL || w->theirs[i].k == k)
+    if (recv_pending(w, i) || their(w, i)->k == k)
       continue;
-    if (w->theirs[i].k > k) {
+    if (their(w, i)->k > k) {
       later = true;
       continue;
     }
@@ -909,15 +1007,15 @@ static bool arrive_check(waitarg *w)
       w->cancel = true;
       return true;
     }
-    uint32_t j = w->theirs[i].k;
+    uint32_t j = their(w, i)->k;
     smsg mine;
     memset(&mine, 0, sizeof mine);
     status_of(m, me, j, &mine);
     if (mine.flags & ST_HAS_CALL)
       shmap__call_mismatch(rt->mesh, me, &mine.call, w->watch[i],
-                           &w->theirs[i].call, j, j, w->why, w->nwhy);
+                           &their(w, i)->call, j, j, w->why, w->nwhy);
     else
-      shmap__call_mismatch(rt->mesh, w->watch[i], &w->theirs[i].call, me,
+      shmap__call_mismatch(rt->mesh, w->watch[i], &their(w, i)->call, me,
                            NULL, j, j, w->why, w->nwhy);
     return true;
   }
@@ -959,7 +1057,7 @@ static bool ask_members(waitarg *w, uint64_t now)
   for (int t = 0; t < w->nwatch; t++) {
     int i = (w->rr + t) % w->nwatch;
     int d = w->watch[i];
-    bool pending = w->reqs[2 * i] != MPI_REQUEST_NULL || w->theirs[i].k != k;
+    bool pending = recv_pending(w, i) || their(w, i)->k != k;
     if (!pending || w->settled[i])
       continue;
     if (pl->owner[d] == pl->self) {
@@ -995,6 +1093,14 @@ static bool ask_members(waitarg *w, uint64_t now)
 static int tag_of(const shmap__mpimesh *m, int from, int to)
 {
   long long e = m->epoch % (uint32_t)m->tagk;
+  return (int)(1 + (e * m->ndev + from) * m->ndev + to);
+}
+
+/* The tag of a message between two processes' leaders of a group (see
+ * "Groups spread over processes"), in a range after every device pair's. */
+static int lead_tag_of(const shmap__mpimesh *m, int from, int to)
+{
+  long long e = m->tagk + m->epoch % (uint32_t)m->tagk;
   return (int)(1 + (e * m->ndev + from) * m->ndev + to);
 }
 
@@ -1365,10 +1471,10 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
   char *settled = x->settled;
   memset(settled, 0, (size_t)n);
   memset(wire, 0, offsetof(mwire, data));
-  wire->k = c->k;
-  wire->call = c->call;
-  wire->call.src = NULL;
-  wire->call.dst = NULL;
+  wire->h.k = c->k;
+  wire->h.call = c->call;
+  wire->h.call.src = NULL;
+  wire->h.call.dst = NULL;
   if (bytes)
     memcpy(wire->data, data, bytes);
   int wbytes = (int)(offsetof(mwire, data) + bytes);
@@ -1385,7 +1491,8 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
   char why[SHMAP__MSG_MAX - 200];
   why[0] = '\0';
   waitarg w = {.m = m, .reqs = reqs, .nreq = nreq, .watch = watch,
-               .nwatch = nwatch, .k = c->k, .c = c, .theirs = theirs,
+               .nwatch = nwatch, .k = c->k, .c = c,
+               .theirs = (const unsigned char *)theirs, .stride = sizeof *theirs,
                .settled = settled, .interval = CHECK_AFTER, .asking = -1,
                .why = why, .nwhy = sizeof why};
   w.next_check = shmap__now() + CHECK_AFTER;
@@ -1395,9 +1502,9 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
   if (atomic_load(&rt->abort))
     why[0] = '\0';
   for (int i = 0; rc == 0 && i < nwatch && !why[0]; i++)
-    if (!shmap__call_equal(&c->call, &theirs[i].call))
+    if (!shmap__call_equal(&c->call, &theirs[i].h.call))
       shmap__call_mismatch(rt->mesh, ctx->dev, &c->call, watch[i],
-                           &theirs[i].call, c->k, c->k, why, sizeof why);
+                           &theirs[i].h.call, c->k, c->k, why, sizeof why);
   /* The terms that came from other processes. */
   for (int i = 0; rc == 0 && !why[0] && i < nwatch; i++)
     ctx->remote += procs[i] != m->self ? bytes : 0;
@@ -1443,10 +1550,570 @@ static int mpi_arrive(shmap__coll *c)
  * exchange); nobody reads this device's buffers, so nothing is waited
  * for afterwards.
  */
+/*
+ * Groups spread over processes.  A small reduction whose group has two or
+ * more members in some process would cost, by the exchange above, a
+ * message from every member to every other one: n(n-1) per call, each on
+ * a tag of its own, and MPI's matching walks lists that grow with them
+ * (the time grew as n^4).  Such a group goes in two levels instead.  The
+ * members of one process agree and combine through its memory; their
+ * leader, the device of the lowest rank among them, sends one message to
+ * the leader of each other process holding members, and receives one from
+ * each: its descriptor and its process's terms.
+ *
+ * Agreement.  The leader reads each local member's published descriptor
+ * of the call (mdev, as "Cross-group agreement" reads a local member) and
+ * decides about it exactly as a member that asked about it would: equal,
+ * a mismatch naming the two (the message a member of today's exchange
+ * that received it would report), a member that returned early, or one
+ * released by the map's failure.  Only when every local member published
+ * an equal descriptor does the leader send, so one descriptor stands for
+ * the process.  Between leaders, the messages are the descriptors of
+ * arrive's exchange: their call numbers, the questions about a late
+ * leader, the rules on giving up after a failure all apply unchanged with
+ * the leaders as the watched members, and a leader counts as having
+ * entered the call (coll.arrive) once its messages went out.  A member
+ * that is not a leader waits for its leader's outcome, watching the
+ * leader as a local member: a leader whose call differs, or that
+ * returned without making it, settles its wait the same way.  The leader
+ * records its failure before it publishes the outcome, so the members'
+ * cancellation never comes first.
+ *
+ * The fold.  The result is the left fold of every member's terms in rank
+ * order, bit for bit.  A process whose members hold ranks 0 to h-1 may
+ * send their fold instead (when the fold of a run is itself a term, as
+ * shm's "Two levels"); every other process sends each of its members'
+ * terms, and each leader folds the same terms in the same order, then
+ * writes each local member's part of the result into its dst and
+ * publishes the outcome (hgot).  Pieces of a later run cannot be folded
+ * apart: (a + b) + (c + d) is not ((a + b) + c) + d in floating point.
+ */
+static void *scratch(shmap__coll *c, int which, size_t bytes);
+
+typedef struct hwire {
+  mhead h;
+  uint32_t prefold, nterms; /* the terms: one fold of ranks 0.. or each */
+  alignas(16) unsigned char data[];
+} hwire;
+
+/* The base device of c's group (see shmap__comm_member). */
+static int group_base(const shmap__coll *c)
+{
+  int base = c->ctx->dev;
+  for (int k = 0; k < c->call.naxes; k++)
+    base -= c->ctx->coords[c->call.axes[k]] *
+            (int)c->comm->mesh->strides[c->call.axes[k]];
+  return base;
+}
+
+/* Room for a plan of n ranks over nproc processes; false: out of memory. */
+static bool hplan_room(hplan *h, int n, int nproc)
+{
+  if (h->cap >= n)
+    return true;
+  hplan_free(h);
+  h->locals = shmap__malloc(sizeof(int) * (size_t)n);
+  h->rproc = shmap__malloc(sizeof(int) * (size_t)n);
+  h->ridx = shmap__malloc(sizeof(int) * (size_t)n);
+  h->first = shmap__malloc(sizeof(int) * (size_t)nproc);
+  h->cnt = shmap__malloc(sizeof(int) * (size_t)nproc);
+  h->plead = shmap__malloc(sizeof(int) * (size_t)nproc);
+  if (!h->locals || !h->rproc || !h->ridx || !h->first || !h->cnt ||
+      !h->plead) {
+    hplan_free(h);
+    return false;
+  }
+  h->cap = n;
+  return true;
+}
+
+/* This device's plan of c's group, or NULL when out of memory. */
+static hplan *hplan_of(shmap__coll *c)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  hplan *h = &m->dev[c->ctx->dev].hp;
+  int base = group_base(c);
+  if (h->n == c->n && h->base == base && h->naxes == c->call.naxes &&
+      memcmp(h->axes, c->call.axes, sizeof(int) * (size_t)h->naxes) == 0)
+    return h;
+  if (!hplan_room(h, c->n, m->nproc))
+    return NULL;
+  const shmap__place *pl = c->comm->mesh->place;
+  for (int p = 0; p < m->nproc; p++) {
+    h->first[p] = -1;
+    h->cnt[p] = 0;
+    h->plead[p] = -1;
+  }
+  int nspan = 0;
+  h->nlocal = 0;
+  for (int r = 0; r < c->n; r++) {
+    int d = shmap__comm_member(c, r), p = pl->owner[d];
+    if (h->first[p] < 0) {
+      h->first[p] = r;
+      h->plead[p] = d;
+      nspan++;
+    }
+    h->rproc[r] = p;
+    h->ridx[r] = h->cnt[p]++;
+    if (p == m->self)
+      h->locals[h->nlocal++] = d;
+  }
+  h->spread = c->n > nspan;
+  h->lead = h->plead[m->self];
+  h->n = c->n;
+  h->base = base;
+  h->naxes = c->call.naxes;
+  memcpy(h->axes, c->call.axes, sizeof(int) * (size_t)h->naxes);
+  return h;
+}
+
+/* The leader's buffers for folds of n terms and a message of `bytes`,
+ * or NULL (out of memory). */
+static hbufs *hbufs_for(shmap__mpimesh *m, int dev, int n, size_t bytes)
+{
+  hbufs *b = &m->dev[dev].hb;
+  if (!b->in) {
+    size_t np = (size_t)m->nproc;
+    b->in = shmap__calloc(np, sizeof *b->in);
+    b->incap = shmap__calloc(np, sizeof *b->incap);
+    b->unrecv = shmap__malloc(np);
+    b->reqs = shmap__malloc(sizeof *b->reqs * 2 * np);
+    b->watch = shmap__malloc(sizeof *b->watch * np);
+    b->procs = shmap__malloc(sizeof *b->procs * np);
+    b->settled = shmap__malloc(np);
+    b->nin = b->in ? m->nproc : 0;
+    if (!b->in || !b->incap || !b->unrecv || !b->reqs || !b->watch ||
+        !b->procs || !b->settled) {
+      hbufs_free(b, false);
+      return NULL;
+    }
+  }
+  if (b->srccap < n) {
+    free(b->srcs);
+    b->srccap = 0;
+    if (!(b->srcs = shmap__malloc(sizeof *b->srcs * (size_t)n)))
+      return NULL;
+    b->srccap = n;
+  }
+  /* On the heap: a failed call may leave its sends behind (abandon). */
+  if (!b->out || b->outcap < bytes) {
+    free(b->out);
+    b->outcap = 0;
+    if (!(b->out = shmap__malloc(bytes)))
+      return NULL;
+    b->outcap = bytes;
+  }
+  return b;
+}
+
+static const mhead *their(const waitarg *w, int i)
+{
+  if (w->hb)
+    return (const mhead *)w->hb->in[i];
+  return (const mhead *)(w->theirs + (size_t)i * w->stride);
+}
+
+/* Receive the leaders' messages that came, each into a buffer of its
+ * size (a leader whose call differs may send more than ours would).
+ * Whether all came; an error sets w->err. */
+static bool probe_leads(waitarg *w)
+{
+  shmap__mpimesh *m = w->m;
+  hbufs *b = w->hb;
+  bool all = true;
+  for (int i = 0; i < w->nwatch; i++) {
+    if (!w->unrecv[i])
+      continue;
+    int flag = 0, len = 0, p = b->procs[i];
+    MPI_Message msg;
+    MPI_Status st;
+    if ((w->err = SHMAP__MPI_CHECK(
+             MPI_Improbe, p, lead_tag_of(m, w->watch[i], w->c->ctx->dev),
+             m->comm, &flag, &msg, &st)))
+      return false;
+    if (!flag) {
+      all = false;
+      continue;
+    }
+    (void)SHMAP__MPI_CHECK(MPI_Get_count, &st, MPI_BYTE, &len);
+    size_t need = (size_t)len > sizeof(hwire) ? (size_t)len : sizeof(hwire);
+    if (b->incap[i] < need) {
+      free(b->in[i]);
+      b->incap[i] = 0;
+      if ((b->in[i] = shmap__malloc(need)))
+        b->incap[i] = need;
+    }
+    atomic_fetch_add(&m->got[p], 1);
+    if (!b->in[i]) { /* taken off all the same, so that nothing is left */
+      (void)SHMAP__MPI_CHECK(MPI_Mrecv, NULL, 0, MPI_BYTE, &msg,
+                             MPI_STATUS_IGNORE);
+      w->err = shmap__err(SHMAP_ENOMEM, "out of memory");
+      return false;
+    }
+    memset(b->in[i], 0, sizeof(hwire));
+    w->unrecv[i] = 0;
+    if ((w->err = SHMAP__MPI_CHECK(MPI_Mrecv, b->in[i], len, MPI_BYTE, &msg,
+                                   MPI_STATUS_IGNORE)))
+      return false;
+  }
+  return all;
+}
+
+/* What a local member's published call k says (as decide() for a member
+ * asked about): H_READY equal, H_WAIT not yet (or released by a failure
+ * not heard of yet), H_FAIL a mismatch (why set), H_CANCEL the map failed
+ * and the member will not come. */
+enum { H_READY, H_WAIT, H_FAIL, H_CANCEL };
+static int local_state(shmap__coll *c, int d, char *why, size_t nwhy)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  shmap__runtime *rt = c->ctx->rt;
+  uint32_t k = c->k;
+  smsg s;
+  memset(&s, 0, sizeof s);
+  status_of(m, d, k, &s);
+  bool failed = atomic_load(&rt->abort) != 0;
+  if (s.count >= k) {
+    if ((s.flags & ST_HAS_CALL) && shmap__call_equal(&c->call, &s.call))
+      return H_READY;
+    if (failed)
+      return H_CANCEL;
+    shmap__call_mismatch(rt->mesh, c->ctx->dev, &c->call, d,
+                         (s.flags & ST_HAS_CALL) ? &s.call : NULL, k, s.count,
+                         why, nwhy);
+    return H_FAIL;
+  }
+  if (!(s.flags & ST_FINISHED) || (!failed && (s.flags & ST_RELEASED)))
+    return H_WAIT;
+  if (failed)
+    return H_CANCEL;
+  shmap__call_mismatch(rt->mesh, c->ctx->dev, &c->call, d, NULL, k, s.count,
+                       why, nwhy);
+  return H_FAIL;
+}
+
+typedef struct hwait {
+  shmap__coll *c;
+  const hplan *h;
+  int next;      /* local members before it are in (leader) */
+  int state;     /* H_* */
+  unsigned polls;
+  char *why;
+  size_t nwhy;
+} hwait;
+
+/* The leader's wait for its local members' descriptors. */
+static bool locals_in(void *arg)
+{
+  hwait *w = arg;
+  shmap__coll *c = w->c;
+  for (; w->next < w->h->nlocal; w->next++) {
+    int d = w->h->locals[w->next];
+    if (d == c->ctx->dev)
+      continue;
+    w->state = local_state(c, d, w->why, w->nwhy);
+    if (w->state == H_WAIT) {
+      if ((w->polls++ & 7) == 0)
+        poll_notices(c->ctx->rt, c->comm->priv);
+      return false;
+    }
+    if (w->state != H_READY)
+      return true;
+  }
+  w->state = H_READY;
+  return true;
+}
+
+/* A member's wait for its leader's outcome. */
+static bool lead_done(void *arg)
+{
+  hwait *w = arg;
+  shmap__coll *c = w->c;
+  shmap__mpimesh *m = c->comm->priv;
+  uint64_t got = atomic_load_explicit(&m->dev[c->ctx->dev].hgot,
+                                      memory_order_acquire);
+  if (got >> 1 == c->k) {
+    w->state = (got & 1) ? H_READY : H_CANCEL;
+    return true;
+  }
+  if ((w->polls++ & 15) != 0)
+    return false;
+  poll_notices(c->ctx->rt, m);
+  int st = local_state(c, w->h->lead, w->why, w->nwhy);
+  if (st == H_READY || st == H_WAIT)
+    return false; /* it is in the call, or behind: its outcome will come */
+  w->state = st;
+  return true;
+}
+
+/* Publish the leader's outcome to its local members (every member's
+ * result written first when ok).  Only to those in a call of the same
+ * number: after a mismatch a member may wait in an earlier call for
+ * another leader, whose outcome this one must not overwrite. */
+static void lead_publish(shmap__coll *c, const hplan *h, bool ok)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  shmap__runtime *rt = c->ctx->rt;
+  uint64_t v = (uint64_t)c->k << 1 | (ok ? 1u : 0u);
+  for (int i = 0; i < h->nlocal; i++) {
+    int d = h->locals[i];
+    if (d == c->ctx->dev ||
+        atomic_load_explicit(&m->dev[d].cur, memory_order_acquire) != c->k)
+      continue;
+    atomic_store_explicit(&m->dev[d].hgot, v, memory_order_release);
+    shmap__dev_wake(&rt->devs[d]);
+  }
+}
+
+/* The device of local rank r's term (its src, published before its
+ * descriptor). */
+static const void *local_src(shmap__coll *c, int d)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  return d == c->ctx->dev ? c->call.src : m->dev[d].src;
+}
+
+/* Fill the leader's message: its descriptor and its process's terms (one
+ * fold of them when they are ranks 0 to nlocal-1 and the fold of a run is
+ * a term).  Its length in bytes. */
+static int lead_message(shmap__coll *c, const hplan *h, const shmap__fold *fold,
+                        size_t count, hwire *out, const void **srcs)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  size_t tb = count * c->esize;
+  memset(out, 0, offsetof(hwire, data));
+  out->h.k = c->k;
+  out->h.call = c->call;
+  out->h.call.src = NULL;
+  out->h.call.dst = NULL;
+  bool run = h->first[m->self] == 0;
+  for (int r = 0; run && r < h->nlocal; r++)
+    run = h->rproc[r] == m->self;
+  bool prefold = run && h->nlocal > 1 && fold->partial && !fold->count &&
+                 fold->out_esize == c->esize;
+  for (int i = 0; i < h->nlocal; i++)
+    srcs[i] = local_src(c, h->locals[i]);
+  if (prefold) {
+    fold->fn(out->data, srcs, h->nlocal, count, 0);
+    out->prefold = 1;
+    out->nterms = 1;
+  } else {
+    for (int i = 0; i < h->nlocal; i++)
+      memcpy(out->data + (size_t)i * tb, srcs[i], tb);
+    out->nterms = (uint32_t)h->nlocal;
+  }
+  return (int)(offsetof(hwire, data) + out->nterms * tb);
+}
+
+/* Post the leaders' exchange: for the i-th other process holding members,
+ * send ours; its leader's message, to be probed for, comes into in[i]
+ * (unrecv[i] set, reqs[2i] null).  0, or an MPI error (message set), the
+ * posting stopping there. */
+static int post_leads(shmap__coll *c, const hplan *h, hbufs *b, int wbytes,
+                      int *nreq)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  int me = c->ctx->dev, i = 0;
+  for (int p = 0; p < m->nproc; p++) {
+    if (p == m->self || h->cnt[p] == 0)
+      continue;
+    int d = h->plead[p];
+    b->procs[i] = p;
+    b->watch[i] = d;
+    b->unrecv[i] = 1;
+    b->reqs[2 * i] = MPI_REQUEST_NULL;
+    atomic_fetch_add(&m->sent[p], 1);
+    int rc = SHMAP__MPI_CHECK(MPI_Isend, b->out, wbytes, MPI_BYTE, p,
+                              lead_tag_of(m, me, d), m->comm,
+                              &b->reqs[2 * i + 1]);
+    if (rc) {
+      atomic_fetch_sub(&m->sent[p], 1);
+      b->reqs[2 * i + 1] = MPI_REQUEST_NULL;
+      *nreq = 2 * i + 2;
+      return rc;
+    }
+    *nreq = 2 * ++i;
+  }
+  return 0;
+}
+
+/* The message of process p (this one's: ours), by the order of
+ * post_leads. */
+static const hwire *msg_of(shmap__coll *c, const hplan *h, const hbufs *b,
+                           int p)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  if (p == m->self)
+    return (const hwire *)b->out;
+  int i = 0;
+  for (int q = 0; q < p; q++)
+    i += q != m->self && h->cnt[q] > 0;
+  return (const hwire *)b->in[i];
+}
+
+/* Every member's terms folded in rank order into acc (count elements),
+ * then each local member's part written into its dst. */
+static void lead_fold(shmap__coll *c, const hplan *h, const hbufs *b,
+                      const shmap__fold *fold, size_t count, char *acc)
+{
+  shmap__mpimesh *m = c->comm->priv;
+  size_t tb = count * c->esize, des = fold->out_esize;
+  const void **srcs = b->srcs;
+  int nsrc = 0, r = 0;
+  const hwire *first = msg_of(c, h, b, h->rproc[0]);
+  if (first->prefold) {
+    srcs[nsrc++] = first->data;
+    r = h->cnt[h->rproc[0]];
+  }
+  int lastp = -1;
+  const hwire *w = NULL;
+  for (; r < c->n; r++) {
+    int p = h->rproc[r];
+    if (p == m->self) {
+      srcs[nsrc++] = local_src(c, h->locals[h->ridx[r]]);
+      continue;
+    }
+    if (p != lastp) {
+      w = msg_of(c, h, b, p);
+      lastp = p;
+    }
+    srcs[nsrc++] = w->data + (size_t)h->ridx[r] * tb;
+  }
+  fold->fn(acc, srcs, nsrc, count, fold->count);
+  for (int i = 0; i < h->nlocal; i++) {
+    int d = h->locals[i];
+    const mdev *v = &m->dev[d];
+    if (d != c->ctx->dev)
+      memcpy(v->dst, acc + v->hoff * des, v->hn * des);
+  }
+}
+
+/* The leaders' exchange of a leader whose local members are in: 0 with
+ * every message received and equal to ours, else an error code (message
+ * set, the map failed or canceled). */
+static int lead_exchange(shmap__coll *c, const hplan *h, hbufs *b, int wbytes)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shmap__mpimesh *m = c->comm->priv;
+  int nreq = 0;
+  int perr = post_leads(c, h, b, wbytes, &nreq);
+  int nwatch = nreq / 2;
+  if (!perr)
+    atomic_store(&rt->devs[ctx->dev].coll.arrive, c->k);
+  memset(b->settled, 0, (size_t)m->nproc);
+  char why[SHMAP__MSG_MAX - 200];
+  why[0] = '\0';
+  waitarg w = {.m = m, .reqs = b->reqs, .nreq = nreq, .watch = b->watch,
+               .nwatch = nwatch, .k = c->k, .c = c, .unrecv = b->unrecv,
+               .hb = b, .settled = b->settled,
+               .interval = CHECK_AFTER, .asking = -1, .why = why,
+               .nwhy = sizeof why};
+  w.next_check = shmap__now() + CHECK_AFTER;
+  int rc = perr ? perr : wait_all(ctx, &w);
+  int err = perr ? perr : w.err;
+  if (rc && abandon(m, b->reqs, nreq, b->procs)) {
+    orphan(m, b->out);
+    b->out = NULL;
+  }
+  if (atomic_load(&rt->abort))
+    why[0] = '\0';
+  for (int i = 0; rc == 0 && i < nwatch && !why[0]; i++)
+    if (!shmap__call_equal(&c->call, &their(&w, i)->call))
+      shmap__call_mismatch(rt->mesh, ctx->dev, &c->call, b->watch[i],
+                           &their(&w, i)->call, c->k, c->k, why, sizeof why);
+  if (err)
+    return call_fail(c, err);
+  if (why[0])
+    return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH, "%s",
+                           why);
+  if (rc)
+    return shmap__canceled(ctx, shmap__coll_opname(c));
+  return 0;
+}
+
+/* The leader's part of a small reduction over a spread group. */
+static int lead_call(shmap__coll *c, const hplan *h, const shmap__fold *fold,
+                     size_t count, size_t off, size_t nn)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shmap__mpimesh *m = c->comm->priv;
+  size_t des = fold->out_esize;
+  publish(m, c);
+  char why[SHMAP__MSG_MAX - 200];
+  why[0] = '\0';
+  hwait w = {.c = c, .h = h, .state = H_WAIT, .why = why, .nwhy = sizeof why};
+  while (!shmap__dev_poll(rt, &rt->devs[ctx->dev], locals_in, &w, NULL))
+    ;
+  int rc = 0;
+  if (w.state == H_FAIL)
+    rc = shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH, "%s",
+                         why);
+  else if (w.state == H_CANCEL)
+    rc = shmap__canceled(ctx, shmap__coll_opname(c));
+  size_t wmax = offsetof(hwire, data) + (size_t)h->nlocal * count * c->esize;
+  hbufs *b = rc ? NULL : hbufs_for(m, ctx->dev, c->n, wmax);
+  char *acc = b ? scratch(c, SCRATCH_ACC, count * des + 1) : NULL;
+  if (!rc && !acc)
+    rc = shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
+                         "out of memory");
+  if (!rc) {
+    int wbytes = lead_message(c, h, fold, count, (hwire *)b->out, b->srcs);
+    rc = lead_exchange(c, h, b, wbytes);
+  }
+  if (!rc) {
+    lead_fold(c, h, b, fold, count, acc);
+    memcpy(c->call.dst, acc + off * des, nn * des);
+    ctx->remote += (uint64_t)(c->n - h->nlocal) * count * c->esize;
+  }
+  /* After the failure is recorded: the members' cancellation follows it. */
+  lead_publish(c, h, rc == 0);
+  return rc;
+}
+
+/* A member's part that is not the leader: publish, and take the
+ * leader's outcome. */
+static int member_call(shmap__coll *c, const hplan *h, size_t count,
+                       size_t off, size_t nn)
+{
+  shmap_ctx *ctx = c->ctx;
+  shmap__runtime *rt = ctx->rt;
+  shmap__mpimesh *m = c->comm->priv;
+  mdev *v = &m->dev[ctx->dev];
+  v->hoff = off;
+  v->hn = nn;
+  publish(m, c);
+  /* Its descriptor is with its process's leader, which sends it on. */
+  atomic_store(&rt->devs[ctx->dev].coll.arrive, c->k);
+  char why[SHMAP__MSG_MAX - 200];
+  why[0] = '\0';
+  hwait w = {.c = c, .h = h, .state = H_WAIT, .why = why, .nwhy = sizeof why};
+  while (!shmap__dev_poll(rt, &rt->devs[ctx->dev], lead_done, &w, NULL))
+    ;
+  if (w.state == H_READY) {
+    ctx->remote += (uint64_t)(c->n - h->nlocal) * count * c->esize;
+    return 0;
+  }
+  if (w.state == H_FAIL && !atomic_load(&rt->abort))
+    return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH, "%s",
+                           why);
+  return shmap__canceled(ctx, shmap__coll_opname(c));
+}
+
 static int mpi_allreduce_small(shmap__coll *c, size_t count,
                                const shmap__fold *fold, size_t off, size_t n)
 {
   memset(c->priv, 0, sizeof(mcall *));
+  if (c->n > 1) {
+    hplan *h = hplan_of(c);
+    if (!h)
+      return shmap__dev_fail(c->ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
+                             "out of memory");
+    if (h->spread)
+      return h->lead == c->ctx->dev ? lead_call(c, h, fold, count, off, n)
+                                    : member_call(c, h, count, off, n);
+  }
   mwire *all = NULL;
   int rc = exchange(c, c->call.src, count * c->esize, &all);
   if (rc)
