@@ -1016,7 +1016,10 @@ static void boxes_fold(shmap__coll *c, const void *first, int lo, int hi,
  * and a fold whose partial result is a term (fold->partial, which the
  * plan sets for psum, pmax, pmin and psum_scatter of every dtype but bf16
  * and f16, which round once, at the end) and no wider (a bool sum is);
- * pmean divides at the end.  Other calls take one leader.
+ * pmean divides at the end.  Other calls take one leader.  So does thread
+ * mode, each device on a thread of its own: a chain over teams of ranks
+ * there was measured slower (BENCHMARKS.md), since every link waits for
+ * one more thread to be switched in when the threads outnumber the cores.
  *
  * A sub-leader compares its members' hashes and its predecessor's with
  * its own, and compares with the last sub-leader when it takes the
