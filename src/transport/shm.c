@@ -862,8 +862,11 @@ static void hist_take(shmap__coll *c, shm_dev *sd, bool readers)
                              : sd->hist_readers & ~bit;
 }
 
-/* Publish this device's terms and call k in its box; the call's hash. */
-static uint32_t box_publish(shmap__coll *c, size_t count, bool readers)
+/* Publish this device's terms and call k in its box; the call's hash.
+ * With `wake` false the caller wakes those who wait for its arrival
+ * itself, later (see "Late wake-up"). */
+static uint32_t box_publish_as(shmap__coll *c, size_t count, bool readers,
+                               bool wake)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
@@ -878,8 +881,14 @@ static uint32_t box_publish(shmap__coll *c, size_t count, bool readers)
   atomic_store_explicit(&box->word, (uint64_t)c->k << 32 | hash,
                         memory_order_release);
   shmap__publish(&rt->devs[ctx->dev].coll.arrive, c->k);
-  wake_watchers(rt, sd);
+  if (wake)
+    wake_watchers(rt, sd);
   return hash;
+}
+
+static uint32_t box_publish(shmap__coll *c, size_t count, bool readers)
+{
+  return box_publish_as(c, count, readers, true);
 }
 
 /* Report a mismatch described in `why` (or the abort that came first). */
@@ -1037,6 +1046,19 @@ static void boxes_fold(shmap__coll *c, const void *first, int lo, int hi,
  * be reading its call k result; it waits for them to leave call k as for
  * another group.
  *
+ * Late wake-up.  Members that come before their leader wait for its
+ * arrival (lead_ready) as well as for its result: its arrival is what
+ * shows a leader making another call.  Woken at its arrival, they would
+ * find no result yet and sleep again (in thread mode, a thread switched
+ * in for nothing per member and call), so the one leader wakes those who wait for
+ * its arrival only once its result is out, and before its members, who
+ * then mostly find themselves woken already.  Whoever waits in vain for
+ * its arrival waits no longer than that: the leader's call completes
+ * whatever the others do (a member that made another call has published
+ * call k by another protocol, which boxes_wait takes; an earlier mismatch
+ * set the abort flag), and one that waits for its call k from another
+ * group has found a mismatch by then.
+ *
  * A result word carries the leader's call hash as well as the call
  * number: a member whose own call differs (another group, with the same
  * leader) sees the difference instead of taking the other call's result.
@@ -1150,7 +1172,7 @@ static int allreduce_lead(shmap__coll *c, size_t count, const shmap__fold *fold,
 {
   shm_state *st = c->comm->priv;
   shm_dev *sd = &st->devs[c->ctx->dev];
-  uint32_t hash = box_publish(c, count, false);
+  uint32_t hash = box_publish_as(c, count, false, false);
   int rc = boxes_wait(c);
   if (!rc)
     rc = boxes_agree(c, hash);
@@ -1162,7 +1184,11 @@ static int allreduce_lead(shmap__coll *c, size_t count, const shmap__fold *fold,
                 n * fold->out_esize);
     group_done(c);
   }
-  res_publish(c, res, hash, rc ? RES_FAILED : 0);
+  /* The result, then the late wake-up (see above), then the members. */
+  shmap__publish(&res->word,
+                 (uint64_t)c->k << 32 | RES_HASH(hash) | (rc ? RES_FAILED : 0));
+  wake_watchers(c->ctx->rt, sd);
+  wake_members(c->ctx->rt, c);
   left_call(c->ctx->rt, sd, c->k);
   return rc;
 }
