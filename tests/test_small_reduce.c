@@ -18,7 +18,9 @@
  * alternate between one leader and a chain, and a member whose call
  * differs from its leader's never takes the leader's result as its own.
  * all_gather and psum_scatter of a few
- * hundred bytes take the same path.  Every case runs in both scheduling
+ * hundred bytes take the same path.  Groups of 256 and 1024 reduce f32
+ * and i32 terms with psum, pmax and pmin (and within axis_index_groups at
+ * 256), checked bit for bit against the serial fold.  Every case runs in both scheduling
  * modes.
  */
 #include "testutil.h"
@@ -877,6 +879,137 @@ START_TEST(t_lead_other_group)
 }
 END_TEST
 
+/* Large groups, property-style: over "i=256" and "i=1024", psum, pmax and
+ * pmin of 64 f32 terms whose sums round (so any other order shows in the
+ * bits) and of 64 i32 terms, every result compared bit for bit with the
+ * serial left fold in rank order, computed before the map; at 256, also
+ * within axis_index_groups of 64 ranks listed from the highest down, whose
+ * fold goes in that listed order. */
+#define PLEN 64
+#define PSTEPS 12
+#define PGROUPS 4
+
+typedef struct parg {
+  int n;
+  bool groups;
+  float (*wf)[PLEN];   /* [PSTEPS]: the folds over the whole axis */
+  int32_t (*wi)[PLEN];
+  float (*gf)[PGROUPS][PLEN]; /* [PSTEPS]: the folds within each group */
+  int32_t (*gi)[PGROUPS][PLEN];
+  int ranks[1024];
+  _Atomic int bad;
+} parg;
+
+static float pterm_f(int d, int t, int e)
+{
+  return 1.0f / (float)(3 + d * 5 + t * 7 + e) + (float)(d % 17) * 1e3f;
+}
+
+static int32_t pterm_i(int d, int t, int e)
+{
+  return (int32_t)((d * 37 + t * 11 + e * 5) % 1001) - 500;
+}
+
+/* Fold member terms in the order of rank list `order` (n of them). */
+static void pfold(const int *order, int n, int t, int op, float *f,
+                  int32_t *iv)
+{
+  for (int e = 0; e < PLEN; e++) {
+    float af = pterm_f(order[0], t, e);
+    int32_t ai = pterm_i(order[0], t, e);
+    for (int r = 1; r < n; r++) {
+      float vf = pterm_f(order[r], t, e);
+      int32_t vi = pterm_i(order[r], t, e);
+      af = op == 0 ? af + vf : op == 1 ? (vf > af ? vf : af)
+                                       : (vf < af ? vf : af);
+      ai = op == 0 ? ai + vi : op == 1 ? (vi > ai ? vi : ai)
+                                       : (vi < ai ? vi : ai);
+    }
+    f[e] = af;
+    iv[e] = ai;
+  }
+}
+
+static int preduce(shmap_ctx *ctx, int op, shmap_block *b,
+                   const shmap_groups *g)
+{
+  return op == 0   ? shmap_psum_groups(ctx, b, "i", g)
+         : op == 1 ? shmap_pmax_groups(ctx, b, "i", g)
+                   : shmap_pmin_groups(ctx, b, "i", g);
+}
+
+static int body_large_p(shmap_ctx *ctx, void *arg)
+{
+  parg *pa = arg;
+  int d = shmap_axis_index(ctx, "i");
+  const shmap_groups g = {PGROUPS, pa->n / PGROUPS, pa->ranks};
+  for (int t = 0; t < PSTEPS; t++) {
+    int op = t % 3;
+    bool grp = pa->groups && t % 4 == 3;
+    float xf[PLEN];
+    int32_t xi[PLEN];
+    for (int e = 0; e < PLEN; e++) {
+      xf[e] = pterm_f(d, t, e);
+      xi[e] = pterm_i(d, t, e);
+    }
+    shmap_block bf = {xf, SHMAP_F32, 1, {PLEN}};
+    shmap_block bi = {xi, SHMAP_I32, 1, {PLEN}};
+    int rc = preduce(ctx, op, &bf, grp ? &g : NULL);
+    if (!rc)
+      rc = preduce(ctx, op, &bi, grp ? &g : NULL);
+    if (rc)
+      return rc;
+    const float *wf = grp ? pa->gf[t][d % PGROUPS] : pa->wf[t];
+    const int32_t *wi = grp ? pa->gi[t][d % PGROUPS] : pa->wi[t];
+    if (memcmp(xf, wf, sizeof xf) || memcmp(xi, wi, sizeof xi))
+      atomic_fetch_add(&pa->bad, 1);
+  }
+  return 0;
+}
+
+START_TEST(t_large_p)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  static const int sizes[] = {256, 1024};
+  for (size_t k = 0; k < 2; k++) {
+    parg *pa = calloc(1, sizeof *pa);
+    ck_assert_ptr_nonnull(pa);
+    pa->n = sizes[k];
+    pa->groups = pa->n == 256;
+    pa->wf = calloc(PSTEPS, sizeof *pa->wf);
+    pa->wi = calloc(PSTEPS, sizeof *pa->wi);
+    pa->gf = calloc(PSTEPS, sizeof *pa->gf);
+    pa->gi = calloc(PSTEPS, sizeof *pa->gi);
+    ck_assert(pa->wf && pa->wi && pa->gf && pa->gi);
+    /* Group q holds the ranks r with r % PGROUPS == q, highest first. */
+    int gs = pa->n / PGROUPS, all[1024];
+    for (int q = 0; q < PGROUPS; q++)
+      for (int m = 0; m < gs; m++)
+        pa->ranks[q * gs + m] = (gs - 1 - m) * PGROUPS + q;
+    for (int r = 0; r < pa->n; r++)
+      all[r] = r;
+    for (int t = 0; t < PSTEPS; t++) {
+      pfold(all, pa->n, t, t % 3, pa->wf[t], pa->wi[t]);
+      for (int q = 0; q < PGROUPS; q++)
+        pfold(&pa->ranks[q * gs], gs, t, t % 3, pa->gf[t][q], pa->gi[t][q]);
+    }
+    char text[32];
+    snprintf(text, sizeof text, "i=%d", pa->n);
+    shmap_mesh *mesh = tu_mesh_new(text);
+    tu_map_ok(shmap_map(mesh, body_large_p, pa, 0, NULL, NULL, 0, NULL, NULL),
+              text);
+    ck_assert_msg(pa->bad == 0, "%s (%s): %d wrong results", text, modes[_i],
+                  (int)pa->bad);
+    shmap_mesh_destroy(mesh);
+    free(pa->wf);
+    free(pa->wi);
+    free(pa->gf);
+    free(pa->gi);
+    free(pa);
+  }
+}
+END_TEST
+
 static Suite *suite(void)
 {
   Suite *s = suite_create("small_reduce");
@@ -897,6 +1030,7 @@ static Suite *suite(void)
   tcase_add_loop_test(tc, t_chain_mismatch, 0, 2);
   tcase_add_loop_test(tc, t_lead_then_chain, 0, 2);
   tcase_add_loop_test(tc, t_lead_other_group, 0, 2);
+  tcase_add_loop_test(tc, t_large_p, 0, 2);
   suite_add_tcase(s, tc);
   return s;
 }

@@ -862,8 +862,11 @@ static void hist_take(shmap__coll *c, shm_dev *sd, bool readers)
                              : sd->hist_readers & ~bit;
 }
 
-/* Publish this device's terms and call k in its box; the call's hash. */
-static uint32_t box_publish(shmap__coll *c, size_t count, bool readers)
+/* Publish this device's terms and call k in its box; the call's hash.
+ * With `wake` false the caller wakes those who wait for its arrival
+ * itself, later (see "Late wake-up"). */
+static uint32_t box_publish_as(shmap__coll *c, size_t count, bool readers,
+                               bool wake)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
@@ -878,8 +881,14 @@ static uint32_t box_publish(shmap__coll *c, size_t count, bool readers)
   atomic_store_explicit(&box->word, (uint64_t)c->k << 32 | hash,
                         memory_order_release);
   shmap__publish(&rt->devs[ctx->dev].coll.arrive, c->k);
-  wake_watchers(rt, sd);
+  if (wake)
+    wake_watchers(rt, sd);
   return hash;
+}
+
+static uint32_t box_publish(shmap__coll *c, size_t count, bool readers)
+{
+  return box_publish_as(c, count, readers, true);
 }
 
 /* Report a mismatch described in `why` (or the abort that came first). */
@@ -1016,7 +1025,10 @@ static void boxes_fold(shmap__coll *c, const void *first, int lo, int hi,
  * and a fold whose partial result is a term (fold->partial, which the
  * plan sets for psum, pmax, pmin and psum_scatter of every dtype but bf16
  * and f16, which round once, at the end) and no wider (a bool sum is);
- * pmean divides at the end.  Other calls take one leader.
+ * pmean divides at the end.  Other calls take one leader.  So does thread
+ * mode, each device on a thread of its own: a chain over teams of ranks
+ * there was measured slower (BENCHMARKS.md), since every link waits for
+ * one more thread to be switched in when the threads outnumber the cores.
  *
  * A sub-leader compares its members' hashes and its predecessor's with
  * its own, and compares with the last sub-leader when it takes the
@@ -1033,6 +1045,19 @@ static void boxes_fold(shmap__coll *c, const void *first, int lo, int hi,
  * k + 2, does not wait for the members on other workers, which may still
  * be reading its call k result; it waits for them to leave call k as for
  * another group.
+ *
+ * Late wake-up.  Members that come before their leader wait for its
+ * arrival (lead_ready) as well as for its result: its arrival is what
+ * shows a leader making another call.  Woken at its arrival, they would
+ * find no result yet and sleep again (in thread mode, a thread switched
+ * in for nothing per member and call), so the one leader wakes those who wait for
+ * its arrival only once its result is out, and before its members, who
+ * then mostly find themselves woken already.  Whoever waits in vain for
+ * its arrival waits no longer than that: the leader's call completes
+ * whatever the others do (a member that made another call has published
+ * call k by another protocol, which boxes_wait takes; an earlier mismatch
+ * set the abort flag), and one that waits for its call k from another
+ * group has found a mismatch by then.
  *
  * A result word carries the leader's call hash as well as the call
  * number: a member whose own call differs (another group, with the same
@@ -1147,7 +1172,7 @@ static int allreduce_lead(shmap__coll *c, size_t count, const shmap__fold *fold,
 {
   shm_state *st = c->comm->priv;
   shm_dev *sd = &st->devs[c->ctx->dev];
-  uint32_t hash = box_publish(c, count, false);
+  uint32_t hash = box_publish_as(c, count, false, false);
   int rc = boxes_wait(c);
   if (!rc)
     rc = boxes_agree(c, hash);
@@ -1159,7 +1184,11 @@ static int allreduce_lead(shmap__coll *c, size_t count, const shmap__fold *fold,
                 n * fold->out_esize);
     group_done(c);
   }
-  res_publish(c, res, hash, rc ? RES_FAILED : 0);
+  /* The result, then the late wake-up (see above), then the members. */
+  shmap__publish(&res->word,
+                 (uint64_t)c->k << 32 | RES_HASH(hash) | (rc ? RES_FAILED : 0));
+  wake_watchers(c->ctx->rt, sd);
+  wake_members(c->ctx->rt, c);
   left_call(c->ctx->rt, sd, c->k);
   return rc;
 }
