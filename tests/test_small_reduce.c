@@ -17,7 +17,7 @@
  * sub-leaders (2, 3 and 7 workers), also when the same group's calls
  * alternate between one leader and a chain, and a member whose call
  * differs from its leader's never takes the leader's result as its own.
- * all_gather and psum_scatter of a few
+ * all_gather, psum_scatter and all_to_all of a few
  * hundred bytes take the same path.  Every case runs in both scheduling
  * modes.
  */
@@ -478,6 +478,89 @@ START_TEST(t_gather_mismatch)
 }
 END_TEST
 
+/* all_to_all split and concatenated along axis 0 takes the same round
+ * trip when all n members' results (n times the block) fit in 512 bytes:
+ * each member keeps chunk r of every block (groups of up to 4), or rank 0
+ * lays out every member's result and each copies its own (5 and more).
+ * Chunks of 1 element, of the most that fit, and of one more (the
+ * general path), tiled and untiled, alternate with psums; every element
+ * is checked. */
+static int body_a2a(shmap_ctx *ctx, void *arg)
+{
+  garg *ga = arg;
+  int d = shmap_ctx_device(ctx), n = ga->n;
+  int64_t most = 128 / ((int64_t)n * n) > 1 ? 128 / ((int64_t)n * n) : 1;
+  float *x = malloc(sizeof(float) * (size_t)n * (size_t)(most + 1));
+  if (!x)
+    return shmap_fail(ctx, "out of memory");
+  for (int t = 0; t < 12; t++) {
+    int64_t cols = t % 3 == 0 ? 1 : t % 3 == 1 ? most : most + 1;
+    for (int r = 0; r < n; r++)
+      for (int64_t e = 0; e < cols; e++)
+        x[r * cols + e] = (float)(d * 1000 + r * 10) + (float)e / 8;
+    int tiled = t & 1;
+    shmap_block b = {x, SHMAP_F32, tiled ? 1 : 2,
+                     {tiled ? n * cols : n, tiled ? 0 : cols}};
+    shmap_block *out = NULL;
+    int rc = shmap_all_to_all(ctx, &b, "i", 0, 0, tiled, &out);
+    if (rc) {
+      free(x);
+      return rc;
+    }
+    /* Member k's chunk d, in the order of k: flat, the same either way. */
+    const float *o = out->data;
+    for (int k = 0; k < n; k++)
+      for (int64_t e = 0; e < cols; e++)
+        if (o[k * cols + e] != (float)(k * 1000 + d * 10) + (float)e / 8)
+          atomic_fetch_add(&ga->bad, 1);
+    shmap_block_free(ctx, out);
+    float one = (float)d;
+    shmap_block s = {&one, SHMAP_F32, 0, {0}};
+    if ((rc = shmap_psum(ctx, &s, "i"))) {
+      free(x);
+      return rc;
+    }
+  }
+  free(x);
+  return 0;
+}
+
+START_TEST(t_all_to_all)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  run_groups(body_a2a, modes[_i]);
+}
+END_TEST
+
+/* One member makes a psum where the others make a small all_to_all: the
+ * mismatch names it and both calls. */
+static int body_a2a_mismatch(shmap_ctx *ctx, void *arg)
+{
+  const int *odd = arg;
+  float x[128] = {1, 2, 3, 4};
+  shmap_block b = {x, SHMAP_F32, 1, {shmap_axis_size(ctx, "i")}};
+  for (int t = 0; t < 4; t++) {
+    shmap_block *out = NULL;
+    int rc = t == 2 && shmap_ctx_device(ctx) == *odd
+                 ? shmap_psum(ctx, &b, "i")
+                 : shmap_all_to_all(ctx, &b, "i", 0, 0, 1, &out);
+    if (rc)
+      return rc;
+    if (out)
+      shmap_block_free(ctx, out);
+  }
+  return 0;
+}
+
+START_TEST(t_all_to_all_mismatch)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  static const int odd[2] = {1, 70};
+  check_mismatch(body_a2a_mismatch, odd, "all_to_all(");
+}
+END_TEST
+
+
 /* psum_scatter whose member keeps one run of the input (nothing but
  * size-1 dimensions before the scatter dimension) and whose input is at
  * most 512 bytes takes the same single round trip, each member folding
@@ -891,6 +974,8 @@ static Suite *suite(void)
   tcase_add_loop_test(tc, t_large_mismatch, 0, 2);
   tcase_add_loop_test(tc, t_gather, 0, 2);
   tcase_add_loop_test(tc, t_gather_mismatch, 0, 2);
+  tcase_add_loop_test(tc, t_all_to_all, 0, 2);
+  tcase_add_loop_test(tc, t_all_to_all_mismatch, 0, 2);
   tcase_add_loop_test(tc, t_scatter, 0, 2);
   tcase_add_loop_test(tc, t_scatter_mismatch, 0, 2);
   tcase_add_loop_test(tc, t_chain, 0, 2);
