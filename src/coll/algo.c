@@ -155,7 +155,7 @@ int shmap__algo_all_gather(shmap__plan *p, shmap_block *res)
   shmap__coll *c = &p->c;
   const shmap_block *x = p->x;
   shmap__fold cat = {concat_fold, (int)c->esize, c->esize * (size_t)c->n,
-                     false};
+                     false, false};
   size_t numel = shmap__valid_numel(x);
   int rc;
   if (small_or_arrive(c, c->call.p1 == 0 && !p->groups, numel, &cat, 0, numel,
@@ -226,7 +226,7 @@ int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res)
   const shmap_block *x = p->x;
   size_t numel = shmap__valid_numel(x), m = numel / (size_t)c->n;
   shmap__fold cut = {chunks_fold, (int)(m * 32 + c->esize),
-                     c->esize * (size_t)c->n, false};
+                     c->esize * (size_t)c->n, false, false};
   int rc;
   bool small = c->call.p1 == 0 && c->call.p2 == 0 && !p->groups;
   if (small_or_arrive(c, small, numel, &cut, (size_t)c->rank * m, m,
@@ -269,14 +269,45 @@ int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res)
 
 /* ---- ppermute ------------------------------------------------------------- */
 
+/* The "fold" of a small ppermute: the term of the member this one
+ * receives from, or zeros when it receives from none.  `fes` (the fold's
+ * count) is (that member's rank + 1) * 32 + the element size (at most
+ * 16); the transport calls it with this member's own result only (own). */
+static void pick_fold(void *dst, const void *const src[], int nsrc, size_t n,
+                      int fes)
+{
+  int from = fes / 32 - 1;
+  size_t bytes = n * (size_t)(fes % 32);
+  if (from >= 0 && from < nsrc)
+    shmap__copy(dst, src[from], bytes);
+  else
+    shmap__zero(dst, bytes);
+}
+
+/* A ppermute of a few hundred bytes in a group of a few members takes the
+ * small reductions' single round trip: every member publishes a copy of
+ * its block with its call, and copies its source's from there, so no
+ * member reads another's buffer (nothing to wait for after the call, in
+ * place or not).  True when it did, the call then over, with *rc its
+ * result; else false, nothing done. */
+static bool ppermute_small(shmap__plan *p, size_t bytes, int *rc)
+{
+  shmap__coll *c = &p->c;
+  size_t numel = c->esize ? bytes / c->esize : 0;
+  shmap__fold pick = {pick_fold, (p->from + 1) * 32 + (int)c->esize,
+                      c->esize, false, true};
+  *rc = shmap__comm_allreduce_small(c, numel, &pick, 0, numel, bytes);
+  return *rc <= 0;
+}
+
 /* Out of place, the incoming block goes straight into the result: no
  * member writes a buffer another reads. */
 int shmap__algo_ppermute_new(shmap__plan *p, shmap_block *res)
 {
   shmap__coll *c = &p->c;
   size_t bytes = shmap__valid_nbytes(res);
-  int rc = shmap__comm_arrive(c);
-  if (rc)
+  int rc;
+  if (ppermute_small(p, bytes, &rc) || (rc = shmap__comm_arrive(c)))
     return rc;
   size_t numel = shmap__valid_numel(res);
   RUN(whole, 0, numel);
@@ -348,6 +379,9 @@ int shmap__algo_ppermute(shmap__plan *p, shmap_block *x)
   shmap__coll *c = &p->c;
   shmap_ctx *ctx = c->ctx;
   size_t bytes = shmap__valid_nbytes(x);
+  int small_rc;
+  if (ppermute_small(p, bytes, &small_rc))
+    return small_rc;
   shmap__chunk *ch = bytes ? shmap__arena_find(ctx, x) : NULL;
   bool oom = false;
   void *into = ch ? shmap__arena_spare(ctx, ch, bytes, &oom) : NULL;

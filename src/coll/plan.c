@@ -187,6 +187,7 @@ static int plan_fold(shmap__plan *p, int kind)
   p->fold.count = kind == SHMAP__PMEAN ? p->gn : 0;
   p->fold.out_esize = shmap_dtype_size((shmap_dtype)p->odtype);
   p->fold.partial = op != SHMAP__OP_MEAN && !t->rounds_once;
+  p->fold.own = false;
   return 0;
 }
 
