@@ -65,3 +65,9 @@ bench_rehearse_CFLAGS = $(AM_CFLAGS) $(JANSSON_CFLAGS)
 bench_rehearse_CPPFLAGS = $(AM_CPPFLAGS) \
 	-DBENCH_EXAMPLES_DIR='"$(abs_top_builddir)/examples"'
 bench_rehearse_LDADD = $(JANSSON_LIBS)
+
+# bench/smallcalls: CALLS back-to-back calls of one collective in one map,
+# for instruction counts per call under callgrind (BENCHMARKS.md).
+noinst_PROGRAMS += bench/smallcalls
+bench_smallcalls_SOURCES = bench/smallcalls.c
+bench_smallcalls_LDADD = src/libshmap.la

@@ -17,10 +17,11 @@
  * sub-leaders (2, 3 and 7 workers), also when the same group's calls
  * alternate between one leader and a chain, and a member whose call
  * differs from its leader's never takes the leader's result as its own.
- * all_gather and psum_scatter of a few
+ * all_gather, psum_scatter, all_to_all and ppermute of a few
  * hundred bytes take the same path.  Groups of 256 and 1024 reduce f32
  * and i32 terms with psum, pmax and pmin (and within axis_index_groups at
- * 256), checked bit for bit against the serial fold.  Every case runs in both scheduling
+ * 256), checked bit for bit against the serial fold.  Every case runs in
+ * both scheduling
  * modes.
  */
 #include "testutil.h"
@@ -479,6 +480,226 @@ START_TEST(t_gather_mismatch)
   check_mismatch(body_gather_mismatch, odd, "all_gather(");
 }
 END_TEST
+
+/* all_to_all split and concatenated along axis 0 takes the same round
+ * trip when all n members' results (n times the block) fit in 512 bytes:
+ * each member keeps chunk r of every block (groups of up to 4), or rank 0
+ * lays out every member's result and each copies its own (5 and more).
+ * Chunks of 1 element, of the most that fit, and of one more (the
+ * general path), tiled and untiled, alternate with psums; every element
+ * is checked. */
+static int body_a2a(shmap_ctx *ctx, void *arg)
+{
+  garg *ga = arg;
+  int d = shmap_ctx_device(ctx), n = ga->n;
+  int64_t most = 128 / ((int64_t)n * n) > 1 ? 128 / ((int64_t)n * n) : 1;
+  float *x = malloc(sizeof(float) * (size_t)n * (size_t)(most + 1));
+  if (!x)
+    return shmap_fail(ctx, "out of memory");
+  for (int t = 0; t < 12; t++) {
+    int64_t cols = t % 3 == 0 ? 1 : t % 3 == 1 ? most : most + 1;
+    for (int r = 0; r < n; r++)
+      for (int64_t e = 0; e < cols; e++)
+        x[r * cols + e] = (float)(d * 1000 + r * 10) + (float)e / 8;
+    int tiled = t & 1;
+    shmap_block b = {x, SHMAP_F32, tiled ? 1 : 2,
+                     {tiled ? n * cols : n, tiled ? 0 : cols}};
+    shmap_block *out = NULL;
+    int rc = shmap_all_to_all(ctx, &b, "i", 0, 0, tiled, &out);
+    if (rc) {
+      free(x);
+      return rc;
+    }
+    /* Member k's chunk d, in the order of k: flat, the same either way. */
+    const float *o = out->data;
+    for (int k = 0; k < n; k++)
+      for (int64_t e = 0; e < cols; e++)
+        if (o[k * cols + e] != (float)(k * 1000 + d * 10) + (float)e / 8)
+          atomic_fetch_add(&ga->bad, 1);
+    shmap_block_free(ctx, out);
+    float one = (float)d;
+    shmap_block s = {&one, SHMAP_F32, 0, {0}};
+    if ((rc = shmap_psum(ctx, &s, "i"))) {
+      free(x);
+      return rc;
+    }
+  }
+  free(x);
+  return 0;
+}
+
+START_TEST(t_all_to_all)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  run_groups(body_a2a, modes[_i]);
+}
+END_TEST
+
+/* ppermute of at most 512 bytes in a group of at most 4 takes the same
+ * round trip, every member copying its source's published block.  Over
+ * "i=4" (a ring, then a path whose first member gets zeros, then a swap
+ * with fixed points), in place on an arena block and on the body's memory
+ * and out of place, alternating with calls of 513 bytes on the same arena
+ * block (the general path, whose buffers pass through the block's second
+ * room) and over the whole mesh "i=8" (more members than the small path
+ * takes); every element is checked. */
+typedef struct parg {
+  _Atomic int bad;
+} parg;
+
+/* Where device d's block comes from in step t over n members (-1: none). */
+static int perm_from(int t, int d, int n)
+{
+  switch (t % 3) {
+  case 0: return (d + n - 1) % n;          /* ring */
+  case 1: return d == 0 ? -1 : d - 1;      /* path 0 -> 1 -> ... */
+  default: return d < 2 ? 1 - d : d;       /* swap 0, 1; fixed points */
+  }
+}
+
+static int perm_pairs(int t, int n, int pairs[][2])
+{
+  int k = 0;
+  for (int d = 0; d < n; d++) {
+    int f = perm_from(t, d, n);
+    if (f >= 0) {
+      pairs[k][0] = f;
+      pairs[k][1] = d;
+      k++;
+    }
+  }
+  return k;
+}
+
+static float pval(int d, int t, int64_t e)
+{
+  return (float)(d * 1000 + t * 10) + (float)e / 8;
+}
+
+static void pcheck(parg *pa, const float *got, int from, int t, int64_t len)
+{
+  for (int64_t e = 0; e < len; e++)
+    if (got[e] != (from < 0 ? 0.0f : pval(from, t, e)))
+      atomic_fetch_add(&pa->bad, 1);
+}
+
+static int body_perm(shmap_ctx *ctx, void *arg)
+{
+  parg *pa = arg;
+  int i = shmap_axis_index(ctx, "i"), d = shmap_ctx_device(ctx);
+  int pairs[8][2];
+  /* Arena blocks of 3, 128 and 129 floats. */
+  static const int64_t lens[3] = {3, 128, 129};
+  shmap_block *xs[3];
+  for (int k = 0; k < 3; k++)
+    if (!(xs[k] = shmap_block_alloc(ctx, SHMAP_F32, 1, &lens[k])))
+      return shmap_fail(ctx, "shmap_block_alloc: %s", shmap_errmsg());
+  float mine[128];
+  int rc;
+  for (int t = 0; t < 24; t++) {
+    int64_t len = t % 4 == 3 ? 129 : t % 2 ? 128 : 3;
+    bool whole = t % 8 == 7; /* over "i, j": 8 members */
+    int n = whole ? 8 : 4, me = whole ? d : i;
+    int np = perm_pairs(t, n, pairs);
+    int from = perm_from(t, me, n);
+    const char *axes = whole ? "i, j" : "i";
+    shmap_block b = {mine, SHMAP_F32, 1, {len}};
+    shmap_block *y = len == 129   ? xs[2]
+                     : t % 3 == 0 ? xs[len == 3 ? 0 : 1]
+                                  : &b;
+    shmap_block *out = NULL;
+    for (int64_t e = 0; e < len; e++)
+      ((float *)y->data)[e] = pval(me, t, e);
+    if (t % 5 == 4) {
+      rc = shmap_ppermute_new(ctx, y, axes, np, (const int(*)[2])pairs, &out);
+      if (!rc) {
+        pcheck(pa, out->data, from, t, len);
+        shmap_block_free(ctx, out);
+      }
+    } else {
+      rc = shmap_ppermute(ctx, y, axes, np, (const int(*)[2])pairs);
+      if (!rc)
+        pcheck(pa, y->data, from, t, len);
+    }
+    if (rc)
+      return rc;
+  }
+  for (int k = 0; k < 3; k++)
+    if ((rc = shmap_block_free(ctx, xs[k])))
+      return rc;
+  return 0;
+}
+
+START_TEST(t_ppermute)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  shmap_mesh *mesh = tu_mesh_new("i=4, j=2");
+  parg pa = {0};
+  tu_map_ok(shmap_map(mesh, body_perm, &pa, 0, NULL, NULL, 0, NULL, NULL),
+            "i=4, j=2");
+  ck_assert_msg(pa.bad == 0, "%s: %d wrong elements", modes[_i], (int)pa.bad);
+  shmap_mesh_destroy(mesh);
+}
+END_TEST
+
+/* One member makes a psum where the others make a small ppermute: the
+ * mismatch names both calls (on "i=4"; "i=100" takes the general path). */
+static int body_perm_mismatch(shmap_ctx *ctx, void *arg)
+{
+  const int *odd = arg;
+  float x = 1;
+  shmap_block b = {&x, SHMAP_F32, 1, {1}};
+  int n = shmap_axis_size(ctx, "i"), pairs[100][2];
+  for (int k = 0; k < n; k++) {
+    pairs[k][0] = k;
+    pairs[k][1] = (k + 1) % n;
+  }
+  for (int t = 0; t < 4; t++) {
+    int rc = t == 2 && shmap_ctx_device(ctx) == *odd
+                 ? shmap_psum(ctx, &b, "i")
+                 : shmap_ppermute(ctx, &b, "i", n, (const int(*)[2])pairs);
+    if (rc)
+      return rc;
+  }
+  return 0;
+}
+
+START_TEST(t_ppermute_mismatch)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  static const int odd[2] = {1, 70};
+  check_mismatch(body_perm_mismatch, odd, "ppermute(");
+}
+END_TEST
+
+/* One member makes a psum where the others make a small all_to_all: the
+ * mismatch names it and both calls. */
+static int body_a2a_mismatch(shmap_ctx *ctx, void *arg)
+{
+  const int *odd = arg;
+  float x[128] = {1, 2, 3, 4};
+  shmap_block b = {x, SHMAP_F32, 1, {shmap_axis_size(ctx, "i")}};
+  for (int t = 0; t < 4; t++) {
+    shmap_block *out = NULL;
+    int rc = t == 2 && shmap_ctx_device(ctx) == *odd
+                 ? shmap_psum(ctx, &b, "i")
+                 : shmap_all_to_all(ctx, &b, "i", 0, 0, 1, &out);
+    if (rc)
+      return rc;
+    if (out)
+      shmap_block_free(ctx, out);
+  }
+  return 0;
+}
+
+START_TEST(t_all_to_all_mismatch)
+{
+  ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
+  static const int odd[2] = {1, 70};
+  check_mismatch(body_a2a_mismatch, odd, "all_to_all(");
+}
+END_TEST
+
 
 /* psum_scatter whose member keeps one run of the input (nothing but
  * size-1 dimensions before the scatter dimension) and whose input is at
@@ -1024,6 +1245,10 @@ static Suite *suite(void)
   tcase_add_loop_test(tc, t_large_mismatch, 0, 2);
   tcase_add_loop_test(tc, t_gather, 0, 2);
   tcase_add_loop_test(tc, t_gather_mismatch, 0, 2);
+  tcase_add_loop_test(tc, t_all_to_all, 0, 2);
+  tcase_add_loop_test(tc, t_all_to_all_mismatch, 0, 2);
+  tcase_add_loop_test(tc, t_ppermute, 0, 2);
+  tcase_add_loop_test(tc, t_ppermute_mismatch, 0, 2);
   tcase_add_loop_test(tc, t_scatter, 0, 2);
   tcase_add_loop_test(tc, t_scatter_mismatch, 0, 2);
   tcase_add_loop_test(tc, t_chain, 0, 2);

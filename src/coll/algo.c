@@ -155,7 +155,7 @@ int shmap__algo_all_gather(shmap__plan *p, shmap_block *res)
   shmap__coll *c = &p->c;
   const shmap_block *x = p->x;
   shmap__fold cat = {concat_fold, (int)c->esize, c->esize * (size_t)c->n,
-                     false};
+                     false, false};
   size_t numel = shmap__valid_numel(x);
   int rc;
   if (small_or_arrive(c, c->call.p1 == 0 && !p->groups, numel, &cat, 0, numel,
@@ -186,15 +186,52 @@ int shmap__algo_all_gather(shmap__plan *p, shmap_block *res)
 
 /* ---- all_to_all ----------------------------------------------------------- */
 
+/* The "fold" of a small all_to_all split and concatenated along axis 0:
+ * every member's block is n chunks of m elements, and member r's result is
+ * chunk r of every member's block, in rank order.  `mes` (the fold's
+ * count) is m * 32 + the element size (at most 16).  A transport calls it
+ * either with n == m and each source at chunk r of a member's block (the
+ * result of the calling member), or with n the whole block and each
+ * source at its start (a group leader's result for every member: then
+ * chunk r of each block goes to result row r, each row m * nsrc elements,
+ * so that member r's part is at element r * m of rows of nsrc elements,
+ * as the transport takes it). */
+static void chunks_fold(void *dst, const void *const src[], int nsrc,
+                        size_t n, int mes)
+{
+  size_t m = (size_t)mes / 32, es = (size_t)mes % 32, bytes = m * es;
+  size_t rows = m ? n / m : 0;
+  if (rows <= 1 || nsrc == 1) {
+    concat_fold(dst, src, nsrc, n, (int)es);
+    return;
+  }
+  for (size_t r = 0; r < rows; r++)
+    for (int k = 0; k < nsrc; k++)
+      shmap__copy((char *)dst + (r * (size_t)nsrc + (size_t)k) * bytes,
+                  (const char *)src[k] + r * bytes, bytes);
+}
+
 /* The member at position r of the group takes chunk r (along split_axis)
  * of the block of the member at position k and puts it at position k along
- * concat_axis. */
+ * concat_axis.
+ *
+ * Split and concatenated along axis 0, both the chunks and the result
+ * are runs of elements: when every member's result for all members (n
+ * blocks, what a group leader may hold) is a few hundred bytes the call
+ * takes the small reductions' single round trip, as all_gather does, each
+ * member keeping chunk r of every member's block (chunks_fold). */
 int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res)
 {
   shmap__coll *c = &p->c;
   const shmap_block *x = p->x;
-  int rc = shmap__comm_arrive(c);
-  if (rc)
+  size_t numel = shmap__valid_numel(x), m = numel / (size_t)c->n;
+  shmap__fold cut = {chunks_fold, (int)(m * 32 + c->esize),
+                     c->esize * (size_t)c->n, false, false};
+  int rc;
+  bool small = c->call.p1 == 0 && c->call.p2 == 0 && !p->groups;
+  if (small_or_arrive(c, small, numel, &cut, (size_t)c->rank * m, m,
+                      shmap__valid_nbytes(x), &rc) ||
+      rc)
     return rc;
   int sa = c->call.p1, ca = c->call.p2, tiled = c->call.tiled;
   int rank = x->rank, n = p->gn;
@@ -232,14 +269,45 @@ int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res)
 
 /* ---- ppermute ------------------------------------------------------------- */
 
+/* The "fold" of a small ppermute: the term of the member this one
+ * receives from, or zeros when it receives from none.  `fes` (the fold's
+ * count) is (that member's rank + 1) * 32 + the element size (at most
+ * 16); the transport calls it with this member's own result only (own). */
+static void pick_fold(void *dst, const void *const src[], int nsrc, size_t n,
+                      int fes)
+{
+  int from = fes / 32 - 1;
+  size_t bytes = n * (size_t)(fes % 32);
+  if (from >= 0 && from < nsrc)
+    shmap__copy(dst, src[from], bytes);
+  else
+    shmap__zero(dst, bytes);
+}
+
+/* A ppermute of a few hundred bytes in a group of a few members takes the
+ * small reductions' single round trip: every member publishes a copy of
+ * its block with its call, and copies its source's from there, so no
+ * member reads another's buffer (nothing to wait for after the call, in
+ * place or not).  True when it did, the call then over, with *rc its
+ * result; else false, nothing done. */
+static bool ppermute_small(shmap__plan *p, size_t bytes, int *rc)
+{
+  shmap__coll *c = &p->c;
+  size_t numel = c->esize ? bytes / c->esize : 0;
+  shmap__fold pick = {pick_fold, (p->from + 1) * 32 + (int)c->esize,
+                      c->esize, false, true};
+  *rc = shmap__comm_allreduce_small(c, numel, &pick, 0, numel, bytes);
+  return *rc <= 0;
+}
+
 /* Out of place, the incoming block goes straight into the result: no
  * member writes a buffer another reads. */
 int shmap__algo_ppermute_new(shmap__plan *p, shmap_block *res)
 {
   shmap__coll *c = &p->c;
   size_t bytes = shmap__valid_nbytes(res);
-  int rc = shmap__comm_arrive(c);
-  if (rc)
+  int rc;
+  if (ppermute_small(p, bytes, &rc) || (rc = shmap__comm_arrive(c)))
     return rc;
   size_t numel = shmap__valid_numel(res);
   RUN(whole, 0, numel);
@@ -311,6 +379,9 @@ int shmap__algo_ppermute(shmap__plan *p, shmap_block *x)
   shmap__coll *c = &p->c;
   shmap_ctx *ctx = c->ctx;
   size_t bytes = shmap__valid_nbytes(x);
+  int small_rc;
+  if (ppermute_small(p, bytes, &small_rc))
+    return small_rc;
   shmap__chunk *ch = bytes ? shmap__arena_find(ctx, x) : NULL;
   bool oom = false;
   void *into = ch ? shmap__arena_spare(ctx, ch, bytes, &oom) : NULL;

@@ -98,20 +98,22 @@ static int split_check(shmap__plan *p, const char *what, int d, int tiled)
   const shmap__call *call = &p->c.call;
   int n = p->gn;
   int64_t size = call->shape[d];
+  if (tiled ? size % n == 0 : size == n)
+    return 0;
+  /* Only a failing call formats its shape: formatting costs more than the
+   * rest of a small call's plan. */
   char s[SHMAP__SHAPE_MAX];
   shmap__shape_format((shmap_dtype)call->dtype, call->rank, call->shape, s,
                       sizeof s);
-  if (tiled && size % n != 0)
+  if (tiled)
     return shmap__dev_fail(p->c.ctx, shmap__coll_opname(&p->c), SHMAP_ESHAPE,
                            "%s %d of the %s block has size %lld, not divisible "
                            "by the group size %d",
                            what, d, s, (long long)size, n);
-  if (!tiled && size != n)
-    return shmap__dev_fail(p->c.ctx, shmap__coll_opname(&p->c), SHMAP_ESHAPE,
+  return shmap__dev_fail(p->c.ctx, shmap__coll_opname(&p->c), SHMAP_ESHAPE,
                            "untiled: %s %d of the %s block has size %lld but "
                            "must equal the group size %d",
                            what, d, s, (long long)size, n);
-  return 0;
 }
 
 int shmap__plan_out_null(shmap__plan *p)
@@ -185,6 +187,7 @@ static int plan_fold(shmap__plan *p, int kind)
   p->fold.count = kind == SHMAP__PMEAN ? p->gn : 0;
   p->fold.out_esize = shmap_dtype_size((shmap_dtype)p->odtype);
   p->fold.partial = op != SHMAP__OP_MEAN && !t->rounds_once;
+  p->fold.own = false;
   return 0;
 }
 

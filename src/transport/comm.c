@@ -176,6 +176,7 @@ int shmap__comm_allreduce_small(shmap__coll *c, size_t count,
   const shmap__transport *tp = c->ctx->comm->tp;
   size_t es = c->esize > fold->out_esize ? c->esize : fold->out_esize;
   if (!tp->allreduce_small || c->n > tp->small_max_n ||
+      (fold->own && c->n > tp->small_own_max_n) ||
       count * es > SHMAP__SMALL_BYTES)
     return 1;
   shmap_ctx *ctx = c->ctx;

@@ -308,6 +308,9 @@ typedef struct shmap__transport {
   int (*allreduce_small)(shmap__coll *c, size_t count, const shmap__fold *fold,
                          size_t off, size_t n);
   int small_max_n;
+  /* The largest group allreduce_small takes a fold with `own` set for (0:
+   * none, such calls then take arrive and depart). */
+  int small_own_max_n;
 
   /* ---- buffer handover (optional) ------------------------------------ */
   /* In-place ppermute, after arrive, when this member published
@@ -336,6 +339,12 @@ struct shmap__fold {
    * two levels.  Set by the plan from the operation and the dtype table
    * (shmap__dtype_info.rounds_once). */
   bool partial;
+  /* The result depends on the member beyond off and n: the fold picks a
+   * term by the calling member's own place (ppermute's source).  A
+   * transport then folds for each member itself, all n terms at off into
+   * its own dst, never through another member's result (comm.c offers
+   * such folds only to groups of at most small_own_max_n members). */
+  bool own;
 };
 
 /* The transport of a mesh's runtime (shm, unless the process was started
