@@ -1110,7 +1110,7 @@ END_TEST
 #define PSTEPS 12
 #define PGROUPS 4
 
-typedef struct parg {
+typedef struct lparg {
   int n;
   bool groups;
   float (*wf)[PLEN];   /* [PSTEPS]: the folds over the whole axis */
@@ -1119,7 +1119,7 @@ typedef struct parg {
   int32_t (*gi)[PGROUPS][PLEN];
   int ranks[1024];
   _Atomic int bad;
-} parg;
+} lparg;
 
 static float pterm_f(int d, int t, int e)
 {
@@ -1161,7 +1161,7 @@ static int preduce(shmap_ctx *ctx, int op, shmap_block *b,
 
 static int body_large_p(shmap_ctx *ctx, void *arg)
 {
-  parg *pa = arg;
+  lparg *pa = arg;
   int d = shmap_axis_index(ctx, "i");
   const shmap_groups g = {PGROUPS, pa->n / PGROUPS, pa->ranks};
   for (int t = 0; t < PSTEPS; t++) {
@@ -1193,7 +1193,7 @@ START_TEST(t_large_p)
   ck_assert_int_eq(setenv("SHMAP_SCHED", modes[_i], 1), 0);
   static const int sizes[] = {256, 1024};
   for (size_t k = 0; k < 2; k++) {
-    parg *pa = calloc(1, sizeof *pa);
+    lparg *pa = calloc(1, sizeof *pa);
     ck_assert_ptr_nonnull(pa);
     pa->n = sizes[k];
     pa->groups = pa->n == 256;
