@@ -1116,6 +1116,21 @@ static int call_fail(shmap__coll *c, int rc)
                          shmap__errbuf());
 }
 
+/* How an exchange of descriptors ended for device c: an engine error
+ * (err), a mismatch (why, the message), a failure elsewhere that released
+ * it (rc), or agreement (0). */
+static int agreed(shmap__coll *c, int err, const char *why, int rc)
+{
+  if (err)
+    return call_fail(c, err);
+  if (why[0])
+    return shmap__dev_fail(c->ctx, shmap__coll_opname(c), SHMAP_EMISMATCH,
+                           "%s", why);
+  if (rc)
+    return shmap__canceled(c->ctx, shmap__coll_opname(c));
+  return 0;
+}
+
 /* A failure after every member passed arrive: the peers wait for this
  * device's data, and by the seam's promise (comm.h) no failure releases
  * that wait, so no notice could end it.  The job ends instead, with the
@@ -1519,14 +1534,7 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
     orphan(m, wire);
     x->wire = NULL;
   }
-  if (err)
-    return call_fail(c, err);
-  if (why[0])
-    return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH, "%s",
-                           why);
-  if (rc)
-    return shmap__canceled(ctx, shmap__coll_opname(c));
-  return 0;
+  return agreed(c, err, why, rc);
 }
 
 static int mpi_arrive(shmap__coll *c)
@@ -2022,14 +2030,7 @@ static int lead_exchange(shmap__coll *c, const hplan *h, hbufs *b, int wbytes)
     if (!shmap__call_equal(&c->call, &their(&w, i)->call))
       shmap__call_mismatch(rt->mesh, ctx->dev, &c->call, b->watch[i],
                            &their(&w, i)->call, c->k, c->k, why, sizeof why);
-  if (err)
-    return call_fail(c, err);
-  if (why[0])
-    return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_EMISMATCH, "%s",
-                           why);
-  if (rc)
-    return shmap__canceled(ctx, shmap__coll_opname(c));
-  return 0;
+  return agreed(c, err, why, rc);
 }
 
 /* The leader's part of a small reduction over a spread group. */
