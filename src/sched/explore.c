@@ -24,11 +24,9 @@
 #include "sched/hooks.h"
 #include "settings.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 enum { X_START = 1, X_READY, X_WAIT, X_DONE };
 
