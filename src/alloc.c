@@ -12,10 +12,23 @@
 /* Allocations left before the injected failure (0: none planned). */
 static _Atomic long countdown;
 static _Atomic long failures;
+/* Whose allocations count: NULL for every thread and device, else the
+ * error buffer of the device that planted the failure (each device has its
+ * own, on its thread or fiber, so it names the device in every mode). */
+static _Atomic(const char *) owner;
 
 void shmap__test_fail_alloc(long k)
 {
   atomic_store(&failures, 0);
+  atomic_store(&owner, (const char *)NULL);
+  atomic_store(&countdown, k);
+}
+
+void shmap__test_fail_alloc_here(long k)
+{
+  atomic_store(&countdown, 0);
+  atomic_store(&failures, 0);
+  atomic_store(&owner, (const char *)shmap__errbuf());
   atomic_store(&countdown, k);
 }
 
@@ -24,6 +37,11 @@ long shmap__test_alloc_failures(void) { return atomic_load(&failures); }
 static bool inject(void)
 {
   long left = atomic_load(&countdown);
+  if (left <= 0)
+    return false;
+  const char *who = atomic_load(&owner);
+  if (who && who != shmap__errbuf())
+    return false;
   while (left > 0) {
     if (atomic_compare_exchange_weak(&countdown, &left, left - 1)) {
       if (left == 1) {

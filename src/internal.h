@@ -384,6 +384,9 @@ void *shmap__realloc(void *p, size_t n);
 /* Tests: make the k-th allocation from now fail (0: none), and count the
  * failures injected since. */
 void shmap__test_fail_alloc(long k);
+/* The same, counting only the allocations of the calling device (or
+ * thread), so other devices running meanwhile cannot take the failure. */
+void shmap__test_fail_alloc_here(long k);
 long shmap__test_alloc_failures(void);
 
 #endif /* SHMAP_INTERNAL_H */

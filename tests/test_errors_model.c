@@ -259,7 +259,7 @@ static int body_fail(shmap_ctx *ctx, void *arg)
   case MIDWAY:
     break;
   case ALLOC: {
-    shmap__test_fail_alloc(1);
+    shmap__test_fail_alloc_here(1);
     int rc = shmap_all_gather(ctx, &x, "i, j", 0, 1, &g);
     r->injected = shmap__test_alloc_failures();
     shmap__test_fail_alloc(0);
