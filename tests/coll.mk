@@ -49,7 +49,7 @@ tests_gdb_async_target_CFLAGS = $(AM_CFLAGS) -O0 -g
 tests_gdb_async_target_LDADD = src/libshmap.la
 tests_gdb_async_target_LDFLAGS = $(AM_LDFLAGS) -no-install
 TESTS += tests/test_gdb_async.sh
-EXTRA_DIST += tests/test_gdb_async.sh
+EXTRA_DIST += tests/test_gdb_async.sh tests/gdbutil.sh
 
 # A batch "run" + "bt" with the gdb extension auto-loaded stops at a crash
 # (skipped without gdb or ptrace).

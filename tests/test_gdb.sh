@@ -39,14 +39,9 @@ prog=$top_builddir/tests/gdb_target
 ext=$top_srcdir/gdb/shmap-gdb.py
 src=$top_srcdir/tests/gdb_target.c
 
-skip () {
-  echo "test_gdb: SKIP: $*"
-  exit 77
-}
-
-if ! command -v gdb >/dev/null 2>&1; then
-  skip "gdb is not installed"
-fi
+gdb_test=test_gdb
+. "$top_srcdir/tests/gdbutil.sh"
+gdb_require
 if test ! -f "$prog" || test ! -f "$ext" || test ! -f "$src"; then
   echo "test_gdb: $prog, $ext or $src not found" >&2
   exit 99
@@ -55,14 +50,8 @@ fi
 # No user gdbinit (-nx), no debuginfod downloads, and none of the library's
 # own debugging switches from the caller's environment (each session sets
 # the scheduling it tests).
-DEBUGINFOD_URLS=
-export DEBUGINFOD_URLS
 unset SHMAP_WATCHDOG SHMAP_TRACE SHMAP_SCHED SHMAP_WORKERS
 
-to=
-if command -v timeout >/dev/null 2>&1; then
-  to="timeout 120"
-fi
 # The program is linked with -no-install (no wrapper script); going through
 # libtool anyway keeps working if that changes.
 if test -x "$top_builddir/libtool"; then
@@ -82,19 +71,6 @@ cleanup () {
 }
 trap cleanup 0
 trap 'exit 99' 1 2 15
-
-# ---- can gdb run a program here at all? -----------------------------------
-
-$to gdb -nx -batch -ex 'python print("python-" + "ok")' > "$tmp/py.out" 2>&1
-if ! grep '^python-ok$' "$tmp/py.out" >/dev/null; then
-  cat "$tmp/py.out"
-  skip "gdb has no Python support"
-fi
-$to gdb -nx -batch -ex run --args /bin/sh -c 'exit 0' > "$tmp/ptrace.out" 2>&1
-if ! grep 'exited normally' "$tmp/ptrace.out" >/dev/null; then
-  cat "$tmp/ptrace.out"
-  skip "gdb cannot run a program here (ptrace not permitted?)"
-fi
 
 line=$(grep -n 'gdb-test: break here' "$src" | cut -d: -f1)
 if test -z "$line"; then

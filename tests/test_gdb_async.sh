@@ -11,32 +11,19 @@ prog=$top_builddir/tests/gdb_async_target
 ext=$top_srcdir/gdb/shmap-gdb.py
 src=$top_srcdir/tests/gdb_async_target.c
 
-skip () {
-  echo "test_gdb_async: SKIP: $*"
-  exit 77
-}
-
-command -v gdb >/dev/null 2>&1 || skip "gdb is not installed"
+gdb_test=test_gdb_async
+. "$top_srcdir/tests/gdbutil.sh"
+gdb_require
 if test ! -f "$prog" || test ! -f "$ext" || test ! -f "$src"; then
   echo "test_gdb_async: $prog, $ext or $src not found" >&2
   exit 99
 fi
-DEBUGINFOD_URLS=
-export DEBUGINFOD_URLS
 unset SHMAP_WATCHDOG SHMAP_TRACE SHMAP_SCHED SHMAP_ASYNC_CHECK
-to=
-command -v timeout >/dev/null 2>&1 && to="timeout 120"
 
 tmp=${TMPDIR:-/tmp}/test_gdb_async.$$
 mkdir "$tmp" || exit 99
 trap 'rm -rf "$tmp"' 0
 trap 'exit 99' 1 2 15
-
-$to gdb -nx -batch -ex 'python print("python-" + "ok")' > "$tmp/py.out" 2>&1
-grep '^python-ok$' "$tmp/py.out" >/dev/null || skip "gdb has no Python support"
-$to gdb -nx -batch -ex run --args /bin/sh -c 'exit 0' > "$tmp/pt.out" 2>&1
-grep 'exited normally' "$tmp/pt.out" >/dev/null ||
-  skip "gdb cannot run a program here (ptrace not permitted?)"
 
 line=$(grep -n 'gdb-test: break here' "$src" | cut -d: -f1)
 status=0

@@ -18,14 +18,9 @@ top_builddir=${top_builddir:-.}
 prog=$top_builddir/tests/gdb_crash_target
 ext=$top_srcdir/gdb/shmap-gdb.py
 
-skip () {
-  echo "test_gdb_autoload: SKIP: $*"
-  exit 77
-}
-
-if ! command -v gdb >/dev/null 2>&1; then
-  skip "gdb is not installed"
-fi
+gdb_test=test_gdb_autoload
+. "$top_srcdir/tests/gdbutil.sh"
+gdb_require
 lib=
 for f in "$top_builddir"/src/.libs/libshmap.so; do
   if test -e "$f"; then
@@ -37,30 +32,12 @@ if test ! -f "$prog" || test ! -f "$ext" || test -z "$lib"; then
   exit 99
 fi
 
-DEBUGINFOD_URLS=
-export DEBUGINFOD_URLS
 unset SHMAP_WATCHDOG SHMAP_TRACE SHMAP_SCHED SHMAP_WORKERS SHMAP_ASYNC_CHECK
-
-to=
-if command -v timeout >/dev/null 2>&1; then
-  to="timeout 120"
-fi
 
 tmp=${TMPDIR:-/tmp}/test_gdb_autoload.$$
 mkdir "$tmp" || exit 99
 trap 'rm -rf "$tmp"' 0
 trap 'exit 99' 1 2 15
-
-$to gdb -nx -batch -ex 'python print("python-" + "ok")' > "$tmp/py.out" 2>&1
-if ! grep '^python-ok$' "$tmp/py.out" >/dev/null; then
-  cat "$tmp/py.out"
-  skip "gdb has no Python support"
-fi
-$to gdb -nx -batch -ex run --args /bin/sh -c 'exit 0' > "$tmp/ptrace.out" 2>&1
-if ! grep 'exited normally' "$tmp/ptrace.out" >/dev/null; then
-  cat "$tmp/ptrace.out"
-  skip "gdb cannot run a program here (ptrace not permitted?)"
-fi
 
 # Where gdb looks for the library's script: the scripts directory, then the
 # library's real path, then "-gdb.py".

@@ -24,25 +24,16 @@ top_builddir=${top_builddir:-.}
 prog=$top_builddir/tests/gdb_explore_target
 ext=$top_srcdir/gdb/shmap-gdb.py
 
-skip () {
-  echo "test_gdb_explore: SKIP: $*"
-  exit 77
-}
+gdb_test=test_gdb_explore
+. "$top_srcdir/tests/gdbutil.sh"
 
 if test ! -f "$prog" || test ! -f "$ext"; then
   echo "test_gdb_explore: $prog or $ext not found" >&2
   exit 99
 fi
 
-DEBUGINFOD_URLS=
-export DEBUGINFOD_URLS
 unset SHMAP_WATCHDOG SHMAP_TRACE SHMAP_SCHED SHMAP_WORKERS SHMAP_ASYNC_CHECK \
   SHMAP_EXPLORE SHMAP_REPLAY SHMAP_EXPLORE_SEED
-
-to=
-if command -v timeout >/dev/null 2>&1; then
-  to="timeout 120"
-fi
 
 tmp=${TMPDIR:-/tmp}/test_gdb_explore.$$
 mkdir "$tmp" || exit 99
@@ -85,19 +76,7 @@ for sched in threads fibers; do
   test $i = 10 && echo "ok: $sched: found within 50 schedules, replayed 10 of 10"
 done
 
-if ! command -v gdb >/dev/null 2>&1; then
-  skip "gdb is not installed"
-fi
-$to gdb -nx -batch -ex 'python print("python-" + "ok")' > "$tmp/py.out" 2>&1
-if ! grep '^python-ok$' "$tmp/py.out" >/dev/null; then
-  cat "$tmp/py.out"
-  skip "gdb has no Python support"
-fi
-$to gdb -nx -batch -ex run --args /bin/sh -c 'exit 0' > "$tmp/ptrace.out" 2>&1
-if ! grep 'exited normally' "$tmp/ptrace.out" >/dev/null; then
-  cat "$tmp/ptrace.out"
-  skip "gdb cannot run a program here (ptrace not permitted?)"
-fi
+gdb_require
 
 line=$(grep -n 'int seen = slot' "$top_srcdir/tests/gdb_explore_target.c" |
        cut -d: -f1)
