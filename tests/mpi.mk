@@ -16,7 +16,11 @@ check_PROGRAMS += tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \
 	tests/mpi/test_mpi_coll tests/mpi/test_mpi_groups tests/mpi/test_mpi_async \
 	tests/mpi/test_mpi_mismatch tests/mpi/test_mpi_parts tests/mpi/test_mpi_exit \
 	tests/mpi/test_mpi_map_prop tests/mpi/test_mpi_watchdog \
-	tests/mpi/test_mpi_badinput tests/mpi/test_mpi_meshes tests/mpi/test_mpi_spread
+	tests/mpi/test_mpi_badinput tests/mpi/test_mpi_meshes tests/mpi/test_mpi_spread \
+	tests/mpi/test_mpi_explore
+# Exploring schedules refused on a mesh over several processes.
+tests_mpi_test_mpi_explore_SOURCES = tests/mpi/test_mpi_explore.c tests/alarm.h
+tests_mpi_test_mpi_explore_LDADD = src/libshmap.la
 # A psum over a group spread over processes: exact results, and messages
 # per call per process counted by the engine (internal headers).
 tests_mpi_test_mpi_spread_SOURCES = tests/mpi/test_mpi_spread.c

@@ -96,6 +96,8 @@ for sched in threads fibers; do
   done
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_spread"
   launch "$b/tests/mpi/test_mpi_spread" || { echo "FAIL: test_mpi_spread (np=$np, $sched)"; fail=1; }
+  echo "== np=$np SHMAP_SCHED=$sched: test_mpi_explore"
+  launch "$b/tests/mpi/test_mpi_explore" || { echo "FAIL: test_mpi_explore (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_watchdog"
   launch "$b/tests/mpi/test_mpi_watchdog" || { echo "FAIL: test_mpi_watchdog (np=$np, $sched)"; fail=1; }
   # Processes that stop making the same library calls: a mismatch
