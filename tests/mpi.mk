@@ -9,7 +9,7 @@
 
 EXTRA_DIST += tests/mpi/run.sh tests/mpi/examples.sh tests/mpi/np1.sh tests/mpi/np2.sh \
 	tests/mpi/np4.sh tests/mpi/netns.sh tests/mpi/check-merged-trace.py \
-	tests/mpi/test_mpi_gdb.sh
+	tests/mpi/test_mpi_gdb.sh tests/mpi/expect.h
 
 if BUILD_MPI
 check_PROGRAMS += tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \

@@ -17,17 +17,7 @@
 
 #include <shmap.h>
 
-static int failures, me;
-
-#define EXPECT(cond, ...)                                                     \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "[process %d] %s:%d: ", me, __FILE__, __LINE__);        \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fprintf(stderr, "\n");                                                  \
-      failures++;                                                             \
-    }                                                                         \
-  } while (0)
+#include "expect.h"
 
 static bool same(const shmap_block *a, const shmap_block *b)
 {

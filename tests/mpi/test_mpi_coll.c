@@ -25,19 +25,10 @@
 
 #include <shmap.h>
 
+#include "expect.h"
 #include "../refcoll.h"
 
-static int failures, R, me;
-
-#define EXPECT(cond, ...)                                                     \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "[process %d] %s:%d: ", me, __FILE__, __LINE__);        \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fprintf(stderr, "\n");                                                  \
-      failures++;                                                             \
-    }                                                                         \
-  } while (0)
+static int R;
 
 static const char *const axis_pool[] = {"i", "j", "k", "data", "model"};
 

@@ -14,23 +14,14 @@
  */
 #include <shmap.h>
 
+#include "expect.h"
 #include "../alarm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int R, me, failures;
-
-#define EXPECT(cond, ...)                                                     \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "[process %d] %s:%d: ", me, __FILE__, __LINE__);        \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fprintf(stderr, "\n");                                                  \
-      failures++;                                                             \
-    }                                                                         \
-  } while (0)
+static int R;
 
 /* Each device's psum of its device number, into its slot of sums. */
 static int body(shmap_ctx *ctx, void *arg)

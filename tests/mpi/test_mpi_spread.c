@@ -17,6 +17,8 @@
  */
 #include <shmap.h>
 
+#include "expect.h"
+
 #include "internal.h"
 #include "proc/proc.h"
 
@@ -31,18 +33,8 @@
 #define LEN 64
 #define CALLS 10
 
-static int failures, R, me;
+static int R;
 static _Atomic int dev_failures;
-
-#define EXPECT(cond, ...)                                                     \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
-      fprintf(stderr, "[process %d] %s:%d: ", me, __FILE__, __LINE__);        \
-      fprintf(stderr, __VA_ARGS__);                                           \
-      fprintf(stderr, "\n");                                                  \
-      failures++;                                                             \
-    }                                                                         \
-  } while (0)
 
 typedef struct sarg {
   const char *axes; /* the group */

@@ -1,0 +1,26 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * expect.h - how the MPI test programs count failures (header only).
+ * EXPECT(cond, fmt, ...) prints "[process ME] FILE:LINE: message" on
+ * stderr and counts a failure when cond is false, and the test goes on;
+ * main() returns nonzero when `failures` is.  `me` is the process's rank,
+ * which main() sets.
+ */
+#ifndef SHMAP_TESTS_EXPECT_H
+#define SHMAP_TESTS_EXPECT_H
+
+#include <stdio.h>
+
+static int failures, me;
+
+#define EXPECT(cond, ...)                                                     \
+  do {                                                                        \
+    if (!(cond)) {                                                            \
+      fprintf(stderr, "[process %d] %s:%d: ", me, __FILE__, __LINE__);        \
+      fprintf(stderr, __VA_ARGS__);                                           \
+      fprintf(stderr, "\n");                                                  \
+      failures++;                                                             \
+    }                                                                         \
+  } while (0)
+
+#endif
