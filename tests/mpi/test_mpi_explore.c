@@ -76,7 +76,8 @@ static int run(shmap_mesh *m, void *arg, unsigned long long *digest)
   return rc;
 }
 
-static void one_mode(const char *mode)
+/* The mesh "i=2R" in scheduling mode `mode`, or NULL (failure counted). */
+static shmap_mesh *mesh_in(const char *mode)
 {
   EXPECT(setenv("SHMAP_SCHED", mode, 1) == 0, "setenv");
   shmap_mesh *m = NULL;
@@ -84,12 +85,25 @@ static void one_mode(const char *mode)
   snprintf(text, sizeof text, "i=%d", 2 * R);
   int rc = shmap_mesh_create(&m, text);
   EXPECT(rc == 0, "shmap_mesh_create(%s): %s", text, shmap_errmsg());
-  if (rc)
+  return rc ? NULL : m;
+}
+
+/* The refusal's message, after "API: ". */
+static void refusal(char *buf, size_t n, const char *api)
+{
+  snprintf(buf, n, "%s: an exploring schedule runs every device on one "
+           "thread, and this mesh's %d devices run in %d processes", api,
+           2 * R, R);
+}
+
+static void one_mode(const char *mode)
+{
+  shmap_mesh *m = mesh_in(mode);
+  if (!m)
     return;
   char want[256];
-  snprintf(want, sizeof want,
-           "shmap_explore: an exploring schedule runs every device on one "
-           "thread, and this mesh's %d devices run in %d processes", 2 * R, R);
+  refusal(want, sizeof want, "shmap_explore");
+  int rc;
 
   /* shmap_explore() */
   part p = {0};
@@ -123,27 +137,19 @@ static void one_mode(const char *mode)
  * part of the run). */
 static void env_part(void)
 {
-  EXPECT(setenv("SHMAP_SCHED", "fibers", 1) == 0, "setenv");
   if (me == 0)
     EXPECT(setenv("SHMAP_EXPLORE", "3", 1) == 0, "setenv");
-  shmap_mesh *m = NULL;
-  char text[32];
-  snprintf(text, sizeof text, "i=%d", 2 * R);
-  int rc = shmap_mesh_create(&m, text);
-  EXPECT(rc == 0, "shmap_mesh_create(%s): %s", text, shmap_errmsg());
-  if (rc)
+  shmap_mesh *m = mesh_in("fibers");
+  if (!m)
     return;
   int sums[64];
-  rc = psum_map(m, sums);
+  int rc = psum_map(m, sums);
   if (R == 1) {
     EXPECT(rc == 0 && sums_right(sums),
            "SHMAP_EXPLORE=3 on one process: %d %s", rc, shmap_errmsg());
   } else {
     char want[256];
-    snprintf(want, sizeof want,
-             "SHMAP_EXPLORE: an exploring schedule runs every device on one "
-             "thread, and this mesh's %d devices run in %d processes", 2 * R,
-             R);
+    refusal(want, sizeof want, "SHMAP_EXPLORE");
     EXPECT(rc == SHMAP_EINVAL, "SHMAP_EXPLORE=3 on process 0 of %d gave %d "
            "(%s), want SHMAP_EINVAL", R, rc, shmap_err_name(rc));
     /* Every process reports process 0's refusal. */
