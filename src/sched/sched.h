@@ -177,6 +177,13 @@ typedef struct shmap__dev {
     void *warg;
     _Atomic int *wabort;
     int wres;
+    /* The device its wait condition depends on alone (NULL: several, or
+     * anything), and that device's run count when the condition was last
+     * found false; how many times the device's fiber has been switched to
+     * and back.  See fibers.c, "Looking again". */
+    const struct shmap__dev *wawait;
+    _Atomic uint32_t wseen;
+    _Atomic uint32_t nrun;
     char errbuf[SHMAP__MSG_MAX]; /* the device's own message */
   } sched;
   /* Written by the device, read by the watchdog, debuggers and the trace
