@@ -38,6 +38,23 @@ static int axes_cached(shmap_ctx *ctx, const char *name, const char *text,
 
 /* What every collective checks first: the context, the axes, the input,
  * the groups. */
+/* Zero a descriptor but for its lists of pairs and group ranks, which
+ * are read only as far as their counts say (as shmap__call_copy copies
+ * them): the whole descriptor is ten cache lines of the device's stack,
+ * written on every call. */
+static void call_clear(shmap__call *a)
+{
+  const size_t p0 = offsetof(shmap__call, pairs),
+               g0 = offsetof(shmap__call, gsize),
+               r0 = offsetof(shmap__call, groups),
+               s0 = offsetof(shmap__call, source),
+               n0 = offsetof(shmap__call, op_name);
+  memset(a, 0, p0);
+  memset((char *)a + g0, 0, r0 - g0);
+  memset((char *)a + s0, 0, n0 - s0);
+  a->op_name[0] = '\0';
+}
+
 int shmap__plan_prepare(shmap_ctx *ctx, int kind, const shmap_block *x,
                         const char *axes, const shmap_groups *groups,
                         shmap__plan *p)
@@ -59,7 +76,7 @@ int shmap__plan_prepare(shmap_ctx *ctx, int kind, const shmap_block *x,
   if (rc)
     return rc;
   c->comm = ctx->comm;
-  memset(&c->call, 0, sizeof c->call);
+  call_clear(&c->call);
   c->call.kind = kind;
   if ((rc = axes_cached(ctx, name, axes, c->call.axes, &c->call.naxes)))
     return shmap__dev_fail(ctx, name, rc, "%s", shmap__errbuf());
