@@ -28,16 +28,17 @@ static int axes_cached(shmap_ctx *ctx, const char *name, const char *text,
     return 0;
   }
   int rc = shmap__axes_parse(ctx->rt->mesh, name, text, axes, naxes);
+  d->group_n = 0; /* the group of other axes, or none kept */
   if (rc == 0 && strlen(text) < sizeof d->axes_text) {
     strcpy(d->axes_text, text);
     memcpy(d->axes_parsed, axes, sizeof d->axes_parsed);
     d->axes_n = *naxes;
+  } else {
+    d->axes_text[0] = '\0';
   }
   return rc;
 }
 
-/* What every collective checks first: the context, the axes, the input,
- * the groups. */
 /* Zero a descriptor but for its lists of pairs and group ranks, which
  * are read only as far as their counts say (as shmap__call_copy copies
  * them): the whole descriptor is ten cache lines of the device's stack,
@@ -55,6 +56,8 @@ static void call_clear(shmap__call *a)
   a->op_name[0] = '\0';
 }
 
+/* What every collective checks first: the context, the axes, the input,
+ * the groups. */
 int shmap__plan_prepare(shmap_ctx *ctx, int kind, const shmap_block *x,
                         const char *axes, const shmap_groups *groups,
                         shmap__plan *p)
@@ -91,8 +94,19 @@ int shmap__plan_prepare(shmap_ctx *ctx, int kind, const shmap_block *x,
   c->call.src = x->data;
   c->esize = shmap_dtype_size(x->dtype);
   p->odtype = x->dtype;
-  c->n = shmap__group(ctx->rt->mesh, c->call.axes, c->call.naxes, ctx->dev,
-                      NULL, &c->rank);
+  /* The device's group over the axes kept above, found once. */
+  struct shmap__dev_plan *dp = &ctx->rt->devs[ctx->dev].plan;
+  if (dp->group_n > 0) {
+    c->n = dp->group_n;
+    c->rank = dp->group_rank;
+  } else {
+    c->n = shmap__group(ctx->rt->mesh, c->call.axes, c->call.naxes, ctx->dev,
+                        NULL, &c->rank);
+    if (dp->axes_text[0]) {
+      dp->group_n = c->n;
+      dp->group_rank = c->rank;
+    }
+  }
   return shmap__groups_plan(p);
 }
 

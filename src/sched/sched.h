@@ -224,6 +224,9 @@ typedef struct shmap__dev {
     char axes_text[48];
     int axes_parsed[SHMAP_MAX_AXES];
     int axes_n;
+    /* The device's group over those axes: its size (0: not found yet)
+     * and the device's rank in it. */
+    int group_n, group_rank;
     /* shmap_preduce (coll/preduce.c): the name of the operation whose
      * combine function runs on this device, which may not call the
      * library (shmap__ctx_check), and whether it did. */
