@@ -42,7 +42,9 @@ static int axes_cached(shmap_ctx *ctx, const char *name, const char *text,
 /* Zero a descriptor but for its lists of pairs and group ranks, which
  * are read only as far as their counts say (as shmap__call_copy copies
  * them): the whole descriptor is ten cache lines of the device's stack,
- * written on every call. */
+ * written on every call.  The operation's name is zeroed whole: preduce
+ * copies a name without its terminator and relies on the zeros after it
+ * (one filling the field has none, and is told apart by its hash). */
 static void call_clear(shmap__call *a)
 {
   const size_t p0 = offsetof(shmap__call, pairs),
@@ -53,7 +55,7 @@ static void call_clear(shmap__call *a)
   memset(a, 0, p0);
   memset((char *)a + g0, 0, r0 - g0);
   memset((char *)a + s0, 0, n0 - s0);
-  a->op_name[0] = '\0';
+  memset(a->op_name, 0, sizeof a->op_name);
 }
 
 /* What every collective checks first: the context, the axes, the input,
