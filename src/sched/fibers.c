@@ -50,6 +50,13 @@ static void fiber_main(void *arg)
  * resumes a fiber whose registers are still being saved.
  */
 #define STEAL_AFTER 50000u /* ns */
+/* A worker going through its devices (or a stale worker's) says it is
+ * alive after every BEAT_EVERY of them: a round over a few thousand
+ * devices takes milliseconds, and a worker that said so only once per
+ * round would look stale to the others all the while, which would then
+ * take its devices over -- and each device's stack and state would cross
+ * between the cores on every call. */
+#define BEAT_EVERY 16
 #define WORKER_RECHECK 100000000u /* ns: see worker_job */
 
 static int fstate(const shmap__dev *d)
@@ -168,6 +175,11 @@ static bool run_fiber(shmap__worker *w, shmap__dev *dev)
   return true;
 }
 
+static void beat(shmap__worker *w)
+{
+  atomic_store_explicit(&w->beat, shmap__now(), memory_order_relaxed);
+}
+
 /* Workers that have not looked for work lately. */
 static bool stale(const shmap__worker *o, uint64_t now)
 {
@@ -189,8 +201,11 @@ static bool steal(shmap__worker *w)
     shmap__worker *o = &rt->workers[(w->id + i) % rt->nworkers];
     if (!stale(o, now))
       continue;
-    for (int d = o->first; d < o->first + o->count; d++)
+    for (int d = o->first; d < o->first + o->count; d++) {
       ran |= run_fiber(w, &rt->devs[d]);
+      if ((d - o->first) % BEAT_EVERY == BEAT_EVERY - 1)
+        beat(w);
+    }
   }
   return ran;
 }
@@ -248,10 +263,13 @@ static void worker_job(shmap__worker *w)
   shmap__guard_thread();
   int lo = w->first, hi = w->first + w->count;
   while (atomic_load(&w->ndone) < w->count) {
-    atomic_store_explicit(&w->beat, shmap__now(), memory_order_relaxed);
+    beat(w);
     bool ran = false;
-    for (int d = lo; d < hi; d++)
+    for (int d = lo; d < hi; d++) {
       ran |= run_fiber(w, &rt->devs[d]);
+      if ((d - lo) % BEAT_EVERY == BEAT_EVERY - 1)
+        beat(w);
+    }
     if (!ran)
       ran = steal(w);
     if (!ran && atomic_load(&w->ndone) < w->count) {
