@@ -84,6 +84,9 @@ static struct {
   int npsweep;
   int cm_n[MAXLIST]; /* matrix sides of the collective matmul cases */
   int ncm;
+  /* --sweep-child=P: this process measures one P of the scaling sweep in
+   * the mode SHMAP_SCHED names (see "The scaling sweep"); 0 otherwise. */
+  int sweep_child;
 } opt;
 
 static void die(const char *fmt, ...)
@@ -212,7 +215,17 @@ static void usage(FILE *f)
           "  -P, --P=LIST        device counts, e.g. 2,4,8\n"
           "  --sweep=LIST|none   device counts of the psum/all_gather scaling "
           "sweep\n"
-          "                      (default 2,4,...,1024)\n"
+          "                      (default 2,4,...,1024); each P runs in both "
+          "scheduling\n"
+          "                      modes (sched=threads, sched=fibers), each in a "
+          "fresh\n"
+          "                      process, whose lines also give "
+          "peak_kib_per_device:\n"
+          "                      its peak resident memory (VmHWM) up to the "
+          "end of the\n"
+          "                      case less its resident memory before the "
+          "mesh existed\n"
+          "                      (VmRSS), over P, in KiB\n"
           "  --ops=LIST          psum,psum_scatter,all_gather,all_to_all,"
           "ppermute,empty,\n"
           "                      psum_bf16,psum_f16 (the f32 sizes' element "
@@ -249,7 +262,7 @@ static void parse_args(int argc, char **argv)
   static const size_t quick_sizes[] = {256, 64 << 10, 1 << 20};
   enum { O_QUICK = 256, O_SIZES, O_P, O_SWEEP, O_OPS, O_REPS, O_TARGET,
          O_CONTENDED, O_NOMPI, O_NOOMP, O_QUIET, O_CMATMUL, O_TRANSPORT,
-         O_PSWEEP };
+         O_PSWEEP, O_SWEEP_CHILD };
   static const struct option longopts[] = {
       {"quick", no_argument, NULL, O_QUICK},
       {"sizes", required_argument, NULL, O_SIZES},
@@ -265,6 +278,7 @@ static void parse_args(int argc, char **argv)
       {"cmatmul", required_argument, NULL, O_CMATMUL},
       {"transport", required_argument, NULL, O_TRANSPORT},
       {"proc-sweep", required_argument, NULL, O_PSWEEP},
+      {"sweep-child", required_argument, NULL, O_SWEEP_CHILD},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   const char *sizes = NULL, *ps = NULL, *sweep = NULL, *ops = NULL;
@@ -293,6 +307,9 @@ static void parse_args(int argc, char **argv)
     case O_CMATMUL: cmatmul = optarg; break;
     case O_TRANSPORT: transport = optarg; break;
     case O_PSWEEP: psweep = optarg; break;
+    case O_SWEEP_CHILD:
+      opt.sweep_child = (int)parse_long("--sweep-child", optarg, 1, 1 << 20);
+      break;
     case 'h': usage(stdout); exit(0);
     case ':':
       usage(stderr);
@@ -915,9 +932,11 @@ static double mpi_lookup(const mres *m, int n, int op, size_t bytes)
 /* ---- the run ------------------------------------------------------------------------ */
 
 typedef struct result {
-  int op, P, sweep;
+  int op, P;
+  int sweep; /* 0, or in the scaling sweep 1 + its scheduling mode's index */
   size_t bytes;
   double shmap, omp, mpi, roof;
+  double peak_kib; /* the sweep's peak memory per device (sweep_child) */
   double shmap_busy, omp_busy, mpi_busy; /* --contended */
 } result;
 
@@ -1028,7 +1047,8 @@ static void run_omp_cases(int first)
     return;
   for (int i = first; i < nresults; i++) {
     result *r = &results[i];
-    if ((r->op == OP_PSUM || r->op == OP_EMPTY) && r->P <= 256)
+    if ((r->op == OP_PSUM || r->op == OP_EMPTY) && r->P <= 256 &&
+        r->sweep <= 1)
       r->omp = omp_measure(r->op, r->P, r->bytes, &r->omp_busy);
   }
 }
@@ -1078,6 +1098,131 @@ static shmap_mesh *make_mesh(int P, int (**pairs)[2])
     (*pairs)[q][1] = (q + 1) % P;
   }
   return mesh;
+}
+
+/* ---- the scaling sweep: one process per P and scheduling mode ----------- */
+
+/*
+ * Each P of the sweep runs once per scheduling mode, each time in a fresh
+ * process (this program again, exec'd with --sweep-child=P and SHMAP_SCHED
+ * naming the mode), so that the peak memory it reports is that of one mesh
+ * of P devices and of nothing measured before it.  The child reads its
+ * resident memory (VmRSS) before it creates the mesh and its peak resident
+ * memory (VmHWM, the kernel's high-water mark) after the mesh is gone, and
+ * reports the difference: every page the mesh, its devices (their stacks
+ * or threads, blocks and the transport's state) and the measured maps ever
+ * had resident at once, counted once, as the kernel counts them; what the
+ * program and its libraries had before is not the mesh's.
+ */
+static const char *const sweep_modes[] = {"threads", "fibers"};
+#define NSWEEP_MODES 2
+
+/* A "Vm...:" field of /proc/self/status in KiB, or NA where there is none. */
+static double status_kib(const char *field)
+{
+  double v = NA;
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f)
+    return v;
+  char line[256];
+  size_t n = strlen(field);
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, field, n) == 0 && line[n] == ':') {
+      v = strtod(line + n + 1, NULL);
+      break;
+    }
+  fclose(f);
+  return v;
+}
+
+/* The child: measure psum of 64 floats and all_gather of 16 floats per
+ * device on P devices, and print for each the medians (quiet and busy) and
+ * the peak memory per device up to the end of that case, in one line for
+ * the parent.  all_gather's includes the mesh's peak under psum, but its
+ * results (P times its input, on every device) outweigh that. */
+static int sweep_child(int P)
+{
+  double base = status_kib("VmRSS");
+  int (*pairs)[2];
+  shmap_mesh *mesh = make_mesh(P, &pairs);
+  scase ps = {.mesh = mesh, .op = OP_PSUM, .P = P, .bytes = 256, .pairs = pairs};
+  scase ag = {.mesh = mesh, .op = OP_ALL_GATHER, .P = P,
+              .bytes = 64 * (size_t)P, .pairs = pairs};
+  double v[6];
+  v[0] = measure_both(shmap_sample, &ps, &v[1]);
+  v[2] = (status_kib("VmHWM") - base) / P;
+  v[3] = measure_both(shmap_sample, &ag, &v[4]);
+  v[5] = (status_kib("VmHWM") - base) / P;
+  shmap_mesh_destroy(mesh);
+  free(pairs);
+  printf("%.17g %.17g %.17g %.17g %.17g %.17g\n", v[0], v[1], v[2], v[3],
+         v[4], v[5]);
+  return 0;
+}
+
+/* Run the child for P in scheduling mode `mode` and read its six numbers
+ * (see sweep_child). */
+static void sweep_spawn(int P, const char *mode, double out[6])
+{
+  int fd[2];
+  if (pipe(fd) != 0)
+    die("pipe: %s", strerror(errno));
+  fflush(stdout);
+  fflush(stderr);
+  pid_t pid = fork();
+  if (pid < 0)
+    die("fork: %s", strerror(errno));
+  if (pid == 0) {
+    char p[32], reps[32], ms[64];
+    snprintf(p, sizeof p, "--sweep-child=%d", P);
+    snprintf(reps, sizeof reps, "--reps=%d", opt.reps);
+    snprintf(ms, sizeof ms, "--target-ms=%.17g", opt.target_ms);
+    dup2(fd[1], 1);
+    close(fd[0]);
+    close(fd[1]);
+    setenv("SHMAP_SCHED", mode, 1);
+    execl("/proc/self/exe", "bench/run", p, reps, ms,
+          opt.contended ? "--contended" : "--quiet", "--quiet", (char *)NULL);
+    fprintf(stderr, "bench/run: exec /proc/self/exe: %s\n", strerror(errno));
+    _exit(127);
+  }
+  close(fd[1]);
+  FILE *f = fdopen(fd[0], "r");
+  int got = f ? fscanf(f, "%lf %lf %lf %lf %lf %lf", &out[0], &out[1],
+                       &out[2], &out[3], &out[4], &out[5])
+              : 0;
+  if (f)
+    fclose(f);
+  int status;
+  waitpid(pid, &status, 0);
+  if (got != 6 || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    die("the scaling sweep's P=%d in %s mode failed", P, mode);
+}
+
+/* One P of the sweep in both modes: four results, the OpenMP column
+ * measured once and given to both modes' lines. */
+static void sweep_run(int P, double B)
+{
+  int first = nresults;
+  for (int m = 0; m < NSWEEP_MODES; m++) {
+    double v[6];
+    progress("P=%d: scaling sweep, %s", P, sweep_modes[m]);
+    sweep_spawn(P, sweep_modes[m], v);
+    for (int i = 0; i < 2; i++) {
+      int op = i ? OP_ALL_GATHER : OP_PSUM;
+      size_t bytes = i ? 64 * (size_t)P : 256;
+      add_result((result){.op = op, .P = P, .sweep = 1 + m, .bytes = bytes,
+                          .shmap = v[3 * i], .shmap_busy = v[3 * i + 1],
+                          .omp = NA, .mpi = NA, .omp_busy = NA, .mpi_busy = NA,
+                          .roof = min_traffic(op, P, bytes) / B,
+                          .peak_kib = v[3 * i + 2]});
+    }
+  }
+  run_omp_cases(first);
+  for (int i = first + 2; i < nresults; i++) {
+    results[i].omp = results[i - 2].omp;
+    results[i].omp_busy = results[i - 2].omp_busy;
+  }
 }
 
 /* ---- chained maps: device-resident arrays against host round trips ------ */
@@ -1162,7 +1307,8 @@ static double chain_both(int P, size_t bytes, int host, double *busy)
  * their ratios to the quiet ones. */
 static void print_line(const char *op, int P, size_t bytes, double shmap,
                        double bw, double omp, double mpi, double roof,
-                       double shmap_b, double omp_b, double mpi_b)
+                       double shmap_b, double omp_b, double mpi_b,
+                       const char *extra)
 {
   char a[32], b[32], c[32], d[32], e[32];
   printf("op=%s P=%d bytes=%zu shmap_us=%s busbw=%s omp_us=%s mpi_us=%s "
@@ -1187,13 +1333,15 @@ static void print_line(const char *op, int P, size_t bytes, double shmap,
            fmt_us(omp_b, b, sizeof b), fmt_us(omp_b / omp, r2, sizeof r2),
            fmt_us(mpi_b, c, sizeof c), fmt_us(mpi_b / mpi, r3, sizeof r3));
   }
-  printf("\n");
+  printf("%s\n", extra ? extra : "");
 }
 
 int main(int argc, char **argv)
 {
   parse_args(argc, argv);
   atexit(busy_atexit);
+  if (opt.sweep_child)
+    return sweep_child(opt.sweep_child);
   double t_start = now_us();
   double load = loadavg();
   cpustat c0 = cpu_now();
@@ -1250,20 +1398,10 @@ int main(int argc, char **argv)
   }
 
   /* The scaling sweep: a psum of 64 floats, and an all_gather of 16 floats
-   * (one cache line) from each device, on meshes up to 1024 devices. */
-  for (int e = 0; e < opt.nsweep; e++) {
-    int P = opt.sweep[e];
-    progress("P=%d: scaling sweep", P);
-    int (*pairs)[2];
-    shmap_mesh *mesh = make_mesh(P, &pairs);
-    int first = nresults;
-    run_shmap_case(mesh, OP_PSUM, P, 256, pairs, B, NULL, 0, NULL, 0, 1);
-    run_shmap_case(mesh, OP_ALL_GATHER, P, 64 * (size_t)P, pairs, B, NULL, 0,
-                   NULL, 0, 1);
-    shmap_mesh_destroy(mesh);
-    free(pairs);
-    run_omp_cases(first);
-  }
+   * (one cache line) from each device, on meshes up to 1024 devices, in
+   * both scheduling modes. */
+  for (int e = 0; e < opt.nsweep; e++)
+    sweep_run(opt.sweep[e], B);
 
   /* Chained maps, 1 MiB per device on 8 devices (or the last P given). */
   int cP = opt.nps ? opt.ps[opt.nps - 1] : 8;
@@ -1361,20 +1499,29 @@ int main(int argc, char **argv)
   for (int op = 0; op <= NOPS; op++) {
     if (op == NOPS && opt.nsweep)
       printf("# scaling sweep: psum of 64 floats, all_gather of 16 floats "
-             "per device\n");
+             "per device, each P in both scheduling modes (sched=), each in a "
+             "process of its own; peak_kib_per_device = (that process's peak "
+             "resident memory VmHWM up to the end of the case - its resident "
+             "memory VmRSS before the mesh) / P, in KiB\n");
     for (int i = 0; i < nresults; i++) {
       const result *r = &results[i];
       if (op < NOPS ? r->sweep || r->op != op : !r->sweep)
         continue;
+      char extra[96] = "";
+      if (r->sweep) {
+        char k[32];
+        snprintf(extra, sizeof extra, " sched=%s peak_kib_per_device=%s",
+                 sweep_modes[r->sweep - 1], fmt_us(r->peak_kib, k, sizeof k));
+      }
       print_line(op_names[r->op], r->P, r->bytes, r->shmap,
                  busbw(r->op, r->P, r->bytes, r->shmap), r->omp, r->mpi,
-                 r->roof, r->shmap_busy, r->omp_busy, r->mpi_busy);
+                 r->roof, r->shmap_busy, r->omp_busy, r->mpi_busy, extra);
     }
   }
   print_line("chain_device", cP, cbytes, chain_dev, NA, NA, NA, chain_roof,
-             chain_dev_b, NA, NA);
+             chain_dev_b, NA, NA, NULL);
   print_line("chain_host", cP, cbytes, chain_host, NA, NA, NA, chain_roof,
-             chain_host_b, NA, NA);
+             chain_host_b, NA, NA, NULL);
   if (tr) {
     printf("# transport: libshmap over R processes of D devices (bench/transport) "
            "beside raw MPI on R*D ranks; ratio = shmap_us / mpi_us\n");

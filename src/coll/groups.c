@@ -174,9 +174,13 @@ static void groups_describe(shmap__plan *p, const shmap_groups *g,
   c->call.gsize = l->unequal ? -1 : g->size;
   c->call.ngroups = g->ngroups;
   c->call.groups_hash = h;
-  if (listed <= SHMAP__GROUP_RANKS_LISTED)
+  if (listed <= SHMAP__GROUP_RANKS_LISTED) {
     memcpy(c->call.groups, g->ranks, sizeof(int) * (size_t)listed);
-  else if (l->unequal)
+    /* The rest as zeros, as a descriptor's copy has them (the plan does
+     * not clear the list). */
+    memset(c->call.groups + listed, 0,
+           sizeof(int) * (size_t)(SHMAP__GROUP_RANKS_LISTED - listed));
+  } else if (l->unequal)
     c->call.groups[0] = -2; /* too many to list */
 }
 

@@ -28,12 +28,34 @@ static int axes_cached(shmap_ctx *ctx, const char *name, const char *text,
     return 0;
   }
   int rc = shmap__axes_parse(ctx->rt->mesh, name, text, axes, naxes);
+  d->group_n = 0; /* the group of other axes, or none kept */
   if (rc == 0 && strlen(text) < sizeof d->axes_text) {
     strcpy(d->axes_text, text);
     memcpy(d->axes_parsed, axes, sizeof d->axes_parsed);
     d->axes_n = *naxes;
+  } else {
+    d->axes_text[0] = '\0';
   }
   return rc;
+}
+
+/* Zero a descriptor but for its lists of pairs and group ranks, which
+ * are read only as far as their counts say (as shmap__call_copy copies
+ * them): the whole descriptor is ten cache lines of the device's stack,
+ * written on every call.  The operation's name is zeroed whole: preduce
+ * copies a name without its terminator and relies on the zeros after it
+ * (one filling the field has none, and is told apart by its hash). */
+static void call_clear(shmap__call *a)
+{
+  const size_t p0 = offsetof(shmap__call, pairs),
+               g0 = offsetof(shmap__call, gsize),
+               r0 = offsetof(shmap__call, groups),
+               s0 = offsetof(shmap__call, source),
+               n0 = offsetof(shmap__call, op_name);
+  memset(a, 0, p0);
+  memset((char *)a + g0, 0, r0 - g0);
+  memset((char *)a + s0, 0, n0 - s0);
+  memset(a->op_name, 0, sizeof a->op_name);
 }
 
 /* What every collective checks first: the context, the axes, the input,
@@ -59,7 +81,7 @@ int shmap__plan_prepare(shmap_ctx *ctx, int kind, const shmap_block *x,
   if (rc)
     return rc;
   c->comm = ctx->comm;
-  memset(&c->call, 0, sizeof c->call);
+  call_clear(&c->call);
   c->call.kind = kind;
   if ((rc = axes_cached(ctx, name, axes, c->call.axes, &c->call.naxes)))
     return shmap__dev_fail(ctx, name, rc, "%s", shmap__errbuf());
@@ -74,8 +96,19 @@ int shmap__plan_prepare(shmap_ctx *ctx, int kind, const shmap_block *x,
   c->call.src = x->data;
   c->esize = shmap_dtype_size(x->dtype);
   p->odtype = x->dtype;
-  c->n = shmap__group(ctx->rt->mesh, c->call.axes, c->call.naxes, ctx->dev,
-                      NULL, &c->rank);
+  /* The device's group over the axes kept above, found once. */
+  struct shmap__dev_plan *dp = &ctx->rt->devs[ctx->dev].plan;
+  if (dp->group_n > 0) {
+    c->n = dp->group_n;
+    c->rank = dp->group_rank;
+  } else {
+    c->n = shmap__group(ctx->rt->mesh, c->call.axes, c->call.naxes, ctx->dev,
+                        NULL, &c->rank);
+    if (dp->axes_text[0]) {
+      dp->group_n = c->n;
+      dp->group_rank = c->rank;
+    }
+  }
   return shmap__groups_plan(p);
 }
 

@@ -44,11 +44,13 @@ int shmap__block_check(shmap_ctx *ctx, const char *op, const char *name,
 
 bool shmap__block_valid(const shmap_block *b)
 {
-  if (!b || shmap_dtype_size(b->dtype) == 0 || b->rank < 0 ||
-      b->rank > SHMAP_MAX_RANK)
+  if (!b)
     return false;
-  /* The size check without its message (cheap: no formatting). */
+  /* The size check without its message (cheap: no formatting), the
+   * dtype's size looked up once: every collective call checks. */
   int64_t prod = (int64_t)shmap_dtype_size(b->dtype);
+  if (prod == 0 || b->rank < 0 || b->rank > SHMAP_MAX_RANK)
+    return false;
   bool zero = false;
   for (int d = 0; d < b->rank; d++) {
     if (b->shape[d] < 0)

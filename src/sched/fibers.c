@@ -50,6 +50,13 @@ static void fiber_main(void *arg)
  * resumes a fiber whose registers are still being saved.
  */
 #define STEAL_AFTER 50000u /* ns */
+/* A worker going through its devices (or a stale worker's) says it is
+ * alive after every BEAT_EVERY of them: a round over a few thousand
+ * devices takes milliseconds, and a worker that said so only once per
+ * round would look stale to the others all the while, which would then
+ * take its devices over -- and each device's stack and state would cross
+ * between the cores on every call. */
+#define BEAT_EVERY 16
 #define WORKER_RECHECK 100000000u /* ns: see worker_job */
 
 static int fstate(const shmap__dev *d)
@@ -61,6 +68,39 @@ static bool fstate_cas(shmap__dev *d, int from, int to)
 {
   return atomic_compare_exchange_strong_explicit(
       &d->sched.fstate, &from, to, memory_order_acq_rel, memory_order_relaxed);
+}
+
+/*
+ * Looking again.  A worker looks at each of its waiting fibers on every
+ * round, and in a collective over a large group most of them wait for one
+ * device (their leader's result): each look costs an exchange of the
+ * fiber's state and a call of its condition.  A condition given with the
+ * device it waits for (shmap__dev_wait_on's `awaited`) depends on what
+ * that device writes alone, or on the abort flag.  So when the awaited
+ * device has not been switched back from since the condition was last
+ * found false, and is not running now, the condition is still false: the
+ * look is skipped.  A worker counts a device's runs (nrun) before it
+ * publishes the state the device left in, so whoever reads that state
+ * sees the count of the run that ended there; a device running now may
+ * be writing what the condition waits for, so then the condition is
+ * evaluated; and what it writes comes with a wake-up, after which the
+ * sleeping worker looks again and finds it running or counted.  A
+ * progress helper writing for a waiting device, which no count shows,
+ * turns the skipping off.
+ */
+static bool still_waiting(const shmap__dev *d)
+{
+  const shmap__dev *a = d->sched.wawait;
+  /* A progress helper (progress.c) writes for its device while the
+   * device's fiber waits: once there is one, every look evaluates. */
+  if (!a || (d->sched.wabort && atomic_load(d->sched.wabort)) ||
+      atomic_load(&d->rt->helpers))
+    return false;
+  if (atomic_load_explicit(&a->sched.fstate, memory_order_acquire) ==
+      SHMAP__F_RUN)
+    return false;
+  return atomic_load_explicit(&a->sched.nrun, memory_order_relaxed) ==
+         atomic_load_explicit(&d->sched.wseen, memory_order_relaxed);
 }
 
 /* Whether fiber d may continue now; a waiting one whose wait is over
@@ -76,8 +116,16 @@ static bool fiber_ready_or(shmap__dev *d, bool maybe)
     return true;
   if (s == SHMAP__F_CHECK)
     return maybe;
+  if (s == SHMAP__F_WAIT && still_waiting(d))
+    return false;
   if (s != SHMAP__F_WAIT || !fstate_cas(d, SHMAP__F_WAIT, SHMAP__F_CHECK))
     return maybe && fstate(d) == SHMAP__F_CHECK;
+  /* The awaited device's count before the condition's reads. */
+  if (d->sched.wawait)
+    atomic_store_explicit(&d->sched.wseen,
+                          atomic_load_explicit(&d->sched.wawait->sched.nrun,
+                                               memory_order_acquire),
+                          memory_order_relaxed);
   int res = d->sched.wpred(d->sched.warg)                              ? 1
             : d->sched.wabort && atomic_load(d->sched.wabort) ? 0
                                                                        : -1;
@@ -109,6 +157,11 @@ static bool run_fiber(shmap__worker *w, shmap__dev *dev)
   shmap__set_current(NULL);
   int next = dev->sched.fnext;
   shmap__worker *home = dev->sched.home;
+  /* Counted before its state is published (see Looking again). */
+  atomic_store_explicit(&dev->sched.nrun,
+                        atomic_load_explicit(&dev->sched.nrun,
+                                             memory_order_relaxed) + 1,
+                        memory_order_release);
   /* Before the home worker's wake-up below. */
   shmap__publish(&dev->sched.fstate, next);
   if (next == SHMAP__F_DONE) {
@@ -120,6 +173,11 @@ static bool run_fiber(shmap__worker *w, shmap__dev *dev)
   if (home != w)
     shmap__wake(&home->waiter);
   return true;
+}
+
+static void beat(shmap__worker *w)
+{
+  atomic_store_explicit(&w->beat, shmap__now(), memory_order_relaxed);
 }
 
 /* Workers that have not looked for work lately. */
@@ -143,8 +201,11 @@ static bool steal(shmap__worker *w)
     shmap__worker *o = &rt->workers[(w->id + i) % rt->nworkers];
     if (!stale(o, now))
       continue;
-    for (int d = o->first; d < o->first + o->count; d++)
+    for (int d = o->first; d < o->first + o->count; d++) {
       ran |= run_fiber(w, &rt->devs[d]);
+      if ((d - o->first) % BEAT_EVERY == BEAT_EVERY - 1)
+        beat(w);
+    }
   }
   return ran;
 }
@@ -202,10 +263,13 @@ static void worker_job(shmap__worker *w)
   shmap__guard_thread();
   int lo = w->first, hi = w->first + w->count;
   while (atomic_load(&w->ndone) < w->count) {
-    atomic_store_explicit(&w->beat, shmap__now(), memory_order_relaxed);
+    beat(w);
     bool ran = false;
-    for (int d = lo; d < hi; d++)
+    for (int d = lo; d < hi; d++) {
       ran |= run_fiber(w, &rt->devs[d]);
+      if ((d - lo) % BEAT_EVERY == BEAT_EVERY - 1)
+        beat(w);
+    }
     if (!ran)
       ran = steal(w);
     if (!ran && atomic_load(&w->ndone) < w->count) {
@@ -395,7 +459,6 @@ static bool fibers_dev_wait_on(shmap__runtime *rt, shmap__dev *d,
                                const shmap__dev *awaited, shmap__pred pred,
                                void *arg, _Atomic int *abort)
 {
-  (void)awaited;
   if (shmap__helper_for == d) {
     /* A progress helper waits like a device thread; nobody wakes it for
      * MPI transfers, so then it polls. */
@@ -412,6 +475,15 @@ static bool fibers_dev_wait_on(shmap__runtime *rt, shmap__dev *d,
   d->sched.wpred = pred;
   d->sched.warg = arg;
   d->sched.wabort = abort;
+  d->sched.wawait = awaited;
+  /* The awaited device may have run since pred's look above: the first
+   * look of a worker evaluates the condition, since the awaited device's
+   * count, which only grows, does not come back to one less than now. */
+  if (awaited)
+    atomic_store_explicit(&d->sched.wseen,
+                          atomic_load_explicit(&awaited->sched.nrun,
+                                               memory_order_relaxed) - 1,
+                          memory_order_relaxed);
   d->sched.fnext = SHMAP__F_WAIT;
   /* Back to the worker that runs it; whichever worker claims it next
    * resumes it here (see Workers and stealing). */

@@ -177,6 +177,13 @@ typedef struct shmap__dev {
     void *warg;
     _Atomic int *wabort;
     int wres;
+    /* The device its wait condition depends on alone (NULL: several, or
+     * anything), and that device's run count when the condition was last
+     * found false; how many times the device's fiber has been switched to
+     * and back.  See fibers.c, "Looking again". */
+    const struct shmap__dev *wawait;
+    _Atomic uint32_t wseen;
+    _Atomic uint32_t nrun;
     char errbuf[SHMAP__MSG_MAX]; /* the device's own message */
   } sched;
   /* Written by the device, read by the watchdog, debuggers and the trace
@@ -217,6 +224,9 @@ typedef struct shmap__dev {
     char axes_text[48];
     int axes_parsed[SHMAP_MAX_AXES];
     int axes_n;
+    /* The device's group over those axes: its size (0: not found yet)
+     * and the device's rank in it. */
+    int group_n, group_rank;
     /* shmap_preduce (coll/preduce.c): the name of the operation whose
      * combine function runs on this device, which may not call the
      * library (shmap__ctx_check), and whether it did. */
