@@ -704,7 +704,7 @@ static bool requests_done(void *arg)
     w->done = true;
     return true;
   }
-  if ((w->polls++ & 7) == 0) {
+  if ((++w->polls & 7) == 0) {
     poll_notices(w->rt, w->m);
     eslot *s = &w->m->slot[w->m->epoch & 1];
     const shmap__place *pl = w->rt->mesh->place;
@@ -1023,7 +1023,10 @@ static bool arrive_check(waitarg *w)
     w->done = true;
     return true;
   }
-  if ((w->polls++ & 7) != 0 && !later)
+  /* Notices and the clock every eighth poll only, the first of them
+   * after a few polls: most exchanges complete sooner, and each costs
+   * an MPI probe and a clock reading. */
+  if ((++w->polls & 7) != 0 && !later)
     return false;
   poll_notices(rt, m);
   bool failed = atomic_load(&rt->abort) != 0;
@@ -1038,10 +1041,11 @@ static bool arrive_check(waitarg *w)
   int a = take_answer(w, now);
   if (a)
     return a > 0;
+  if (!w->next_check) /* the first look at the clock in this wait */
+    w->next_check = now + CHECK_AFTER;
   if (!later && now < w->next_check)
     return false;
-  if (w->next_check)
-    w->interval = w->interval < CHECK_MAX ? 2 * w->interval : CHECK_MAX;
+  w->interval = w->interval < CHECK_MAX ? 2 * w->interval : CHECK_MAX;
   w->next_check = now + w->interval;
   return ask_members(w, now);
 }
@@ -1376,13 +1380,15 @@ static void publish(shmap__mpimesh *m, const shmap__coll *c)
 
 /* Post the descriptor exchange of arrive: for the i-th other member,
  * reqs[2i] receives its descriptor into theirs[i] and reqs[2i+1] sends
- * ours (wire, wbytes); procs[i] and watch[i] are its process and device.
+ * ours (wire, wbytes; its descriptor alone when `only` is another
+ * member); procs[i] and watch[i] are its process and device.
  * *nreq counts the requests posted.  0, or an MPI error (message set):
  * the posting stops there. */
-static int post_all(shmap__coll *c, const mwire *wire, int wbytes,
+static int post_all(shmap__coll *c, const mwire *wire, int wbytes, int only,
                     mwire *theirs, MPI_Request *reqs, int *procs, int *watch,
                     int *nreq)
 {
+  int hbytes = (int)offsetof(mwire, data);
   shmap__mpimesh *m = c->comm->priv;
   int me = c->ctx->dev, i = 0;
   for (int r = 0; r < c->n; r++) {
@@ -1400,7 +1406,8 @@ static int post_all(shmap__coll *c, const mwire *wire, int wbytes,
       return rc;
     }
     atomic_fetch_add(&m->sent[p], 1);
-    rc = SHMAP__MPI_CHECK(MPI_Isend, wire, wbytes, MPI_BYTE, p,
+    int len = only < 0 || only == r ? wbytes : hbytes;
+    rc = SHMAP__MPI_CHECK(MPI_Isend, wire, len, MPI_BYTE, p,
                           tag_of(m, me, d), m->comm, &reqs[2 * i + 1]);
     if (rc) {
       atomic_fetch_sub(&m->sent[p], 1);
@@ -1434,14 +1441,14 @@ static xbufs *xbufs_for(shmap__mpimesh *m, int dev, int n)
     x->cap = n;
   }
   /* On the heap: a failed call may leave its sends behind (abandon). */
-  if (!x->wire && !(x->wire = shmap__malloc(sizeof *x->wire)))
+  if (!x->wire && !(x->wire = shmap__calloc(1, sizeof *x->wire)))
     return NULL;
   return x;
 }
 
 /* exchange() in a group of one: nobody to send to or agree with. */
 static int exchange_alone(shmap__coll *c, const void *data, size_t bytes,
-                          mwire **got)
+                          const void ***got)
 {
   shmap_ctx *ctx = c->ctx;
   publish(c->comm->priv, c);
@@ -1451,20 +1458,25 @@ static int exchange_alone(shmap__coll *c, const void *data, size_t bytes,
     if (!x)
       return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
                              "out of memory");
-    *got = x->theirs;
+    /* A copy: the fold may write dst, which may be src (in place). */
     if (bytes)
-      memcpy((*got)->data, data, bytes);
+      memcpy(x->wire->data, data, bytes);
+    x->srcs[0] = x->wire->data;
+    *got = x->srcs;
   }
   return 0;
 }
 
 /* Send this device's descriptor (and `bytes` of terms from `data`) to
- * every other member, take theirs, and agree.  0, with the members'
- * messages in *got (by rank, this device's own slot holding its own) when
- * got is not NULL, in the device's buffers (xbufs) until its next call;
- * or an error code, message set. */
-static int exchange(shmap__coll *c, const void *data, size_t bytes,
-                    mwire **got)
+ * every other member (the terms to member `only` alone when it is not
+ * -1), take theirs, and agree.  0, with *got, when got is not NULL,
+ * pointing at every member's terms by rank (this device's own a copy in
+ * its message), in the device's buffers (xbufs) until its next call; or
+ * an error code, message set.  The messages stay where they came: the
+ * ranks are put in order by pointers, not by moving messages of a
+ * descriptor each. */
+static int exchange(shmap__coll *c, const void *data, size_t bytes, int only,
+                    const void ***got)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
@@ -1485,9 +1497,11 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
   int *watch = x->watch, *procs = x->procs;
   char *settled = x->settled;
   memset(settled, 0, (size_t)n);
-  memset(wire, 0, offsetof(mwire, data));
+  /* Only the parts of the descriptor in use: the rest of the message is
+   * whatever an earlier call left (zeros at first), which no reader
+   * looks at (shmap__call_equal, shmap__call_mismatch). */
   wire->h.k = c->k;
-  wire->h.call = c->call;
+  shmap__call_copy(&wire->h.call, &c->call);
   wire->h.call.src = NULL;
   wire->h.call.dst = NULL;
   if (bytes)
@@ -1497,7 +1511,8 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
    * finds our buffers (see Members in one process). */
   publish(m, c);
   int nreq = 0;
-  int perr = post_all(c, wire, wbytes, theirs, reqs, procs, watch, &nreq);
+  int perr = post_all(c, wire, wbytes, only, theirs, reqs, procs, watch,
+                      &nreq);
   int nwatch = nreq / 2;
   /* A call whose descriptors did not all go out was not entered (see
    * "Giving up a call after a failure"). */
@@ -1510,7 +1525,6 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
                .theirs = (const unsigned char *)theirs, .stride = sizeof *theirs,
                .settled = settled, .interval = CHECK_AFTER, .asking = -1,
                .why = why, .nwhy = sizeof why};
-  w.next_check = shmap__now() + CHECK_AFTER;
   int rc = perr ? perr : wait_all(ctx, &w);
   int err = perr ? perr : w.err;
   bool orphaned = rc && abandon(m, reqs, nreq, procs);
@@ -1525,10 +1539,10 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
     ctx->remote += procs[i] != m->self ? bytes : 0;
   if (!rc && !why[0] && got) {
     /* By rank: the members before this one, this one, the others. */
-    memmove(&theirs[c->rank + 1], &theirs[c->rank],
-            sizeof *theirs * (size_t)(n - 1 - c->rank));
-    shmap__copy(theirs[c->rank].data, wire->data, bytes);
-    *got = theirs;
+    for (int r = 0; r < n; r++)
+      x->srcs[r] = r == c->rank ? wire->data
+                                : theirs[r - (r > c->rank)].data;
+    *got = x->srcs;
   }
   if (orphaned) {
     orphan(m, wire);
@@ -1543,7 +1557,7 @@ static int mpi_arrive(shmap__coll *c)
   mcall *mc = &m->dev[c->ctx->dev].mc;
   mc->nreq = 0;
   memcpy(c->priv, &mc, sizeof mc);
-  return exchange(c, NULL, 0, NULL);
+  return exchange(c, NULL, 0, -1, NULL);
 }
 
 /*
@@ -1556,7 +1570,15 @@ static int mpi_arrive(shmap__coll *c)
  * cores, so each step saved is one round less.  Every member gets the
  * same descriptors and the same verdict as from arrive (the same
  * exchange); nobody reads this device's buffers, so nothing is waited
- * for afterwards.
+ * for afterwards.  The other small calls that coll/algo.c words as such
+ * a "fold" take the same exchange: all_gather and all_to_all (the fold
+ * concatenates), psum_scatter (each member keeps its part), and ppermute,
+ * whose fold picks the term of the member this one receives from (an
+ * `own` fold).  A ppermute's terms go only to the member that takes
+ * them, its descriptor to every member, so the agreement is arrive's;
+ * and an own fold never goes through a leader (below): each member
+ * folds for itself from the flat exchange, which sends no more messages
+ * than arrive does.
  */
 /*
  * Groups spread over processes.  A small reduction whose group has two or
@@ -2017,7 +2039,6 @@ static int lead_exchange(shmap__coll *c, const hplan *h, hbufs *b, int wbytes)
                .hb = b, .settled = b->settled,
                .interval = CHECK_AFTER, .asking = -1, .why = why,
                .nwhy = sizeof why};
-  w.next_check = shmap__now() + CHECK_AFTER;
   int rc = perr ? perr : wait_all(ctx, &w);
   int err = perr ? perr : w.err;
   if (rc && abandon(m, b->reqs, nreq, b->procs)) {
@@ -2106,7 +2127,9 @@ static int mpi_allreduce_small(shmap__coll *c, size_t count,
                                const shmap__fold *fold, size_t off, size_t n)
 {
   memset(c->priv, 0, sizeof(mcall *));
-  if (c->n > 1) {
+  /* A fold for each member's own place (ppermute) goes through no
+   * leader: every member folds for itself, from the flat exchange. */
+  if (c->n > 1 && !fold->own) {
     hplan *h = hplan_of(c);
     if (!h)
       return shmap__dev_fail(c->ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
@@ -2115,15 +2138,18 @@ static int mpi_allreduce_small(shmap__coll *c, size_t count,
       return h->lead == c->ctx->dev ? lead_call(c, h, fold, count, off, n)
                                     : member_call(c, h, count, off, n);
   }
-  mwire *all = NULL;
-  int rc = exchange(c, c->call.src, count * c->esize, &all);
+  /* A ppermute's terms go to the one member that reads them (c->n:
+   * none does), the descriptor to all. */
+  int only = -1;
+  if (fold->own)
+    only = c->to >= 0 && c->to != c->rank ? c->to : c->n;
+  const void **srcs = NULL;
+  int rc = exchange(c, c->call.src, count * c->esize, only, &srcs);
   if (rc)
     return rc;
-  /* exchange() made the device's buffers hold n members. */
-  shmap__mpimesh *m = c->comm->priv;
-  const void **srcs = m->dev[c->ctx->dev].x.srcs;
-  for (int r = 0; r < c->n; r++)
-    srcs[r] = all[r].data + off * c->esize;
+  if (off)
+    for (int r = 0; r < c->n; r++)
+      srcs[r] = (const char *)srcs[r] + off * c->esize;
   fold->fn(c->call.dst, srcs, c->n, n, fold->count);
   return 0;
 }
@@ -2487,6 +2513,7 @@ const shmap__transport shmap__mpi_transport = {
     .depart = mpi_depart,
     .allreduce_small = mpi_allreduce_small,
     .small_max_n = SHMAP_MAX_DEVICES,
+    .small_own_max_n = SHMAP_MAX_DEVICES,
 };
 
 #else /* no MPI: no transport between processes (comm.c) */
