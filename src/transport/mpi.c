@@ -1370,8 +1370,11 @@ static void publish(shmap__mpimesh *m, const shmap__coll *c)
   v->src = c->call.src;
   v->dst = c->call.dst;
   atomic_store_explicit(&v->cur, c->k, memory_order_release);
+  /* The parts of the descriptor in use only (readers stop there).  The
+   * slot still holds call k - RING, which an answer may read until
+   * published moves on: hence the lock. */
   uv_mutex_lock(&v->lock);
-  v->ring[c->k % RING] = c->call;
+  shmap__call_copy(&v->ring[c->k % RING], &c->call);
   v->ring[c->k % RING].src = NULL;
   v->ring[c->k % RING].dst = NULL;
   v->published = c->k;
@@ -2318,15 +2321,15 @@ static int fold_terms(shmap__coll *c, size_t off, size_t count,
     if (r != c->rank && !local_member(c, r, &d))
       nremote++;
   }
-  const void **srcs = shmap__malloc(sizeof *srcs * (size_t)n);
-  MPI_Request *reqs = shmap__malloc(sizeof *reqs * (size_t)n);
+  /* The exchange's buffers, idle after arrive (sized for the group). */
+  shmap__mpimesh *m = c->comm->priv;
+  xbufs *x = xbufs_for(m, c->ctx->dev, n);
+  const void **srcs = x ? x->srcs : NULL;
+  MPI_Request *reqs = x ? x->reqs : NULL;
   char *terms = nremote ? scratch(c, SCRATCH_TERMS, bytes * (size_t)nremote)
                         : NULL;
-  if (!srcs || !reqs || (nremote && !terms)) {
-    free(srcs);
-    free(reqs);
+  if (!srcs || !reqs || (nremote && !terms))
     return data_fail(c, shmap__err(SHMAP_ENOMEM, "out of memory"));
-  }
   int nreq = 0;
   int rc = post_terms(c, off, count, terms, srcs, reqs, &nreq);
   /* Even after an error: the receives posted write into terms. */
@@ -2336,8 +2339,6 @@ static int fold_terms(shmap__coll *c, size_t off, size_t count,
    * one pass (and divides for pmean). */
   if (rc == 0)
     fold->fn(acc, srcs, n, count, fold->count);
-  free(srcs);
-  free(reqs);
   return rc ? data_fail(c, rc) : 0;
 }
 
