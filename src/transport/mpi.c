@@ -677,7 +677,11 @@ static bool arrive_check(waitarg *w);
  * MPI_Testall: MPICH declares MPI_STATUSES_IGNORE as a zero-length array,
  * which GCC's -Wstringop-overflow takes for a too-small status buffer.  A
  * completed request becomes MPI_REQUEST_NULL, which tests as complete
- * again.  An MPI error counts as the end, with w->err set. */
+ * again, without driving MPI's progress.  The tests stop at the first
+ * request still pending: each test drives the progress of every request
+ * (Open MPI polls its shared memory and its other engines on each), so
+ * one per poll does, and the rest are tested once it completed.  An MPI
+ * error counts as the end, with w->err set. */
 static bool tested_all(waitarg *w)
 {
   int flag = 1;
@@ -685,12 +689,10 @@ static bool tested_all(waitarg *w)
     flag = 0;
   if (w->err)
     return true;
-  for (int i = 0; i < w->nreq; i++) {
-    int one = 0;
-    if ((w->err = SHMAP__MPI_CHECK(MPI_Test, &w->reqs[i], &one,
+  for (int i = 0; i < w->nreq && flag; i++) {
+    if ((w->err = SHMAP__MPI_CHECK(MPI_Test, &w->reqs[i], &flag,
                                    MPI_STATUS_IGNORE)))
       return true;
-    flag &= one;
   }
   return flag;
 }
