@@ -172,6 +172,7 @@ typedef struct mdev {
    * result this device takes (psum_scatter's offset and length). */
   _Atomic uint64_t hgot;
   size_t hoff, hn;
+  const shmap__fold *hfold; /* its fold, when own (on its stack) */
   hplan hp;
   hbufs hb;
 } mdev;
@@ -1580,10 +1581,12 @@ static int mpi_arrive(shmap__coll *c)
  * concatenates), psum_scatter (each member keeps its part), and ppermute,
  * whose fold picks the term of the member this one receives from (an
  * `own` fold).  A ppermute's terms go only to the member that takes
- * them, its descriptor to every member, so the agreement is arrive's;
- * and an own fold never goes through a leader (below): each member
- * folds for itself from the flat exchange, which sends no more messages
- * than arrive does.
+ * them, its descriptor to every member, so the agreement is arrive's.
+ * In a group spread over processes (below) an own fold is not one
+ * result for all: the leader applies each local member's own fold (its
+ * shmap__fold, on that member's stack while it waits for the outcome,
+ * published with its buffers) to every member's terms, into that
+ * member's dst; such a fold is never partial, so every term travels.
  */
 /*
  * Groups spread over processes.  A small reduction whose group has two or
@@ -2014,6 +2017,22 @@ static void lead_fold(shmap__coll *c, const hplan *h, const hbufs *b,
     }
     srcs[nsrc++] = w->data + (size_t)h->ridx[r] * tb;
   }
+  if (fold->own) {
+    /* Each member's own fold (its part starts at 0), into acc first: a
+     * member's dst may be its src (in place), a term of the others'. */
+    size_t rb = count * des;
+    for (int i = 0; i < h->nlocal; i++) {
+      const mdev *v = &m->dev[h->locals[i]];
+      const shmap__fold *f = h->locals[i] == c->ctx->dev ? fold : v->hfold;
+      f->fn(acc + (size_t)i * rb, srcs, nsrc, count, f->count);
+    }
+    for (int i = 0; i < h->nlocal; i++) {
+      const mdev *v = &m->dev[h->locals[i]];
+      memcpy(h->locals[i] == c->ctx->dev ? c->call.dst : v->dst,
+             acc + (size_t)i * rb, rb);
+    }
+    return;
+  }
   fold->fn(acc, srcs, nsrc, count, fold->count);
   for (int i = 0; i < h->nlocal; i++) {
     int d = h->locals[i];
@@ -2081,7 +2100,9 @@ static int lead_call(shmap__coll *c, const hplan *h, const shmap__fold *fold,
     rc = shmap__canceled(ctx, shmap__coll_opname(c));
   size_t wmax = offsetof(hwire, data) + (size_t)h->nlocal * count * c->esize;
   hbufs *b = rc ? NULL : hbufs_for(m, ctx->dev, c->n, wmax);
-  char *acc = b ? scratch(c, SCRATCH_ACC, count * des + 1) : NULL;
+  /* One result for all, or one per local member (own folds). */
+  size_t nres = fold->own ? (size_t)h->nlocal : 1;
+  char *acc = b ? scratch(c, SCRATCH_ACC, nres * count * des + 1) : NULL;
   if (!rc && !acc)
     rc = shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
                          "out of memory");
@@ -2091,7 +2112,8 @@ static int lead_call(shmap__coll *c, const hplan *h, const shmap__fold *fold,
   }
   if (!rc) {
     lead_fold(c, h, b, fold, count, acc);
-    memcpy(c->call.dst, acc + off * des, nn * des);
+    if (!fold->own)
+      memcpy(c->call.dst, acc + off * des, nn * des);
     ctx->remote += (uint64_t)(c->n - h->nlocal) * count * c->esize;
   }
   /* After the failure is recorded: the members' cancellation follows it. */
@@ -2101,8 +2123,9 @@ static int lead_call(shmap__coll *c, const hplan *h, const shmap__fold *fold,
 
 /* A member's part that is not the leader: publish, and take the
  * leader's outcome. */
-static int member_call(shmap__coll *c, const hplan *h, size_t count,
-                       size_t off, size_t nn)
+static int member_call(shmap__coll *c, const hplan *h,
+                       const shmap__fold *fold, size_t count, size_t off,
+                       size_t nn)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
@@ -2110,6 +2133,7 @@ static int member_call(shmap__coll *c, const hplan *h, size_t count,
   mdev *v = &m->dev[ctx->dev];
   v->hoff = off;
   v->hn = nn;
+  v->hfold = fold;
   publish(m, c);
   /* Its descriptor is with its process's leader, which sends it on. */
   atomic_store(&rt->devs[ctx->dev].coll.arrive, c->k);
@@ -2132,16 +2156,14 @@ static int mpi_allreduce_small(shmap__coll *c, size_t count,
                                const shmap__fold *fold, size_t off, size_t n)
 {
   memset(c->priv, 0, sizeof(mcall *));
-  /* A fold for each member's own place (ppermute) goes through no
-   * leader: every member folds for itself, from the flat exchange. */
-  if (c->n > 1 && !fold->own) {
+  if (c->n > 1) {
     hplan *h = hplan_of(c);
     if (!h)
       return shmap__dev_fail(c->ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
                              "out of memory");
     if (h->spread)
       return h->lead == c->ctx->dev ? lead_call(c, h, fold, count, off, n)
-                                    : member_call(c, h, count, off, n);
+                                    : member_call(c, h, fold, count, off, n);
   }
   /* A ppermute's terms go to the one member that reads them (c->n:
    * none does), the descriptor to all. */
