@@ -1540,9 +1540,13 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes, int only,
     if (!shmap__call_equal(&c->call, &theirs[i].h.call))
       shmap__call_mismatch(rt->mesh, ctx->dev, &c->call, watch[i],
                            &theirs[i].h.call, c->k, c->k, why, sizeof why);
-  /* The terms that came from other processes. */
+  /* The terms that came from other processes (a ppermute's from its
+   * source only). */
   for (int i = 0; rc == 0 && !why[0] && i < nwatch; i++)
-    ctx->remote += procs[i] != m->self ? bytes : 0;
+    ctx->remote += procs[i] != m->self &&
+                           (only < 0 || i + (i >= c->rank) == c->from)
+                       ? bytes
+                       : 0;
   if (!rc && !why[0] && got) {
     /* By rank: the members before this one, this one, the others. */
     for (int r = 0; r < n; r++)
@@ -2078,6 +2082,17 @@ static int lead_exchange(shmap__coll *c, const hplan *h, hbufs *b, int wbytes)
   return agreed(c, err, why, rc);
 }
 
+/* The terms of other processes a member's result takes: every one, or
+ * for an own fold (ppermute) its source's when that is elsewhere. */
+static uint64_t remote_terms(const shmap__coll *c, const hplan *h,
+                             const shmap__fold *fold)
+{
+  const shmap__mpimesh *m = c->comm->priv;
+  if (fold->own)
+    return c->from >= 0 && h->rproc[c->from] != m->self;
+  return (uint64_t)(c->n - h->nlocal);
+}
+
 /* The leader's part of a small reduction over a spread group. */
 static int lead_call(shmap__coll *c, const hplan *h, const shmap__fold *fold,
                      size_t count, size_t off, size_t nn)
@@ -2114,7 +2129,7 @@ static int lead_call(shmap__coll *c, const hplan *h, const shmap__fold *fold,
     lead_fold(c, h, b, fold, count, acc);
     if (!fold->own)
       memcpy(c->call.dst, acc + off * des, nn * des);
-    ctx->remote += (uint64_t)(c->n - h->nlocal) * count * c->esize;
+    ctx->remote += remote_terms(c, h, fold) * count * c->esize;
   }
   /* After the failure is recorded: the members' cancellation follows it. */
   lead_publish(c, h, rc == 0);
@@ -2143,7 +2158,7 @@ static int member_call(shmap__coll *c, const hplan *h,
   while (!shmap__dev_poll(rt, &rt->devs[ctx->dev], lead_done, &w, NULL))
     ;
   if (w.state == H_READY) {
-    ctx->remote += (uint64_t)(c->n - h->nlocal) * count * c->esize;
+    ctx->remote += remote_terms(c, h, fold) * count * c->esize;
     return 0;
   }
   if (w.state == H_FAIL && !atomic_load(&rt->abort))
