@@ -18,7 +18,9 @@
  * (shmap__poll_until: its thread tests, yielding its core; in fiber mode
  * its worker runs other devices and tests again), checking meanwhile for
  * the map's failure
- * and for notices from the other processes:
+ * and for notices from the other processes (every eighth poll: a probe
+ * for notices and a clock reading cost more than the test of a request,
+ * and most waits of a small call end within a few polls):
  *   FAIL - a device of that process failed: this process's map fails too,
  *          with the same message;
  *   DONE - a device of that process returned from its body after this
