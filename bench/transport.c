@@ -6,7 +6,7 @@
  * two side by side:
  *
  *   mpirun -np R bench/transport D [--sizes LIST] [--ops LIST] [--reps K]
- *                                   [--target-ms T]
+ *                                   [--target-ms T] [--calls C]
  *
  * runs a mesh of R*D devices (D per process) and prints on process 0 one
  * line `op=NAME bytes=N us=X` per case: the median over K samples of the
@@ -19,7 +19,11 @@
  * start and end are not counted.  `bytes` is the per-device size of the
  * full f32 buffer, as for mpi_bench: the input of psum and psum_scatter,
  * the output of all_gather (whose input is bytes/(R*D)), the block
- * ppermute shifts around the ring of devices.
+ * ppermute shifts around the ring of devices.  --calls C fixes the calls
+ * per sample instead (no calibration), so that two runs under an
+ * instruction counter differ by a known number of calls.  Times are
+ * printed with mpi_bench's precision, so that ratios of small calls are
+ * not rounded away.
  */
 #include <shmap.h>
 
@@ -129,6 +133,7 @@ int main(int argc, char **argv)
   size_t sizes[16] = {(size_t)1 << 20, (size_t)4 << 20};
   int nsizes = 2, reps = 7, ops = (1 << NOPS) - 1;
   double target_ms = 20;
+  int fixed = 0; /* --calls: calls per sample, 0: calibrated */
   for (int i = 2; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--sizes") == 0) {
       nsizes = 0;
@@ -144,12 +149,15 @@ int main(int argc, char **argv)
       reps = atoi(argv[i + 1]);
     } else if (strcmp(argv[i], "--target-ms") == 0) {
       target_ms = atof(argv[i + 1]);
+    } else if (strcmp(argv[i], "--calls") == 0) {
+      fixed = atoi(argv[i + 1]);
     }
   }
   int R = shmap_process_count();
-  if (D < 1 || R < 1 || reps < 1 || reps > MAXREPS || !(target_ms > 0)) {
+  if (D < 1 || R < 1 || reps < 1 || reps > MAXREPS || !(target_ms > 0) ||
+      fixed < 0) {
     fprintf(stderr, "usage: mpirun -np R transport D [--sizes LIST] "
-                    "[--ops LIST] [--reps K] [--target-ms T]\n");
+                    "[--ops LIST] [--reps K] [--target-ms T] [--calls C]\n");
     return 2;
   }
   int n = R * D;
@@ -172,7 +180,9 @@ int main(int argc, char **argv)
        * takes a fifth of the target, then enough for the target.  Every
        * process gets the same times from run(), so all choose alike. */
       double v[MAXREPS];
-      for (;;) {
+      if (fixed)
+        j.calls = fixed;
+      for (; !fixed;) {
         run(mesh, &j, v);
         double per = v[0];
         if (per * j.calls >= target_ms * 1e3 / 5 || j.calls >= 100000) {
@@ -187,7 +197,7 @@ int main(int argc, char **argv)
       qsort(v, (size_t)reps, sizeof v[0], cmp);
       double med = reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
       if (shmap_process_rank() == 0)
-        printf("op=%s bytes=%zu us=%.1f\n", names[op], sizes[s], med);
+        printf("op=%s bytes=%zu us=%.4f\n", names[op], sizes[s], med);
     }
   free(pairs);
   shmap_mesh_destroy(mesh);

@@ -17,7 +17,7 @@ check_PROGRAMS += tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \
 	tests/mpi/test_mpi_mismatch tests/mpi/test_mpi_parts tests/mpi/test_mpi_exit \
 	tests/mpi/test_mpi_map_prop tests/mpi/test_mpi_watchdog \
 	tests/mpi/test_mpi_badinput tests/mpi/test_mpi_meshes tests/mpi/test_mpi_spread \
-	tests/mpi/test_mpi_explore
+	tests/mpi/test_mpi_explore tests/mpi/test_mpi_smallperm
 # Exploring schedules refused on a mesh over several processes.
 tests_mpi_test_mpi_explore_SOURCES = tests/mpi/test_mpi_explore.c tests/alarm.h
 tests_mpi_test_mpi_explore_LDADD = src/libshmap.la
@@ -25,6 +25,10 @@ tests_mpi_test_mpi_explore_LDADD = src/libshmap.la
 # per call per process counted by the engine (internal headers).
 tests_mpi_test_mpi_spread_SOURCES = tests/mpi/test_mpi_spread.c
 tests_mpi_test_mpi_spread_LDADD = src/libshmap.la -lm
+# ppermute of a few hundred bytes over processes (one exchange): exact
+# values, mismatch messages, a failure during the call.
+tests_mpi_test_mpi_smallperm_SOURCES = tests/mpi/test_mpi_smallperm.c
+tests_mpi_test_mpi_smallperm_LDADD = src/libshmap.la
 tests_mpi_test_mpi_meshes_SOURCES = tests/mpi/test_mpi_meshes.c
 tests_mpi_test_mpi_meshes_LDADD = src/libshmap.la
 tests_mpi_test_mpi_exit_SOURCES = tests/mpi/test_mpi_exit.c

@@ -18,7 +18,9 @@
  * (shmap__poll_until: its thread tests, yielding its core; in fiber mode
  * its worker runs other devices and tests again), checking meanwhile for
  * the map's failure
- * and for notices from the other processes:
+ * and for notices from the other processes (every eighth poll: a probe
+ * for notices and a clock reading cost more than the test of a request,
+ * and most waits of a small call end within a few polls):
  *   FAIL - a device of that process failed: this process's map fails too,
  *          with the same message;
  *   DONE - a device of that process returned from its body after this
@@ -172,6 +174,7 @@ typedef struct mdev {
    * result this device takes (psum_scatter's offset and length). */
   _Atomic uint64_t hgot;
   size_t hoff, hn;
+  const shmap__fold *hfold; /* its fold, when own (on its stack) */
   hplan hp;
   hbufs hb;
 } mdev;
@@ -677,7 +680,11 @@ static bool arrive_check(waitarg *w);
  * MPI_Testall: MPICH declares MPI_STATUSES_IGNORE as a zero-length array,
  * which GCC's -Wstringop-overflow takes for a too-small status buffer.  A
  * completed request becomes MPI_REQUEST_NULL, which tests as complete
- * again.  An MPI error counts as the end, with w->err set. */
+ * again, without driving MPI's progress.  The tests stop at the first
+ * request still pending: each test drives the progress of every request
+ * (Open MPI polls its shared memory and its other engines on each), so
+ * one per poll does, and the rest are tested once it completed.  An MPI
+ * error counts as the end, with w->err set. */
 static bool tested_all(waitarg *w)
 {
   int flag = 1;
@@ -685,12 +692,10 @@ static bool tested_all(waitarg *w)
     flag = 0;
   if (w->err)
     return true;
-  for (int i = 0; i < w->nreq; i++) {
-    int one = 0;
-    if ((w->err = SHMAP__MPI_CHECK(MPI_Test, &w->reqs[i], &one,
+  for (int i = 0; i < w->nreq && flag; i++) {
+    if ((w->err = SHMAP__MPI_CHECK(MPI_Test, &w->reqs[i], &flag,
                                    MPI_STATUS_IGNORE)))
       return true;
-    flag &= one;
   }
   return flag;
 }
@@ -704,7 +709,7 @@ static bool requests_done(void *arg)
     w->done = true;
     return true;
   }
-  if ((w->polls++ & 7) == 0) {
+  if ((++w->polls & 7) == 0) {
     poll_notices(w->rt, w->m);
     eslot *s = &w->m->slot[w->m->epoch & 1];
     const shmap__place *pl = w->rt->mesh->place;
@@ -1023,7 +1028,10 @@ static bool arrive_check(waitarg *w)
     w->done = true;
     return true;
   }
-  if ((w->polls++ & 7) != 0 && !later)
+  /* Notices and the clock every eighth poll only, the first of them
+   * after a few polls: most exchanges complete sooner, and each costs
+   * an MPI probe and a clock reading. */
+  if ((++w->polls & 7) != 0 && !later)
     return false;
   poll_notices(rt, m);
   bool failed = atomic_load(&rt->abort) != 0;
@@ -1038,10 +1046,11 @@ static bool arrive_check(waitarg *w)
   int a = take_answer(w, now);
   if (a)
     return a > 0;
+  if (!w->next_check) /* the first look at the clock in this wait */
+    w->next_check = now + CHECK_AFTER;
   if (!later && now < w->next_check)
     return false;
-  if (w->next_check)
-    w->interval = w->interval < CHECK_MAX ? 2 * w->interval : CHECK_MAX;
+  w->interval = w->interval < CHECK_MAX ? 2 * w->interval : CHECK_MAX;
   w->next_check = now + w->interval;
   return ask_members(w, now);
 }
@@ -1366,8 +1375,11 @@ static void publish(shmap__mpimesh *m, const shmap__coll *c)
   v->src = c->call.src;
   v->dst = c->call.dst;
   atomic_store_explicit(&v->cur, c->k, memory_order_release);
+  /* The parts of the descriptor in use only (readers stop there).  The
+   * slot still holds call k - RING, which an answer may read until
+   * published moves on: hence the lock. */
   uv_mutex_lock(&v->lock);
-  v->ring[c->k % RING] = c->call;
+  shmap__call_copy(&v->ring[c->k % RING], &c->call);
   v->ring[c->k % RING].src = NULL;
   v->ring[c->k % RING].dst = NULL;
   v->published = c->k;
@@ -1376,13 +1388,15 @@ static void publish(shmap__mpimesh *m, const shmap__coll *c)
 
 /* Post the descriptor exchange of arrive: for the i-th other member,
  * reqs[2i] receives its descriptor into theirs[i] and reqs[2i+1] sends
- * ours (wire, wbytes); procs[i] and watch[i] are its process and device.
+ * ours (wire, wbytes; its descriptor alone when `only` is another
+ * member); procs[i] and watch[i] are its process and device.
  * *nreq counts the requests posted.  0, or an MPI error (message set):
  * the posting stops there. */
-static int post_all(shmap__coll *c, const mwire *wire, int wbytes,
+static int post_all(shmap__coll *c, const mwire *wire, int wbytes, int only,
                     mwire *theirs, MPI_Request *reqs, int *procs, int *watch,
                     int *nreq)
 {
+  int hbytes = (int)offsetof(mwire, data);
   shmap__mpimesh *m = c->comm->priv;
   int me = c->ctx->dev, i = 0;
   for (int r = 0; r < c->n; r++) {
@@ -1400,7 +1414,8 @@ static int post_all(shmap__coll *c, const mwire *wire, int wbytes,
       return rc;
     }
     atomic_fetch_add(&m->sent[p], 1);
-    rc = SHMAP__MPI_CHECK(MPI_Isend, wire, wbytes, MPI_BYTE, p,
+    int len = only < 0 || only == r ? wbytes : hbytes;
+    rc = SHMAP__MPI_CHECK(MPI_Isend, wire, len, MPI_BYTE, p,
                           tag_of(m, me, d), m->comm, &reqs[2 * i + 1]);
     if (rc) {
       atomic_fetch_sub(&m->sent[p], 1);
@@ -1434,14 +1449,14 @@ static xbufs *xbufs_for(shmap__mpimesh *m, int dev, int n)
     x->cap = n;
   }
   /* On the heap: a failed call may leave its sends behind (abandon). */
-  if (!x->wire && !(x->wire = shmap__malloc(sizeof *x->wire)))
+  if (!x->wire && !(x->wire = shmap__calloc(1, sizeof *x->wire)))
     return NULL;
   return x;
 }
 
 /* exchange() in a group of one: nobody to send to or agree with. */
 static int exchange_alone(shmap__coll *c, const void *data, size_t bytes,
-                          mwire **got)
+                          const void ***got)
 {
   shmap_ctx *ctx = c->ctx;
   publish(c->comm->priv, c);
@@ -1451,20 +1466,25 @@ static int exchange_alone(shmap__coll *c, const void *data, size_t bytes,
     if (!x)
       return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
                              "out of memory");
-    *got = x->theirs;
+    /* A copy: the fold may write dst, which may be src (in place). */
     if (bytes)
-      memcpy((*got)->data, data, bytes);
+      memcpy(x->wire->data, data, bytes);
+    x->srcs[0] = x->wire->data;
+    *got = x->srcs;
   }
   return 0;
 }
 
 /* Send this device's descriptor (and `bytes` of terms from `data`) to
- * every other member, take theirs, and agree.  0, with the members'
- * messages in *got (by rank, this device's own slot holding its own) when
- * got is not NULL, in the device's buffers (xbufs) until its next call;
- * or an error code, message set. */
-static int exchange(shmap__coll *c, const void *data, size_t bytes,
-                    mwire **got)
+ * every other member (the terms to member `only` alone when it is not
+ * -1), take theirs, and agree.  0, with *got, when got is not NULL,
+ * pointing at every member's terms by rank (this device's own a copy in
+ * its message), in the device's buffers (xbufs) until its next call; or
+ * an error code, message set.  The messages stay where they came: the
+ * ranks are put in order by pointers, not by moving messages of a
+ * descriptor each. */
+static int exchange(shmap__coll *c, const void *data, size_t bytes, int only,
+                    const void ***got)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
@@ -1485,9 +1505,11 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
   int *watch = x->watch, *procs = x->procs;
   char *settled = x->settled;
   memset(settled, 0, (size_t)n);
-  memset(wire, 0, offsetof(mwire, data));
+  /* Only the parts of the descriptor in use: the rest of the message is
+   * whatever an earlier call left (zeros at first), which no reader
+   * looks at (shmap__call_equal, shmap__call_mismatch). */
   wire->h.k = c->k;
-  wire->h.call = c->call;
+  shmap__call_copy(&wire->h.call, &c->call);
   wire->h.call.src = NULL;
   wire->h.call.dst = NULL;
   if (bytes)
@@ -1497,7 +1519,8 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
    * finds our buffers (see Members in one process). */
   publish(m, c);
   int nreq = 0;
-  int perr = post_all(c, wire, wbytes, theirs, reqs, procs, watch, &nreq);
+  int perr = post_all(c, wire, wbytes, only, theirs, reqs, procs, watch,
+                      &nreq);
   int nwatch = nreq / 2;
   /* A call whose descriptors did not all go out was not entered (see
    * "Giving up a call after a failure"). */
@@ -1510,7 +1533,6 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
                .theirs = (const unsigned char *)theirs, .stride = sizeof *theirs,
                .settled = settled, .interval = CHECK_AFTER, .asking = -1,
                .why = why, .nwhy = sizeof why};
-  w.next_check = shmap__now() + CHECK_AFTER;
   int rc = perr ? perr : wait_all(ctx, &w);
   int err = perr ? perr : w.err;
   bool orphaned = rc && abandon(m, reqs, nreq, procs);
@@ -1520,15 +1542,19 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes,
     if (!shmap__call_equal(&c->call, &theirs[i].h.call))
       shmap__call_mismatch(rt->mesh, ctx->dev, &c->call, watch[i],
                            &theirs[i].h.call, c->k, c->k, why, sizeof why);
-  /* The terms that came from other processes. */
+  /* The terms that came from other processes (a ppermute's from its
+   * source only). */
   for (int i = 0; rc == 0 && !why[0] && i < nwatch; i++)
-    ctx->remote += procs[i] != m->self ? bytes : 0;
+    ctx->remote += procs[i] != m->self &&
+                           (only < 0 || i + (i >= c->rank) == c->from)
+                       ? bytes
+                       : 0;
   if (!rc && !why[0] && got) {
     /* By rank: the members before this one, this one, the others. */
-    memmove(&theirs[c->rank + 1], &theirs[c->rank],
-            sizeof *theirs * (size_t)(n - 1 - c->rank));
-    shmap__copy(theirs[c->rank].data, wire->data, bytes);
-    *got = theirs;
+    for (int r = 0; r < n; r++)
+      x->srcs[r] = r == c->rank ? wire->data
+                                : theirs[r - (r > c->rank)].data;
+    *got = x->srcs;
   }
   if (orphaned) {
     orphan(m, wire);
@@ -1543,7 +1569,7 @@ static int mpi_arrive(shmap__coll *c)
   mcall *mc = &m->dev[c->ctx->dev].mc;
   mc->nreq = 0;
   memcpy(c->priv, &mc, sizeof mc);
-  return exchange(c, NULL, 0, NULL);
+  return exchange(c, NULL, 0, -1, NULL);
 }
 
 /*
@@ -1556,7 +1582,17 @@ static int mpi_arrive(shmap__coll *c)
  * cores, so each step saved is one round less.  Every member gets the
  * same descriptors and the same verdict as from arrive (the same
  * exchange); nobody reads this device's buffers, so nothing is waited
- * for afterwards.
+ * for afterwards.  The other small calls that coll/algo.c words as such
+ * a "fold" take the same exchange: all_gather and all_to_all (the fold
+ * concatenates), psum_scatter (each member keeps its part), and ppermute,
+ * whose fold picks the term of the member this one receives from (an
+ * `own` fold).  A ppermute's terms go only to the member that takes
+ * them, its descriptor to every member, so the agreement is arrive's.
+ * In a group spread over processes (below) an own fold is not one
+ * result for all: the leader applies each local member's own fold (its
+ * shmap__fold, on that member's stack while it waits for the outcome,
+ * published with its buffers) to every member's terms, into that
+ * member's dst; such a fold is never partial, so every term travels.
  */
 /*
  * Groups spread over processes.  A small reduction whose group has two or
@@ -1987,6 +2023,22 @@ static void lead_fold(shmap__coll *c, const hplan *h, const hbufs *b,
     }
     srcs[nsrc++] = w->data + (size_t)h->ridx[r] * tb;
   }
+  if (fold->own) {
+    /* Each member's own fold (its part starts at 0), into acc first: a
+     * member's dst may be its src (in place), a term of the others'. */
+    size_t rb = count * des;
+    for (int i = 0; i < h->nlocal; i++) {
+      const mdev *v = &m->dev[h->locals[i]];
+      const shmap__fold *f = h->locals[i] == c->ctx->dev ? fold : v->hfold;
+      f->fn(acc + (size_t)i * rb, srcs, nsrc, count, f->count);
+    }
+    for (int i = 0; i < h->nlocal; i++) {
+      const mdev *v = &m->dev[h->locals[i]];
+      memcpy(h->locals[i] == c->ctx->dev ? c->call.dst : v->dst,
+             acc + (size_t)i * rb, rb);
+    }
+    return;
+  }
   fold->fn(acc, srcs, nsrc, count, fold->count);
   for (int i = 0; i < h->nlocal; i++) {
     int d = h->locals[i];
@@ -2017,7 +2069,6 @@ static int lead_exchange(shmap__coll *c, const hplan *h, hbufs *b, int wbytes)
                .hb = b, .settled = b->settled,
                .interval = CHECK_AFTER, .asking = -1, .why = why,
                .nwhy = sizeof why};
-  w.next_check = shmap__now() + CHECK_AFTER;
   int rc = perr ? perr : wait_all(ctx, &w);
   int err = perr ? perr : w.err;
   if (rc && abandon(m, b->reqs, nreq, b->procs)) {
@@ -2031,6 +2082,17 @@ static int lead_exchange(shmap__coll *c, const hplan *h, hbufs *b, int wbytes)
       shmap__call_mismatch(rt->mesh, ctx->dev, &c->call, b->watch[i],
                            &their(&w, i)->call, c->k, c->k, why, sizeof why);
   return agreed(c, err, why, rc);
+}
+
+/* The terms of other processes a member's result takes: every one, or
+ * for an own fold (ppermute) its source's when that is elsewhere. */
+static uint64_t remote_terms(const shmap__coll *c, const hplan *h,
+                             const shmap__fold *fold)
+{
+  const shmap__mpimesh *m = c->comm->priv;
+  if (fold->own)
+    return c->from >= 0 && h->rproc[c->from] != m->self;
+  return (uint64_t)(c->n - h->nlocal);
 }
 
 /* The leader's part of a small reduction over a spread group. */
@@ -2055,7 +2117,9 @@ static int lead_call(shmap__coll *c, const hplan *h, const shmap__fold *fold,
     rc = shmap__canceled(ctx, shmap__coll_opname(c));
   size_t wmax = offsetof(hwire, data) + (size_t)h->nlocal * count * c->esize;
   hbufs *b = rc ? NULL : hbufs_for(m, ctx->dev, c->n, wmax);
-  char *acc = b ? scratch(c, SCRATCH_ACC, count * des + 1) : NULL;
+  /* One result for all, or one per local member (own folds). */
+  size_t nres = fold->own ? (size_t)h->nlocal : 1;
+  char *acc = b ? scratch(c, SCRATCH_ACC, nres * count * des + 1) : NULL;
   if (!rc && !acc)
     rc = shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
                          "out of memory");
@@ -2065,8 +2129,9 @@ static int lead_call(shmap__coll *c, const hplan *h, const shmap__fold *fold,
   }
   if (!rc) {
     lead_fold(c, h, b, fold, count, acc);
-    memcpy(c->call.dst, acc + off * des, nn * des);
-    ctx->remote += (uint64_t)(c->n - h->nlocal) * count * c->esize;
+    if (!fold->own)
+      memcpy(c->call.dst, acc + off * des, nn * des);
+    ctx->remote += remote_terms(c, h, fold) * count * c->esize;
   }
   /* After the failure is recorded: the members' cancellation follows it. */
   lead_publish(c, h, rc == 0);
@@ -2075,8 +2140,9 @@ static int lead_call(shmap__coll *c, const hplan *h, const shmap__fold *fold,
 
 /* A member's part that is not the leader: publish, and take the
  * leader's outcome. */
-static int member_call(shmap__coll *c, const hplan *h, size_t count,
-                       size_t off, size_t nn)
+static int member_call(shmap__coll *c, const hplan *h,
+                       const shmap__fold *fold, size_t count, size_t off,
+                       size_t nn)
 {
   shmap_ctx *ctx = c->ctx;
   shmap__runtime *rt = ctx->rt;
@@ -2084,6 +2150,7 @@ static int member_call(shmap__coll *c, const hplan *h, size_t count,
   mdev *v = &m->dev[ctx->dev];
   v->hoff = off;
   v->hn = nn;
+  v->hfold = fold;
   publish(m, c);
   /* Its descriptor is with its process's leader, which sends it on. */
   atomic_store(&rt->devs[ctx->dev].coll.arrive, c->k);
@@ -2093,7 +2160,7 @@ static int member_call(shmap__coll *c, const hplan *h, size_t count,
   while (!shmap__dev_poll(rt, &rt->devs[ctx->dev], lead_done, &w, NULL))
     ;
   if (w.state == H_READY) {
-    ctx->remote += (uint64_t)(c->n - h->nlocal) * count * c->esize;
+    ctx->remote += remote_terms(c, h, fold) * count * c->esize;
     return 0;
   }
   if (w.state == H_FAIL && !atomic_load(&rt->abort))
@@ -2113,17 +2180,20 @@ static int mpi_allreduce_small(shmap__coll *c, size_t count,
                              "out of memory");
     if (h->spread)
       return h->lead == c->ctx->dev ? lead_call(c, h, fold, count, off, n)
-                                    : member_call(c, h, count, off, n);
+                                    : member_call(c, h, fold, count, off, n);
   }
-  mwire *all = NULL;
-  int rc = exchange(c, c->call.src, count * c->esize, &all);
+  /* A ppermute's terms go to the one member that reads them (c->n:
+   * none does), the descriptor to all. */
+  int only = -1;
+  if (fold->own)
+    only = c->to >= 0 && c->to != c->rank ? c->to : c->n;
+  const void **srcs = NULL;
+  int rc = exchange(c, c->call.src, count * c->esize, only, &srcs);
   if (rc)
     return rc;
-  /* exchange() made the device's buffers hold n members. */
-  shmap__mpimesh *m = c->comm->priv;
-  const void **srcs = m->dev[c->ctx->dev].x.srcs;
-  for (int r = 0; r < c->n; r++)
-    srcs[r] = all[r].data + off * c->esize;
+  if (off)
+    for (int r = 0; r < c->n; r++)
+      srcs[r] = (const char *)srcs[r] + off * c->esize;
   fold->fn(c->call.dst, srcs, c->n, n, fold->count);
   return 0;
 }
@@ -2292,15 +2362,15 @@ static int fold_terms(shmap__coll *c, size_t off, size_t count,
     if (r != c->rank && !local_member(c, r, &d))
       nremote++;
   }
-  const void **srcs = shmap__malloc(sizeof *srcs * (size_t)n);
-  MPI_Request *reqs = shmap__malloc(sizeof *reqs * (size_t)n);
+  /* The exchange's buffers, idle after arrive (sized for the group). */
+  shmap__mpimesh *m = c->comm->priv;
+  xbufs *x = xbufs_for(m, c->ctx->dev, n);
+  const void **srcs = x ? x->srcs : NULL;
+  MPI_Request *reqs = x ? x->reqs : NULL;
   char *terms = nremote ? scratch(c, SCRATCH_TERMS, bytes * (size_t)nremote)
                         : NULL;
-  if (!srcs || !reqs || (nremote && !terms)) {
-    free(srcs);
-    free(reqs);
+  if (!srcs || !reqs || (nremote && !terms))
     return data_fail(c, shmap__err(SHMAP_ENOMEM, "out of memory"));
-  }
   int nreq = 0;
   int rc = post_terms(c, off, count, terms, srcs, reqs, &nreq);
   /* Even after an error: the receives posted write into terms. */
@@ -2310,8 +2380,6 @@ static int fold_terms(shmap__coll *c, size_t off, size_t count,
    * one pass (and divides for pmean). */
   if (rc == 0)
     fold->fn(acc, srcs, n, count, fold->count);
-  free(srcs);
-  free(reqs);
   return rc ? data_fail(c, rc) : 0;
 }
 
@@ -2487,6 +2555,7 @@ const shmap__transport shmap__mpi_transport = {
     .depart = mpi_depart,
     .allreduce_small = mpi_allreduce_small,
     .small_max_n = SHMAP_MAX_DEVICES,
+    .small_own_max_n = SHMAP_MAX_DEVICES,
 };
 
 #else /* no MPI: no transport between processes (comm.c) */

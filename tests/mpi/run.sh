@@ -25,7 +25,10 @@
 # (a program that initialised MPI itself, with enough and too low a thread
 # level), tests/mpi/test_mpi_spread (a small psum over a group spread
 # over the processes: the serial fold bit for bit, and messages per call
-# that grow with the processes, not the group), tests/mpi/test_mpi_watchdog (the watchdog's report of other
+# that grow with the processes, not the group),
+# tests/mpi/test_mpi_smallperm (ppermute of a few hundred bytes over
+# processes: exact values, mismatch messages as a large one's, a failure
+# during the call), tests/mpi/test_mpi_watchdog (the watchdog's report of other
 # processes' devices and its fiber-mode hint), tests/mpi/test_mpi_exit (processes that stop making the same
 # library calls: a mismatch error everywhere, or the job aborted with a
 # message, never a hang), and every example, unchanged, whose output must
@@ -98,6 +101,8 @@ for sched in threads fibers; do
   launch "$b/tests/mpi/test_mpi_spread" || { echo "FAIL: test_mpi_spread (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_explore"
   launch "$b/tests/mpi/test_mpi_explore" || { echo "FAIL: test_mpi_explore (np=$np, $sched)"; fail=1; }
+  echo "== np=$np SHMAP_SCHED=$sched: test_mpi_smallperm"
+  launch "$b/tests/mpi/test_mpi_smallperm" || { echo "FAIL: test_mpi_smallperm (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_watchdog"
   launch "$b/tests/mpi/test_mpi_watchdog" || { echo "FAIL: test_mpi_watchdog (np=$np, $sched)"; fail=1; }
   # Processes that stop making the same library calls: a mismatch
