@@ -78,15 +78,28 @@ static void chunk_free(shmap__chunk *c)
 #define CACHE_MIN ((size_t)4 << 10)
 #define CACHE_MAX ((size_t)64 << 20)
 
+/* Smaller blocks cost no page faults, but a fresh one costs the C
+ * library's aligned allocation and its free (about 1,000 instructions,
+ * more than a small psum's whole transport): the result of a small
+ * psum_scatter, all_gather or all_to_all freed in a loop took that on
+ * every call.  Each device keeps the last small block it freed, apart
+ * from the large ones so that it never displaces them. */
+#define SMALL_MIN ((size_t)64)
+
 /* A cached chunk for `bytes` bytes; a paged one when `paged` (its size
  * rules then count whole pages). */
 static shmap__chunk *cache_take(shmap_ctx *ctx, size_t bytes, bool paged)
 {
   if (paged)
     bytes = round_page(bytes);
-  if (bytes < CACHE_MIN)
-    return NULL;
   shmap__dev *d = &ctx->rt->devs[ctx->dev];
+  if (bytes < CACHE_MIN) {
+    shmap__chunk *c = d->arena.small;
+    if (paged || !c || c->cap < bytes || c->cap / 2 > bytes)
+      return NULL;
+    d->arena.small = NULL;
+    return c;
+  }
   for (int i = 0; i < SHMAP__CACHE; i++) {
     shmap__chunk *c = d->arena.cache[i];
     if (c && c->cap >= bytes && c->cap / 2 <= bytes && (c->off || !paged)) {
@@ -113,7 +126,8 @@ static _Atomic bool hooked; /* arena_hooks registered (once per process) */
 
 static void cache_put(shmap__dev *d, shmap__chunk *c)
 {
-  if (c->cap < CACHE_MIN || c->cap > CACHE_MAX) {
+  bool small = c->cap < CACHE_MIN && c->cap >= SMALL_MIN && !c->off;
+  if (!small && (c->cap < CACHE_MIN || c->cap > CACHE_MAX)) {
     chunk_free(c);
     return;
   }
@@ -121,6 +135,11 @@ static void cache_put(shmap__dev *d, shmap__chunk *c)
   if (!atomic_load_explicit(&hooked, memory_order_acquire)) {
     shmap__runtime_hooks(&arena_hooks);
     atomic_store_explicit(&hooked, true, memory_order_release);
+  }
+  if (small) {
+    chunk_free(d->arena.small);
+    d->arena.small = c;
+    return;
   }
   int k = 0;
   for (int i = 0; i < SHMAP__CACHE; i++) {
@@ -348,4 +367,6 @@ void shmap__arena_cache_free(shmap__dev *d)
     chunk_free(d->arena.cache[i]);
     d->arena.cache[i] = NULL;
   }
+  chunk_free(d->arena.small);
+  d->arena.small = NULL;
 }

@@ -143,7 +143,8 @@ enum {
 struct shmap__worker;
 typedef bool (*shmap__pred)(void *arg);
 
-/* Large freed blocks a device keeps for reuse (arena.c). */
+/* Large freed blocks a device keeps for reuse, besides one small one
+ * (arena.c). */
 #define SHMAP__CACHE 2
 
 /* One device of a runtime, in one sub-struct per subsystem.  Each starts
@@ -217,6 +218,7 @@ typedef struct shmap__dev {
     struct shmap__chunk *cache[SHMAP__CACHE];
     uint64_t put_at[SHMAP__CACHE];
     uint64_t nput;
+    struct shmap__chunk *small; /* one freed block under a page */
   } arena;
   /* Collective planning (coll/plan.c): the last axes text this device's
    * collectives parsed, and the result. */
