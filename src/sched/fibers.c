@@ -90,11 +90,12 @@ static bool fstate_cas(shmap__dev *d, int from, int to)
  */
 static bool still_waiting(const shmap__dev *d)
 {
-  const shmap__dev *a = d->sched.wawait;
+  const shmap__dev *a =
+      atomic_load_explicit(&d->sched.wawait, memory_order_relaxed);
+  _Atomic int *ab = atomic_load_explicit(&d->sched.wabort, memory_order_relaxed);
   /* A progress helper (progress.c) writes for its device while the
    * device's fiber waits: once there is one, every look evaluates. */
-  if (!a || (d->sched.wabort && atomic_load(d->sched.wabort)) ||
-      atomic_load(&d->rt->helpers))
+  if (!a || (ab && atomic_load(ab)) || atomic_load(&d->rt->helpers))
     return false;
   if (atomic_load_explicit(&a->sched.fstate, memory_order_acquire) ==
       SHMAP__F_RUN)
@@ -121,14 +122,15 @@ static bool fiber_ready_or(shmap__dev *d, bool maybe)
   if (s != SHMAP__F_WAIT || !fstate_cas(d, SHMAP__F_WAIT, SHMAP__F_CHECK))
     return maybe && fstate(d) == SHMAP__F_CHECK;
   /* The awaited device's count before the condition's reads. */
-  if (d->sched.wawait)
+  const shmap__dev *a =
+      atomic_load_explicit(&d->sched.wawait, memory_order_relaxed);
+  _Atomic int *ab = atomic_load_explicit(&d->sched.wabort, memory_order_relaxed);
+  if (a)
     atomic_store_explicit(&d->sched.wseen,
-                          atomic_load_explicit(&d->sched.wawait->sched.nrun,
+                          atomic_load_explicit(&a->sched.nrun,
                                                memory_order_acquire),
                           memory_order_relaxed);
-  int res = d->sched.wpred(d->sched.warg)                              ? 1
-            : d->sched.wabort && atomic_load(d->sched.wabort) ? 0
-                                                                       : -1;
+  int res = d->sched.wpred(d->sched.warg) ? 1 : ab && atomic_load(ab) ? 0 : -1;
   if (res >= 0)
     d->sched.wres = res;
   atomic_store_explicit(&d->sched.fstate,
@@ -474,8 +476,8 @@ static bool fibers_dev_wait_on(shmap__runtime *rt, shmap__dev *d,
     return false;
   d->sched.wpred = pred;
   d->sched.warg = arg;
-  d->sched.wabort = abort;
-  d->sched.wawait = awaited;
+  atomic_store_explicit(&d->sched.wabort, abort, memory_order_relaxed);
+  atomic_store_explicit(&d->sched.wawait, awaited, memory_order_relaxed);
   /* The awaited device may have run since pred's look above: the first
    * look of a worker evaluates the condition, since the awaited device's
    * count, which only grows, does not come back to one less than now. */

@@ -176,13 +176,15 @@ typedef struct shmap__dev {
     int fnext;         /* the state it leaves its worker in: WAIT or DONE */
     shmap__pred wpred;
     void *warg;
-    _Atomic int *wabort;
+    /* wabort and wawait are read by workers that only look (fibers.c,
+     * "Looking again") while the device may be setting its next wait. */
+    _Atomic(_Atomic int *) wabort;
     int wres;
     /* The device its wait condition depends on alone (NULL: several, or
      * anything), and that device's run count when the condition was last
      * found false; how many times the device's fiber has been switched to
      * and back.  See fibers.c, "Looking again". */
-    const struct shmap__dev *wawait;
+    _Atomic(const struct shmap__dev *) wawait;
     _Atomic uint32_t wseen;
     _Atomic uint32_t nrun;
     char errbuf[SHMAP__MSG_MAX]; /* the device's own message */
