@@ -526,13 +526,21 @@ static double measure(sample_fn sample, void *ctx)
  */
 static pid_t busy_pid;
 
-static void busy_start(void)
+/* fork() with the output flushed first (so that the child does not write
+ * it again); dies if it fails. */
+static pid_t fork_flushed(void)
 {
   fflush(stdout);
   fflush(stderr);
   pid_t pid = fork();
   if (pid < 0)
     die("fork: %s", strerror(errno));
+  return pid;
+}
+
+static void busy_start(void)
+{
+  pid_t pid = fork_flushed();
   if (pid == 0) {
     /* A program of its own: a forked copy of the benchmark would share
      * its pages copy-on-write, and the benchmark's writes to them would
@@ -1167,11 +1175,7 @@ static void sweep_spawn(int P, const char *mode, double out[6])
   int fd[2];
   if (pipe(fd) != 0)
     die("pipe: %s", strerror(errno));
-  fflush(stdout);
-  fflush(stderr);
-  pid_t pid = fork();
-  if (pid < 0)
-    die("fork: %s", strerror(errno));
+  pid_t pid = fork_flushed();
   if (pid == 0) {
     char p[32], reps[32], ms[64];
     snprintf(p, sizeof p, "--sweep-child=%d", P);

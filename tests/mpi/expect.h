@@ -3,8 +3,8 @@
  * expect.h - how the MPI test programs count failures (header only).
  * EXPECT(cond, fmt, ...) prints "[process ME] FILE:LINE: message" on
  * stderr and counts a failure when cond is false, and the test goes on;
- * main() returns nonzero when `failures` is.  `me` is the process's rank,
- * which main() sets.
+ * main() returns nonzero when `failures` is (expect_report).  `me` is the
+ * process's rank, which main() sets.
  */
 #ifndef SHMAP_TESTS_EXPECT_H
 #define SHMAP_TESTS_EXPECT_H
@@ -22,5 +22,17 @@ static int failures, me;
       failures++;                                                             \
     }                                                                         \
   } while (0)
+
+/* main()'s end: "PROG: R processes, all passed" from process 0, or the
+ * failures counted on each failing process; the exit status. */
+static inline int expect_report(const char *prog, int R)
+{
+  if (failures)
+    fprintf(stderr, "[process %d of %d] %d failure%s\n", me, R, failures,
+            failures == 1 ? "" : "s");
+  else if (me == 0)
+    printf("%s: %d process%s, all passed\n", prog, R, R == 1 ? "" : "es");
+  return failures ? 1 : 0;
+}
 
 #endif

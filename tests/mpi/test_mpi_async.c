@@ -169,11 +169,5 @@ int main(void)
   troubles(mesh);
   results(mesh); /* the mesh still works */
   shmap_mesh_destroy(mesh);
-  if (failures)
-    fprintf(stderr, "[process %d of %d] %d failure%s\n", me, np, failures,
-            failures == 1 ? "" : "s");
-  else if (me == 0)
-    printf("test_mpi_async: %d process%s, all passed\n", np,
-           np == 1 ? "" : "es");
-  return failures ? 1 : 0;
+  return expect_report("test_mpi_async", np);
 }

@@ -185,11 +185,5 @@ int main(void)
   int R = shmap_process_count();
   one(R);
   one(2 * R);
-  if (failures)
-    fprintf(stderr, "[process %d of %d] %d failure%s\n", me, R, failures,
-            failures == 1 ? "" : "s");
-  else if (me == 0)
-    printf("test_mpi_smallperm: %d process%s, all passed\n", R,
-           R == 1 ? "" : "es");
-  return failures ? 1 : 0;
+  return expect_report("test_mpi_smallperm", R);
 }
