@@ -191,12 +191,12 @@ const char *shmap__setting_sched(void)
   return NULL;
 }
 
-/* An integer setting from lo to hi; `unset` when it is absent or invalid. */
-static long long_setting(int v, const char *name, long lo, long hi,
-                         long unset, const char *accepted,
-                         const char *fallback)
+/* An integer setting from lo to hi, of value s (NULL: unset); `unset`
+ * when it is absent or invalid. */
+static long long_value(int v, const char *name, const char *s, long lo,
+                       long hi, long unset, const char *accepted,
+                       const char *fallback)
 {
-  const char *s = env(name);
   long val;
   if (!s)
     return unset;
@@ -204,6 +204,13 @@ static long long_setting(int v, const char *name, long lo, long hi,
     return val;
   bad_value(v, name, s, accepted, fallback);
   return unset;
+}
+
+static long long_setting(int v, const char *name, long lo, long hi,
+                         long unset, const char *accepted,
+                         const char *fallback)
+{
+  return long_value(v, name, env(name), lo, hi, unset, accepted, fallback);
 }
 
 int shmap__setting_workers(void)
@@ -275,17 +282,21 @@ int shmap__setting_simd(const char *const names[], int n)
   return -1;
 }
 
-/* A switch: unset or empty is `dflt`, else 0 or 1; another value is
- * reported once and counts as `dflt`. */
-static bool setting_switch(int v, const char *name, bool dflt)
+/* A switch of value s: unset or empty is `dflt`, else 0 or 1; another
+ * value is reported once and counts as `dflt`. */
+static bool switch_value(int v, const char *name, const char *s, bool dflt)
 {
-  const char *s = env(name);
   if (!s)
     return dflt;
   if (strcmp(s, "0") == 0 || strcmp(s, "1") == 0)
     return s[0] == '1';
   bad_value(v, name, s, "0, 1", dflt ? "1" : "0");
   return dflt;
+}
+
+static bool setting_switch(int v, const char *name, bool dflt)
+{
+  return switch_value(v, name, env(name), dflt);
 }
 
 /* Runs under exploring schedules turn the check on without touching the
@@ -297,11 +308,52 @@ void shmap__setting_async_check_force(int delta)
   atomic_fetch_add(&async_forced, delta);
 }
 
-/* A replayed schedule checks as the exploring run that found it did. */
-bool shmap__setting_async_check(void)
+bool shmap__setting_async_forced(void)
 {
-  return setting_switch(V_ASYNC, "SHMAP_ASYNC_CHECK", false) ||
-         atomic_load(&async_forced) > 0 || env("SHMAP_REPLAY") != NULL;
+  return atomic_load(&async_forced) > 0;
+}
+
+/* The values (NULL: unset or empty) of n variables, in one pass over the
+ * environment: getenv() walks all of it for each name, which for the
+ * three a map reads cost a fifth of an empty map's instructions. */
+static void env_many(const char *const names[], const char *vals[], int n)
+{
+  extern char **environ;
+  pthread_once(&names_once, unknown_names);
+  for (int i = 0; i < n; i++)
+    vals[i] = NULL;
+  for (char **e = environ; e && *e; e++) {
+    const char *s = *e;
+    if (s[0] != 'S' || strncmp(s, "SHMAP_", 6) != 0)
+      continue;
+    for (int i = 0; i < n; i++) {
+      size_t len = strlen(names[i]);
+      if (strncmp(s, names[i], len) == 0 && s[len] == '=') {
+        /* getenv() returns the first of duplicated names */
+        if (!vals[i])
+          vals[i] = s + len + 1;
+        break;
+      }
+    }
+  }
+  for (int i = 0; i < n; i++)
+    if (vals[i] && !*vals[i])
+      vals[i] = NULL;
+}
+
+/* A replayed schedule checks as the exploring run that found it did. */
+void shmap__settings_map(shmap__map_env *out)
+{
+  static const char *const names[] = {"SHMAP_EXPLORE", "SHMAP_ASYNC_CHECK",
+                                      "SHMAP_REPLAY"};
+  const char *v[3];
+  env_many(names, v, 3);
+  out->explore = (int)long_value(V_EXPLORE, "SHMAP_EXPLORE", v[0], 0,
+                                 1000000L, 0,
+                                 "a number of schedules from 0 to 1000000",
+                                 "0");
+  out->async_check = switch_value(V_ASYNC, "SHMAP_ASYNC_CHECK", v[1], false) ||
+                     v[2] != NULL;
 }
 
 bool shmap__setting_hugepages(void)
@@ -359,12 +411,6 @@ const char *shmap__setting_replay(void)
             "depth 3)",
             "none");
   return NULL;
-}
-
-int shmap__setting_explore(void)
-{
-  return (int)long_setting(V_EXPLORE, "SHMAP_EXPLORE", 0, 1000000L, 0,
-                           "a number of schedules from 0 to 1000000", "0");
 }
 
 bool shmap__setting_explore_seed(uint64_t *seed)

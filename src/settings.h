@@ -43,10 +43,10 @@ const char *shmap__setting_trace(void);
  * -1 when unset or not one of them (then the caller's default). */
 int shmap__setting_simd(const char *const names[], int n);
 
-/* SHMAP_ASYNC_CHECK: 1 checks the rules of asynchronous collectives
- * (checksums of inputs and results between start and wait), 0 (the
- * default) does not.  It is on as well while SHMAP_REPLAY is set. */
-bool shmap__setting_async_check(void);
+/* The check of asynchronous collectives (checksums of inputs and results
+ * between start and wait, see shmap__map_env): whether runs under
+ * exploring schedules turn it on now. */
+bool shmap__setting_async_forced(void);
 /* Turn the check on (+1) while runs under exploring schedules need it,
  * and off again (-1); SHMAP_ASYNC_CHECK=1 keeps it on regardless. */
 void shmap__setting_async_check_force(int delta);
@@ -61,9 +61,6 @@ bool shmap__setting_membarrier(void);
 /* SHMAP_REPLAY: the schedule every explored map runs under (see
  * shmap__parse_schedule), or NULL. */
 const char *shmap__setting_replay(void);
-/* SHMAP_EXPLORE: how many schedules each map runs under (0: the map runs
- * once, as usual). */
-int shmap__setting_explore(void);
 /* SHMAP_EXPLORE_SEED: the seed of the exploring schedules; true when set
  * (*seed is 1 when not). */
 bool shmap__setting_explore_seed(uint64_t *seed);
@@ -71,6 +68,17 @@ bool shmap__setting_explore_seed(uint64_t *seed);
  * (PCT with D priority change points, 1 to 64); true when valid. */
 bool shmap__parse_schedule(const char *text, char *strategy, int *depth,
                            uint64_t *seed);
+
+/* What a map reads from the environment at its start, in one pass:
+ * SHMAP_EXPLORE, how many schedules the map runs under (0: once, as
+ * usual), and whether the map checks the rules of asynchronous
+ * collectives: SHMAP_ASYNC_CHECK=1 (0, the default, does not) or
+ * SHMAP_REPLAY set (not counting shmap__setting_async_check_force). */
+typedef struct shmap__map_env {
+  int explore;
+  bool async_check;
+} shmap__map_env;
+void shmap__settings_map(shmap__map_env *out);
 
 /* Parsers, for the unit tests: true and *out set when `text` is valid. */
 bool shmap__parse_size(const char *text, size_t *out);

@@ -267,7 +267,7 @@ static void launch(struct shmap_request *r, shmap__plan *p, const char *api,
   snprintf(r->op, sizeof r->op, "%s", shmap__coll_opname(&p->c));
   r->packed = shmap__pack_op(p->c.call.kind, p->c.call.axes, p->c.call.naxes) |
               (uint64_t)(p->c.call.dtype + 1) << 56;
-  r->check = shmap__setting_async_check();
+  r->check = ctx->rt->async_check;
   if (r->check) {
     r->in_sum = checksum(in->data, shmap_block_nbytes(in));
     if (!r->inplace)
@@ -317,7 +317,7 @@ static int start_new(shmap__plan *p, const char *api,
   /* Under the check a result with pages of its own is watched until the
    * wait, while the algorithm writes into a scratch block. */
   size_t len;
-  if (shmap__setting_async_check() && shmap__arena_own_pages(ctx, res, &len)) {
+  if (ctx->rt->async_check && shmap__arena_own_pages(ctx, res, &len)) {
     shmap__chunk *s = shmap__arena_alloc(ctx, res->dtype, res->rank,
                                          res->shape, SHMAP__CHUNK_SCRATCH,
                                          false);

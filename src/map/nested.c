@@ -596,7 +596,7 @@ static void nested_leave(shmap_ctx *octx, uint64_t nest)
   self->ctx = octx;
   shmap__set_current(octx);
   atomic_store_explicit(&self->dbg.nest, nest, memory_order_relaxed);
-  shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
+  shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now_state());
 }
 
 /* Agree on the call: same axes, specs and counts on every member.  With
@@ -635,9 +635,9 @@ static int nested_body(shmap_ctx *ictx, const shmap__offer *of, bool replicas)
   const shmap_mesh *mesh = ictx->rt->mesh;
   shmap__dev *self = &ictx->rt->devs[ictx->dev];
   int rc = 0;
-  uint64_t t0 = shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now());
+  uint64_t t0 = shmap__set_state(self, SHMAP__ST_BODY, 0, shmap__now_state());
   int brc = of->body(ictx, of->arg);
-  uint64_t t1 = shmap__now();
+  uint64_t t1 = shmap__now_state();
   if (shmap__tracing()) {
     int axes[SHMAP_MAX_AXES], na = 0;
     for (int a = 0; a < mesh->naxes; a++)

@@ -187,7 +187,7 @@ void shmap__map_replica(shmap__job *job, int dev)
     atomic_store_explicit(&self->dbg.nest, (uint64_t)1 << 56 | job->manual,
                           memory_order_relaxed);
     shmap__set_state(self, SHMAP__ST_REPLICA, (uint64_t)ctx->host,
-                     shmap__now());
+                     shmap__now_state());
     if (!shmap__dev_wait(rt, self, replica_wake, ctx, &rt->abort))
       break;
     shmap__offer *of = atomic_exchange(&ctx->offer, NULL);
@@ -200,7 +200,7 @@ void shmap__map_replica(shmap__job *job, int dev)
     shmap__offer_leave(rt, of);
   if (!atomic_load(&rt->abort) && atomic_load(&host->body_done))
     copy_host_outputs(job, ctx, host);
-  shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
+  shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now_state());
   shmap__set_current(NULL);
   self->ctx = NULL;
   atomic_store_explicit(&self->dbg.nest, 0, memory_order_relaxed);

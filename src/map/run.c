@@ -51,7 +51,7 @@ static bool device_inputs(shmap__job *job, shmap_ctx *ctx)
 static uint64_t device_body_end(shmap_ctx *ctx, uint64_t t0, int rc)
 {
   shmap__dev *self = &ctx->rt->devs[ctx->dev];
-  uint64_t t1 = shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now());
+  uint64_t t1 = shmap__set_state(self, SHMAP__ST_DONE, 0, shmap__now_state());
   if (shmap__tracing())
     shmap__trace_body(self, t0, t1, ctx->seq, ctx->job_name);
   if (rc != 0)
@@ -81,16 +81,16 @@ static void run_device(shmap__job *job, int dev)
   /* One clock read per state change that takes time: the watchdog and the
    * trace show when each began (a read is tens of nanoseconds here, and a
    * device of an empty map made five). */
-  uint64_t t = shmap__set_state(self, SHMAP__ST_INPUTS, 0, shmap__now());
+  uint64_t t = shmap__set_state(self, SHMAP__ST_INPUTS, 0, shmap__now_state());
   if (device_inputs(job, ctx) && !atomic_load(&rt->abort)) {
     /* The body is called from here, so that a debugger's backtrace shows
      * it right above this function. */
     uint64_t t0 = shmap__set_state(self, SHMAP__ST_BODY, 0,
-                                   ctx->built ? shmap__now() : t);
+                                   ctx->built ? shmap__now_state() : t);
     int rc = job->body(ctx, job->arg);
     t = device_body_end(ctx, t0, rc);
   } else {
-    t = shmap__now();
+    t = shmap__now_state();
   }
   shmap__set_state(self, SHMAP__ST_DONE, 0, t);
   shmap__set_current(NULL);
@@ -119,6 +119,7 @@ typedef struct map_frame {
   shmap_block **slots;  /* the contexts' block tables */
   bool locked;          /* the runtime lock and a mesh reference are held */
   const char *rehearse; /* the fabric to rehearse the map on, or NULL */
+  bool async_check;     /* SHMAP_ASYNC_CHECK or SHMAP_REPLAY said so */
   shmap__in_info ins_local[MAP_FEW + 1];
   shmap__spec ospec_local[MAP_FEW + 1];
   shmap_array *res_local[MAP_FEW + 1];
@@ -129,7 +130,7 @@ typedef struct map_frame {
 static void *map_table(void *local, size_t n, size_t size)
 {
   if (n < MAP_FEW + 1) {
-    memset(local, 0, (MAP_FEW + 1) * size);
+    memset(local, 0, (n + 1) * size);
     return local;
   }
   return shmap__calloc(n + 1, size);
@@ -234,7 +235,8 @@ static int frame_run(map_frame *f)
     job->ctx[d].mem.on = true;
   /* Under SHMAP_ASYNC_CHECK=1 blocks get pages of their own, which an
    * asynchronous collective's start may protect until its wait. */
-  shmap__arena_set_paged(shmap__setting_async_check());
+  rt->async_check = f->async_check || shmap__setting_async_forced();
+  shmap__arena_set_paged(rt->async_check);
   if (rc == 0) {
     shmap__proc_map_running(1);
     rc = shmap__runtime_run(rt, job, run_device);
@@ -288,7 +290,7 @@ static int map_once(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
                     const char *const in_specs[], int nout, shmap_array *out[],
                     const char *const out_specs[], unsigned flags,
                     const char *manual_text, const char *rehearse,
-                    int rc_opts)
+                    int rc_opts, bool async_check)
 {
   int rc = shmap__map_check_args(flags_op, mesh, body, nin, in, in_specs,
                                  nout, out, out_specs, flags);
@@ -311,6 +313,7 @@ static int map_once(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
                        .manual = shmap__mesh_all(mesh)};
   f.slots = NULL;
   f.locked = false;
+  f.async_check = async_check;
   /* The library's own maps (placing arrays) are not the user's kernel. */
   f.rehearse = flags_op ? shmap__rehearse_spec(rehearse) : NULL;
   if (rc == 0)
@@ -348,6 +351,7 @@ typedef struct map_call {
   unsigned flags;
   const char *manual_text, *rehearse;
   int rc_opts;
+  bool async_check;
 } map_call;
 
 static int map_again(void *call, shmap_array *out[])
@@ -355,7 +359,7 @@ static int map_again(void *call, shmap_array *out[])
   map_call *c = call;
   return map_once(c->flags_op, c->mesh, c->body, c->arg, c->nin, c->in,
                   c->in_specs, c->nout, out, c->out_specs, c->flags,
-                  c->manual_text, c->rehearse, c->rc_opts);
+                  c->manual_text, c->rehearse, c->rc_opts, c->async_check);
 }
 
 /* The map once, or under a schedule of the exploring mode (`schedule`:
@@ -367,8 +371,12 @@ static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
                    const char *manual_text, const char *rehearse,
                    int rc_opts, const char *schedule)
 {
-  map_call c = {flags_op, mesh, body, arg, nin, nout, in, in_specs,
-                out_specs, flags, manual_text, rehearse, rc_opts};
+  /* One pass over the environment per map. */
+  shmap__map_env env;
+  shmap__settings_map(&env);
+  map_call c = {flags_op, mesh,       body,    arg,          nin,
+                nout,     in,         in_specs, out_specs,   flags,
+                manual_text, rehearse, rc_opts, env.async_check};
   bool free_rt = mesh && !shmap__current() && mesh->rt && !mesh->rt->explore;
   if (schedule && free_rt && rc_opts == 0) {
     shmap__explore x = {0};
@@ -382,8 +390,7 @@ static int map_run(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
     shmap__explore_free(&x);
     return rc;
   }
-  int n = free_rt && nout >= 0 && (nout == 0 || out) ? shmap__setting_explore()
-                                                     : 0;
+  int n = free_rt && nout >= 0 && (nout == 0 || out) ? env.explore : 0;
   if (n > 0 && rc_opts == 0) {
     /* Refused through the map's agreement, so that a process whose
      * environment differs fails with the others instead of waiting. */

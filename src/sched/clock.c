@@ -17,3 +17,8 @@ uint64_t shmap__now_coarse(void)
 #endif
   return uv_hrtime();
 }
+
+uint64_t shmap__now_state(void)
+{
+  return shmap__tracing() ? shmap__now() : shmap__now_coarse();
+}

@@ -383,6 +383,10 @@ typedef struct shmap__runtime {
   /* SHMAP_REPLAY or SHMAP_EXPLORE_SEED was set when the runtime started:
    * every map runs under the exploring mode, whatever the mode. */
   bool explore_all;
+  /* The current map checks the rules of asynchronous collectives
+   * (SHMAP_ASYNC_CHECK, SHMAP_REPLAY or an exploring schedule): set by the
+   * map's caller before the devices start. */
+  bool async_check;
 } shmap__runtime;
 
 int shmap__runtime_create(shmap__runtime **out, shmap_mesh *mesh);

@@ -44,6 +44,9 @@ uint64_t shmap__now(void);
  * tenths of seconds, on every collective call, where the precise clock
  * costs as much as a small reduction's own work. */
 uint64_t shmap__now_coarse(void);
+/* The clock of a device's state change: precise while events are
+ * recorded (a trace or a rehearsal times them), else the coarse one. */
+uint64_t shmap__now_state(void);
 /* Nesting levels recorded in a device's `nest` word (sched.h). */
 #define SHMAP__NEST_LEVELS 7
 /* A nested map's body in a trace: a body "kind" of 0 with its axes. */

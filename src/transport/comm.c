@@ -161,8 +161,7 @@ static void enter(shmap__coll *c)
   /* The dtype rides in the top byte, for traces. */
   c->packed = shmap__pack_op(c->call.kind, c->call.axes, c->call.naxes) |
               (uint64_t)(c->call.dtype + 1) << 56;
-  /* The precise clock only for a trace (see shmap__now_coarse). */
-  c->t0 = shmap__tracing() ? shmap__now() : shmap__now_coarse();
+  c->t0 = shmap__now_state();
   if (!shmap__helper_for)
     shmap__set_state(self, SHMAP__ST_COLL, c->packed, c->t0);
   c->k = ++ctx->seq;
