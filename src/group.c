@@ -64,6 +64,9 @@ void shmap__group_coords(const shmap_mesh *mesh, const int axes[], int naxes,
 int shmap__group_member(const shmap_mesh *mesh, const int axes[], int naxes,
                         int base, int r)
 {
+  /* One axis (the usual group): r is below its size, no division. */
+  if (naxes == 1)
+    return base + r * mesh->strides[axes[0]];
   int id = base;
   for (int k = naxes - 1; k >= 0; k--) {
     int a = axes[k];

@@ -8,18 +8,24 @@
 #include <stdio.h>
 #include <string.h>
 
+/* Without a division: a 64-bit one takes tens of cycles, and every
+ * collective checks its shapes with this. */
 bool shmap__mul_size(int64_t a, int64_t b, int64_t *out)
 {
-  if (a < 0 || b < 0 || (a != 0 && b > SHMAP__SIZE_MAX / a))
+  int64_t r;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r) ||
+      r > SHMAP__SIZE_MAX)
     return false;
-  *out = a * b;
+  *out = r;
   return true;
 }
 
 int shmap__shape_size(const char *what, int rank, const int64_t shape[],
                       size_t esize, int64_t *numel, int64_t *bytes)
 {
-  int64_t prod = (int64_t)(esize ? esize : 1);
+  /* prod: the bytes (elements when esize is 0); n: the elements, which
+   * are never more than prod (no division by esize at the end). */
+  int64_t prod = (int64_t)(esize ? esize : 1), n = 1;
   bool zero = false;
   for (int d = 0; d < rank; d++) {
     if (shape[d] < 0)
@@ -32,9 +38,11 @@ int shmap__shape_size(const char *what, int rank, const int64_t shape[],
                         "%s: the shape is too large: at dimension %d (size "
                         "%lld) its elements would take more than 2^62 bytes",
                         what, d, (long long)shape[d]);
+    else
+      n *= shape[d];
   }
   if (numel)
-    *numel = zero ? 0 : prod / (int64_t)(esize ? esize : 1);
+    *numel = zero ? 0 : n;
   if (bytes)
     *bytes = zero ? 0 : esize ? prod : 0;
   return 0;

@@ -97,6 +97,7 @@ static void wake_one(shmap__waiter *w)
 
 /* See "Publishing before a wake-up" (sched.h). */
 bool shmap__fence_light;
+_Thread_local bool shmap__may_sleep;
 static uv_once_t fence_once = UV_ONCE_INIT;
 
 static void fence_init(void)
@@ -294,12 +295,14 @@ int shmap__wait_full(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
     /* The first look sets the condition's watch words; after the heavy
      * fence, the second sees every store a waker made before it looked
      * at them or at our bit (see "Publishing before a wake-up"). */
+    shmap__may_sleep = true;
     r = pred(arg) ? 1 : -1;
     bool fenced = true;
     if (r < 0 && shmap__fence_light) {
       fenced = heavy_fence();
       r = pred(arg) ? 1 : -1;
     }
+    shmap__may_sleep = false;
     if (r < 0 && abort && atomic_load(abort))
       r = 0;
     uint64_t now = shmap__now();

@@ -443,6 +443,11 @@ void shmap__wake_all(shmap__runtime *rt);
  * waiting for, before its wake-up, goes through it.
  */
 extern bool shmap__fence_light;
+/* True while the calling thread looks at a wait's condition after it
+ * announced that it may sleep (shmap__wait_full): a condition that must
+ * ask to be woken (a watch word) need ask only then, not at every look
+ * of a spin, where asking moves a line between cores on every call. */
+extern _Thread_local bool shmap__may_sleep;
 #define shmap__publish(p, v)                                                   \
   do {                                                                         \
     if (__builtin_expect(shmap__fence_light, 1)) {                             \

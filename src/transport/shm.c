@@ -305,6 +305,11 @@ static void wake_members(shmap__runtime *rt, const shmap__coll *c)
  * arrival (or departure, for lwatch). */
 static void watch_word(_Atomic uint32_t *w, uint32_t me)
 {
+  /* Every caller is a wait's condition, which looks again after this:
+   * only a look made before sleeping needs to register, not every look
+   * of a spin (which would pull the owner's line over on each call). */
+  if (!shmap__may_sleep)
+    return;
   uint32_t cur = atomic_load(w);
   if (cur == me || (cur & WATCH_MANY))
     return;
