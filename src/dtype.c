@@ -290,16 +290,23 @@ int shmap__isa(void)
   int isa = atomic_load_explicit(&chosen_isa, memory_order_relaxed);
   if (isa >= 0)
     return isa;
-  isa = SHMAP__ISA_GENERIC;
+  int best = SHMAP__ISA_GENERIC;
   for (int i = SHMAP__NISA - 1; i > 0; i--)
     if (shmap__isa_supported(i)) {
-      isa = i;
+      best = i;
       break;
     }
-  /* SHMAP_SIMD may only lower the choice: a set the processor lacks
-   * would fault. */
+  /* The default stops at AVX2: on many Xeons 512-bit instructions lower
+   * the core's clock for a while after the last one, for all the code it
+   * runs, and on the 2-core VM of BENCHMARKS.md that made 256-byte calls
+   * at P=2 5-10% slower, more than the wider folds gained on large ones.
+   * SHMAP_SIMD may ask for any set the processor has (one it lacks would
+   * fault). */
+  isa = best == SHMAP__ISA_AVX512 && shmap__isa_supported(SHMAP__ISA_AVX2)
+            ? SHMAP__ISA_AVX2
+            : best;
   int asked = shmap__setting_simd(isa_names, SHMAP__NISA);
-  if (asked >= 0 && asked < isa)
+  if (asked >= 0 && asked <= best)
     isa = asked;
   atomic_store_explicit(&chosen_isa, isa, memory_order_relaxed);
   return isa;

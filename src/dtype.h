@@ -66,13 +66,14 @@ const shmap__dtype_info *shmap__dtype(shmap_dtype dtype);
 /* Print element `elem` of the dtype (valid or not) into buf. */
 void shmap__dtype_format(shmap_dtype dtype, const void *elem, char *buf,
                          size_t n);
-/* The kernel the collectives use for (op, dtype): the best instruction set
- * of this CPU.  NULL when the reduction is not allowed. */
+/* The kernel the collectives use for (op, dtype): the instruction set of
+ * shmap__isa().  NULL when the reduction is not allowed. */
 shmap__fold_fn shmap__kernel(int op, shmap_dtype dtype);
 /* The kernel of a given instruction set (for tests and benchmarks); NULL
  * when not allowed or not built for it. */
 shmap__fold_fn shmap__kernel_isa(int isa, int op, shmap_dtype dtype);
-/* The instruction set in use, and whether this CPU can run one. */
+/* The instruction set in use (AVX2 where the CPU has it, unless
+ * SHMAP_SIMD names another it has), and whether this CPU can run one. */
 int shmap__isa(void);
 int shmap__isa_supported(int isa);
 const char *shmap__isa_name(int isa);

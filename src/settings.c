@@ -278,7 +278,7 @@ int shmap__setting_simd(const char *const names[], int n)
              names[i]);
   }
   bad_value(V_SIMD, "SHMAP_SIMD", s, accepted,
-            "the best instruction set the processor runs");
+            "the default (avx2 where the processor has it)");
   return -1;
 }
 
