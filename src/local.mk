@@ -63,7 +63,7 @@ noinst_HEADERS += src/settings.h src/internal.h src/device/arena.h src/device/de
 	src/transport/comm.h src/coll/coll.h src/transport/desc.h src/coll/plan.h \
 	src/proc/proc.h src/transport/mpi.h src/dtype.h src/kern.h \
 	src/coll/async.h src/sched/progress.h src/hash.h src/kinds.h src/group.h
-src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(STACK_CLASH_CFLAGS) $(UV_CFLAGS) $(JANSSON_CFLAGS) $(MPI_CFLAGS) -fvisibility=hidden -DSHMAP_BUILDING
+src_libshmap_core_la_CFLAGS = $(AM_CFLAGS) $(STACK_CLASH_CFLAGS) $(UV_CFLAGS) $(JANSSON_CFLAGS) $(MPI_CFLAGS) -fvisibility=hidden $(NO_INTERPOSE_CFLAGS) -DSHMAP_BUILDING
 src_libshmap_core_la_LIBADD = $(UV_LIBS) $(JANSSON_LIBS) $(MPI_LIBS)
 
 lib_LTLIBRARIES += src/libshmap.la

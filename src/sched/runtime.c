@@ -97,7 +97,7 @@ static void wake_one(shmap__waiter *w)
 
 /* See "Publishing before a wake-up" (sched.h). */
 bool shmap__fence_light;
-_Thread_local bool shmap__may_sleep;
+SHMAP__TLS_FAST bool shmap__may_sleep;
 static uv_once_t fence_once = UV_ONCE_INIT;
 
 static void fence_init(void)

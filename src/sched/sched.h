@@ -447,7 +447,7 @@ extern bool shmap__fence_light;
  * announced that it may sleep (shmap__wait_full): a condition that must
  * ask to be woken (a watch word) need ask only then, not at every look
  * of a spin, where asking moves a line between cores on every call. */
-extern _Thread_local bool shmap__may_sleep;
+extern SHMAP__TLS_FAST bool shmap__may_sleep;
 #define shmap__publish(p, v)                                                   \
   do {                                                                         \
     if (__builtin_expect(shmap__fence_light, 1)) {                             \
