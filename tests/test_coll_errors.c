@@ -232,10 +232,11 @@ static const acase arg_cases[] = {
      {"all_to_all", "device"}, RK_ALL_TO_ALL, "rows", F32, R2(3, 3), 0, 2, 0},
     /* ppermute pairs */
     {"ppermute duplicate source", SHMAP_EINVAL,
-     {"ppermute", "device"}, RK_PPERMUTE, "rows", F32, R1(2), 0, 0, 0, 2,
+     {"ppermute", "pair 1 (0, 2) repeats a source (group size 3)", "device"}, RK_PPERMUTE, "rows", F32, R1(2), 0, 0, 0, 2,
      {{0, 1}, {0, 2}}},
     {"ppermute duplicate destination", SHMAP_EINVAL,
-     {"ppermute", "device"}, RK_PPERMUTE, "rows", F32, R1(2), 0, 0, 0, 2,
+     {"ppermute", "pair 1 (2, 1) repeats a destination (group size 3)",
+      "device"}, RK_PPERMUTE, "rows", F32, R1(2), 0, 0, 0, 2,
      {{0, 1}, {2, 1}}},
     {"ppermute destination 3 out of [0,3)", SHMAP_EINVAL,
      {"ppermute", "3", "device"}, RK_PPERMUTE, "rows", F32, R1(2), 0, 0, 0, 1,
