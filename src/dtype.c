@@ -282,14 +282,8 @@ int shmap__isa_supported(int isa)
   return 0;
 }
 
-/* -1 until chosen; every thread that races to choose chooses alike. */
-static _Atomic int chosen_isa = -1;
-
-int shmap__isa(void)
+int shmap__isa_choose(void)
 {
-  int isa = atomic_load_explicit(&chosen_isa, memory_order_relaxed);
-  if (isa >= 0)
-    return isa;
   int best = SHMAP__ISA_GENERIC;
   for (int i = SHMAP__NISA - 1; i > 0; i--)
     if (shmap__isa_supported(i)) {
@@ -301,13 +295,25 @@ int shmap__isa(void)
    * runs, and on the 2-core VM of BENCHMARKS.md that made 256-byte calls
    * at P=2 5-10% slower, more than the wider folds gained on large ones.
    * SHMAP_SIMD may ask for any set the processor has (one it lacks would
-   * fault). */
-  isa = best == SHMAP__ISA_AVX512 && shmap__isa_supported(SHMAP__ISA_AVX2)
-            ? SHMAP__ISA_AVX2
-            : best;
+   * fault, and is not used). */
+  int isa = best == SHMAP__ISA_AVX512 && shmap__isa_supported(SHMAP__ISA_AVX2)
+                ? SHMAP__ISA_AVX2
+                : best;
   int asked = shmap__setting_simd(isa_names, SHMAP__NISA);
-  if (asked >= 0 && asked <= best)
+  if (asked >= 0 && shmap__isa_supported(asked))
     isa = asked;
+  return isa;
+}
+
+/* -1 until chosen; every thread that races to choose chooses alike. */
+static _Atomic int chosen_isa = -1;
+
+int shmap__isa(void)
+{
+  int isa = atomic_load_explicit(&chosen_isa, memory_order_relaxed);
+  if (isa >= 0)
+    return isa;
+  isa = shmap__isa_choose();
   atomic_store_explicit(&chosen_isa, isa, memory_order_relaxed);
   return isa;
 }

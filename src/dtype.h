@@ -75,6 +75,9 @@ shmap__fold_fn shmap__kernel_isa(int isa, int op, shmap_dtype dtype);
 /* The instruction set in use (AVX2 where the CPU has it, unless
  * SHMAP_SIMD names another it has), and whether this CPU can run one. */
 int shmap__isa(void);
+/* The choice shmap__isa() makes once, made again from SHMAP_SIMD now (for
+ * the tests). */
+int shmap__isa_choose(void);
 int shmap__isa_supported(int isa);
 const char *shmap__isa_name(int isa);
 

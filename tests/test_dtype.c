@@ -629,6 +629,30 @@ START_TEST(t_outplace_values)
 }
 END_TEST
 
+/* The instruction set the kernels use: AVX2 by default where the CPU
+ * has it (else the best it has), and what SHMAP_SIMD names when the CPU
+ * has that; a set it lacks or an unknown name leaves the default (the
+ * name is reported on stderr). */
+START_TEST(t_isa_choice)
+{
+  int dflt = shmap__isa_supported(SHMAP__ISA_AVX2)     ? SHMAP__ISA_AVX2
+             : shmap__isa_supported(SHMAP__ISA_AVX512) ? SHMAP__ISA_AVX512
+                                                       : SHMAP__ISA_GENERIC;
+  unsetenv("SHMAP_SIMD");
+  ck_assert_int_eq(shmap__isa_choose(), dflt);
+  static const char *const names[] = {"generic", "avx2", "avx512"};
+  for (int i = 0; i < SHMAP__NISA; i++) {
+    setenv("SHMAP_SIMD", names[i], 1);
+    ck_assert_str_eq(shmap__isa_name(i), names[i]);
+    ck_assert_int_eq(shmap__isa_choose(),
+                     shmap__isa_supported(i) ? i : dflt);
+  }
+  setenv("SHMAP_SIMD", "sse9", 1);
+  ck_assert_int_eq(shmap__isa_choose(), dflt);
+  unsetenv("SHMAP_SIMD");
+}
+END_TEST
+
 static Suite *suite(void)
 {
   Suite *s = suite_create("dtype");
@@ -641,6 +665,7 @@ static Suite *suite(void)
   tc = tcase_create("kernels");
   tcase_set_timeout(tc, TIMEOUT);
   tcase_add_loop_test(tc, t_kernels, 0, SHMAP__NISA);
+  tcase_add_test(tc, t_isa_choice);
   suite_add_tcase(s, tc);
   tc = tcase_create("rules");
   tcase_set_timeout(tc, TIMEOUT);
