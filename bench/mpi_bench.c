@@ -12,6 +12,9 @@
  * buffer: the input of MPI_Allreduce (in place), MPI_Reduce_scatter_block,
  * MPI_Alltoall and the MPI_Sendrecv ring shift, and the output of
  * MPI_Allgather (whose input is bytes/P).  op=empty is an MPI_Barrier.
+ * --ppermute replace shifts with MPI_Sendrecv_replace (the result in the
+ * send buffer, as libshmap's in-place shmap_ppermute) instead of
+ * MPI_Sendrecv into a buffer of its own (as shmap_ppermute_new).
  *
  * --thread multiple initialises MPI at MPI_THREAD_MULTIPLE, the level
  * libshmap asks for (its devices call MPI from several threads), instead
@@ -34,6 +37,7 @@ static const char *const op_names[NOPS] = {
 #define MAXLIST 32
 
 static int rank, nranks;
+static bool replace; /* --ppermute replace */
 
 static double now_us(void)
 {
@@ -74,9 +78,14 @@ static void one_op(const mcase *c)
     MPI_Alltoall(c->a, n, MPI_FLOAT, c->b, n, MPI_FLOAT, MPI_COMM_WORLD);
     break;
   case OP_PPERMUTE:
-    MPI_Sendrecv(c->a, n * nranks, MPI_FLOAT, (rank + 1) % nranks, 0, c->b,
-                 n * nranks, MPI_FLOAT, (rank + nranks - 1) % nranks, 0,
-                 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (replace)
+      MPI_Sendrecv_replace(c->a, n * nranks, MPI_FLOAT, (rank + 1) % nranks,
+                           0, (rank + nranks - 1) % nranks, 0, MPI_COMM_WORLD,
+                           MPI_STATUS_IGNORE);
+    else
+      MPI_Sendrecv(c->a, n * nranks, MPI_FLOAT, (rank + 1) % nranks, 0, c->b,
+                   n * nranks, MPI_FLOAT, (rank + nranks - 1) % nranks, 0,
+                   MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     break;
   default:
     MPI_Barrier(MPI_COMM_WORLD);
@@ -125,7 +134,8 @@ static void usage_exit(const char *why)
   if (rank == 0)
     fprintf(stderr,
             "mpi_bench: %s\nusage: mpirun -np P mpi_bench --sizes LIST "
-            "[--ops LIST] [--reps K] [--target-ms T] [--thread multiple]\n",
+            "[--ops LIST] [--reps K] [--target-ms T] [--thread multiple] "
+            "[--ppermute sendrecv|replace]\n",
             why);
   MPI_Finalize();
   exit(2);
@@ -169,6 +179,11 @@ int main(int argc, char **argv)
     } else if (strcmp(argv[i - 1], "--thread") == 0) {
       if (strcmp(v, "multiple") != 0)
         usage_exit("--thread takes `multiple`");
+    } else if (strcmp(argv[i - 1], "--ppermute") == 0) {
+      if (strcmp(v, "replace") == 0)
+        replace = true;
+      else if (strcmp(v, "sendrecv") != 0)
+        usage_exit("--ppermute takes `sendrecv` or `replace`");
     } else {
       usage_exit("unknown option");
     }

@@ -7,6 +7,7 @@
  *
  *   mpirun -np R bench/transport D [--sizes LIST] [--ops LIST] [--reps K]
  *                                   [--target-ms T] [--calls C]
+ *                                   [--ppermute new|inplace]
  *
  * runs a mesh of R*D devices (D per process) and prints on process 0 one
  * line `op=NAME bytes=N us=X` per case: the median over K samples of the
@@ -19,7 +20,11 @@
  * start and end are not counted.  `bytes` is the per-device size of the
  * full f32 buffer, as for mpi_bench: the input of psum and psum_scatter,
  * the output of all_gather (whose input is bytes/(R*D)), the block
- * ppermute shifts around the ring of devices.  --calls C fixes the calls
+ * ppermute shifts around the ring of devices.  The ppermute is
+ * shmap_ppermute_new, whose result is a block of its own, as mpi_bench's
+ * MPI_Sendrecv receives into a buffer of its own; --ppermute inplace
+ * measures shmap_ppermute, whose result replaces its input (compare with
+ * mpi_bench --ppermute replace, MPI_Sendrecv_replace).  --calls C fixes the calls
  * per sample instead (no calibration), so that two runs under an
  * instruction counter differ by a known number of calls.  Times are
  * printed with mpi_bench's precision, so that ratios of small calls are
@@ -27,6 +32,7 @@
  */
 #include <shmap.h>
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +48,7 @@ typedef struct job {
   int64_t elems;
   int (*pairs)[2];
   int calls, samples; /* calls per sample, samples */
+  bool inplace;       /* ppermute: shmap_ppermute instead of _new */
 } job;
 
 static double now_us(void)
@@ -59,7 +66,12 @@ static int one(shmap_ctx *ctx, const job *j, shmap_block *x)
   case OP_PSUM: rc = shmap_psum(ctx, x, "d"); break;
   case OP_ALL_GATHER: rc = shmap_all_gather(ctx, x, "d", 0, 1, &out); break;
   case OP_PSUM_SCATTER: rc = shmap_psum_scatter(ctx, x, "d", 0, 1, &out); break;
-  default: rc = shmap_ppermute(ctx, x, "d", j->n, (const int(*)[2])j->pairs); break;
+  default:
+    rc = j->inplace ? shmap_ppermute(ctx, x, "d", j->n,
+                                     (const int(*)[2])j->pairs)
+                    : shmap_ppermute_new(ctx, x, "d", j->n,
+                                         (const int(*)[2])j->pairs, &out);
+    break;
   }
   if (rc == 0 && out)
     rc = shmap_block_free(ctx, out);
@@ -134,6 +146,7 @@ int main(int argc, char **argv)
   int nsizes = 2, reps = 7, ops = (1 << NOPS) - 1;
   double target_ms = 20;
   int fixed = 0; /* --calls: calls per sample, 0: calibrated */
+  int inplace = 0; /* --ppermute: 0 new, 1 inplace, -1 not valid */
   for (int i = 2; i + 1 < argc; i += 2) {
     if (strcmp(argv[i], "--sizes") == 0) {
       nsizes = 0;
@@ -151,13 +164,18 @@ int main(int argc, char **argv)
       target_ms = atof(argv[i + 1]);
     } else if (strcmp(argv[i], "--calls") == 0) {
       fixed = atoi(argv[i + 1]);
+    } else if (strcmp(argv[i], "--ppermute") == 0) {
+      inplace = strcmp(argv[i + 1], "inplace") == 0 ? 1
+                : strcmp(argv[i + 1], "new") == 0   ? 0
+                                                    : -1;
     }
   }
   int R = shmap_process_count();
   if (D < 1 || R < 1 || reps < 1 || reps > MAXREPS || !(target_ms > 0) ||
-      fixed < 0) {
+      fixed < 0 || inplace < 0) {
     fprintf(stderr, "usage: mpirun -np R transport D [--sizes LIST] "
-                    "[--ops LIST] [--reps K] [--target-ms T] [--calls C]\n");
+                    "[--ops LIST] [--reps K] [--target-ms T] [--calls C] "
+                    "[--ppermute new|inplace]\n");
     return 2;
   }
   int n = R * D;
@@ -174,7 +192,8 @@ int main(int argc, char **argv)
   for (int op = 0; op < NOPS; op++)
     for (int s = 0; s < nsizes && (ops & (1 << op)); s++) {
       job j = {.op = op, .n = n, .elems = (int64_t)(sizes[s] / 4),
-               .pairs = pairs, .calls = 1, .samples = 1};
+               .pairs = pairs, .calls = 1, .samples = 1,
+               .inplace = inplace == 1};
       j.elems -= j.elems % n;
       /* Calls per sample: as mpi_bench, ten times more until a sample
        * takes a fifth of the target, then enough for the target.  Every
