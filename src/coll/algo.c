@@ -101,7 +101,7 @@ int shmap__algo_reduce_scatter(shmap__plan *p, shmap_block *res)
   shmap__coll *c = &p->c;
   const shmap_block *x = p->x;
   int d = c->call.p1;
-  int64_t m = x->shape[d] / c->n;
+  int64_t m = shmap__sdiv(x->shape[d], c->n);
   int64_t outer = shmap__numel(d, x->shape);
   int64_t inner = shmap__numel(x->rank - d - 1, x->shape + d + 1);
   size_t run = (size_t)(m * inner);
@@ -200,7 +200,7 @@ static void chunks_fold(void *dst, const void *const src[], int nsrc,
                         size_t n, int mes)
 {
   size_t m = (size_t)mes / 32, es = (size_t)mes % 32, bytes = m * es;
-  size_t rows = m ? n / m : 0;
+  size_t rows = m ? shmap__udiv(n, m) : 0;
   if (rows <= 1 || nsrc == 1) {
     concat_fold(dst, src, nsrc, n, (int)es);
     return;
@@ -224,7 +224,7 @@ int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res)
 {
   shmap__coll *c = &p->c;
   const shmap_block *x = p->x;
-  size_t numel = shmap__valid_numel(x), m = numel / (size_t)c->n;
+  size_t numel = shmap__valid_numel(x), m = shmap__udiv(numel, (size_t)c->n);
   shmap__fold cut = {chunks_fold, (int)(m * 32 + c->esize),
                      c->esize * (size_t)c->n, false, false};
   int rc;
@@ -242,7 +242,7 @@ int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res)
   for (int i = 0; i < rank; i++) {
     if (!tiled && i == sa)
       continue;
-    cshape[crank] = i == sa ? x->shape[i] / n : x->shape[i];
+    cshape[crank] = i == sa ? shmap__sdiv(x->shape[i], n) : x->shape[i];
     sstr[crank++] = xstr[i];
   }
   int64_t ostr[SHMAP_MAX_RANK], dstr[SHMAP_MAX_RANK];
@@ -250,7 +250,7 @@ int shmap__algo_all_to_all(shmap__plan *p, shmap_block *res)
   for (int i = 0, j = 0; i < rank; i++)
     if (tiled || i != ca)
       dstr[j++] = ostr[i];
-  int64_t src_step = (tiled ? x->shape[sa] / n : 1) * xstr[sa];
+  int64_t src_step = (tiled ? shmap__sdiv(x->shape[sa], n) : 1) * xstr[sa];
   int64_t dst_step = (tiled ? cshape[ca] : 1) * ostr[ca];
   bool any = shmap__numel(crank, cshape) > 0;
   if (any && shmap__comm_two_sided(c))
@@ -293,7 +293,7 @@ static void pick_fold(void *dst, const void *const src[], int nsrc, size_t n,
 static bool ppermute_small(shmap__plan *p, size_t bytes, int *rc)
 {
   shmap__coll *c = &p->c;
-  size_t numel = c->esize ? bytes / c->esize : 0;
+  size_t numel = c->esize ? shmap__udiv(bytes, c->esize) : 0;
   shmap__fold pick = {pick_fold, (p->from + 1) * 32 + (int)c->esize,
                       c->esize, false, true};
   *rc = shmap__comm_allreduce_small(c, numel, &pick, 0, numel, bytes);

@@ -131,7 +131,7 @@ static int split_check(shmap__plan *p, const char *what, int d, int tiled)
   const shmap__call *call = &p->c.call;
   int n = p->gn;
   int64_t size = call->shape[d];
-  if (tiled ? size % n == 0 : size == n)
+  if (tiled ? shmap__smod(size, n) == 0 : size == n)
     return 0;
   /* Only a failing call formats its shape: formatting costs more than the
    * rest of a small call's plan. */
@@ -291,7 +291,7 @@ int shmap__plan_psum_scatter_groups(shmap_ctx *ctx, const shmap_block *x,
   if ((rc = plan_fold(p, SHMAP__PSUM_SCATTER)))
     return rc;
   /* Rank r keeps rows [r*m, (r+1)*m) of dimension d, summed. */
-  int64_t m = x->shape[d] / p->gn;
+  int64_t m = shmap__sdiv(x->shape[d], p->gn);
   p->orank = 0;
   for (int i = 0; i < x->rank; i++) {
     if (i == d && !tiled)
@@ -383,7 +383,7 @@ int shmap__plan_all_to_all_groups(shmap_ctx *ctx, const shmap_block *x,
   for (int i = 0; i < rank; i++) {
     if (!tiled && i == sa)
       continue;
-    cshape[crank++] = i == sa ? x->shape[i] / n : x->shape[i];
+    cshape[crank++] = i == sa ? shmap__sdiv(x->shape[i], n) : x->shape[i];
   }
   p->orank = rank;
   if (tiled) {
