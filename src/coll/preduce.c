@@ -30,7 +30,9 @@ static void fold_user(const shmap__stage_fold *sf, void *dst,
   int64_t records = (int64_t)(count / (size_t)sf->width);
   for (int r = 1; r < nterms && !dp->combine_called; r++) {
     dp->combine = op->name;
+    shmap__combining++;
     op->combine(dst, terms[r], records, op->arg);
+    shmap__combining--;
     dp->combine = NULL;
   }
 }

@@ -88,10 +88,12 @@ static int in_combine(shmap_ctx *cur, const char *op)
                          name);
 }
 
+SHMAP__TLS_FAST int shmap__combining;
+
 int shmap__ctx_check(shmap_ctx *ctx, const char *op)
 {
   shmap_ctx *cur = shmap__current();
-  if (cur && cur->rt->devs[cur->dev].plan.combine)
+  if (shmap__combining && cur && cur->rt->devs[cur->dev].plan.combine)
     return in_combine(cur, op);
   if (!ctx)
     return shmap__err(SHMAP_EINVAL, "%s: ctx is NULL", op);

@@ -80,6 +80,10 @@ struct shmap_ctx {
 /* Check that ctx is the context of the body running on this thread, or of
  * a map that body's map is nested in. */
 int shmap__ctx_check(shmap_ctx *ctx, const char *op);
+/* Combine functions of shmap_preduce running on this thread (coll/
+ * preduce.c counts them): only then does shmap__ctx_check look at the
+ * device's plan for one, a chain of loads every call would pay. */
+extern SHMAP__TLS_FAST int shmap__combining;
 /* Check that the axes a collective names are manual axes of ctx's map. */
 int shmap__ctx_axes(shmap_ctx *ctx, const char *op, const char *text,
                     const int axes[], int naxes);
