@@ -182,6 +182,19 @@ static void beat(shmap__worker *w)
   atomic_store_explicit(&w->beat, shmap__now(), memory_order_relaxed);
 }
 
+/* Run the runnable devices [lo, hi), saying that the worker is alive
+ * every BEAT_EVERY of them; whether one ran. */
+static bool run_range(shmap__worker *w, int lo, int hi)
+{
+  bool ran = false;
+  for (int d = lo; d < hi; d++) {
+    ran |= run_fiber(w, &w->rt->devs[d]);
+    if ((d - lo) % BEAT_EVERY == BEAT_EVERY - 1)
+      beat(w);
+  }
+  return ran;
+}
+
 /* Workers that have not looked for work lately. */
 static bool stale(const shmap__worker *o, uint64_t now)
 {
@@ -201,13 +214,8 @@ static bool steal(shmap__worker *w)
   bool ran = false;
   for (int i = 1; i < rt->nworkers; i++) {
     shmap__worker *o = &rt->workers[(w->id + i) % rt->nworkers];
-    if (!stale(o, now))
-      continue;
-    for (int d = o->first; d < o->first + o->count; d++) {
-      ran |= run_fiber(w, &rt->devs[d]);
-      if ((d - o->first) % BEAT_EVERY == BEAT_EVERY - 1)
-        beat(w);
-    }
+    if (stale(o, now))
+      ran |= run_range(w, o->first, o->first + o->count);
   }
   return ran;
 }
@@ -266,12 +274,7 @@ static void worker_job(shmap__worker *w)
   int lo = w->first, hi = w->first + w->count;
   while (atomic_load(&w->ndone) < w->count) {
     beat(w);
-    bool ran = false;
-    for (int d = lo; d < hi; d++) {
-      ran |= run_fiber(w, &rt->devs[d]);
-      if ((d - lo) % BEAT_EVERY == BEAT_EVERY - 1)
-        beat(w);
-    }
+    bool ran = run_range(w, lo, hi);
     if (!ran)
       ran = steal(w);
     if (!ran && atomic_load(&w->ndone) < w->count) {
