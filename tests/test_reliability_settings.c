@@ -193,6 +193,19 @@ START_TEST(test_bad_sched)
 }
 END_TEST
 
+/* SHMAP_SIMD is read at the first reduction: a bad name is reported once,
+ * the default kernels are used and the psum is still right. */
+START_TEST(test_bad_simd)
+{
+  setenv("SHMAP_SIMD", "sse9", 1);
+  char *out = two_maps(_i ? "fibers" : "threads");
+  expect_once(out, "shmap: SHMAP_SIMD=\"sse9\" is not valid (accepted: "
+                   "generic, avx2, avx512); using the default (avx2 where "
+                   "the processor has it)\n");
+  free(out);
+}
+END_TEST
+
 START_TEST(test_bad_workers)
 {
   setenv("SHMAP_WORKERS", "0", 1);
@@ -436,6 +449,7 @@ int main(void)
   tcase_add_test(tc, test_unknown_names_fibers);
   tcase_add_test(tc, test_known_names);
   tcase_add_test(tc, test_bad_sched);
+  tcase_add_loop_test(tc, test_bad_simd, 0, 2);
   tcase_add_test(tc, test_bad_workers);
   tcase_add_test(tc, test_bad_spin);
   tcase_add_test(tc, test_bad_stack_size);
