@@ -856,8 +856,9 @@ typedef struct mres {
 static char mpi_library[160];
 
 /* Run the helper with P ranks for every op and size (with D > 0: libshmap
- * over P processes of D devices, bench/transport); returns the number of
- * results stored in out (0 when the run failed). */
+ * over P processes of D devices, bench/transport; with D < 0: raw MPI
+ * initialised at MPI_THREAD_MULTIPLE, the level libshmap asks for); returns
+ * the number of results stored in out (0 when the run failed). */
 static int helper_run(int P, int D, const size_t sizes[], int nsizes, int ops,
                       mres out[], int max, int busy)
 {
@@ -879,9 +880,10 @@ static int helper_run(int P, int D, const size_t sizes[], int nsizes, int ops,
   else
     snprintf(cmd, sizeof cmd,
              "'%s' --oversubscribe %s-np %d '%s' --sizes %s --ops %s --reps %d "
-             "--target-ms %g",
+             "--target-ms %g%s",
              opt.mpirun, geteuid() == 0 ? "--allow-run-as-root " : "", P,
-             opt.helper, list, oplist, opt.reps, opt.target_ms);
+             opt.helper, list, oplist, opt.reps, opt.target_ms,
+             D < 0 ? " --thread multiple" : "");
   if (busy)
     busy_start();
   fflush(stdout);
@@ -1430,22 +1432,28 @@ int main(int argc, char **argv)
   enum { TOPS = 1 << OP_PSUM | 1 << OP_PSUM_SCATTER | 1 << OP_ALL_GATHER |
                 1 << OP_PPERMUTE };
   mres *tr = NULL;
-  int *ntr_s = NULL, *ntr_m = NULL;
+  int *ntr_s = NULL, *ntr_m = NULL, *ntr_t = NULL;
   if (opt.ntr && (opt.ops & TOPS)) {
-    tr = calloc((size_t)opt.ntr * 2 * MAXLIST * NOPS, sizeof *tr);
+    tr = calloc((size_t)opt.ntr * 3 * MAXLIST * NOPS, sizeof *tr);
     ntr_s = calloc((size_t)opt.ntr, sizeof *ntr_s);
     ntr_m = calloc((size_t)opt.ntr, sizeof *ntr_m);
-    if (!tr || !ntr_s || !ntr_m)
+    ntr_t = calloc((size_t)opt.ntr, sizeof *ntr_t);
+    if (!tr || !ntr_s || !ntr_m || !ntr_t)
       die("out of memory");
     for (int t = 0; t < opt.ntr; t++) {
       int R = opt.tr_r[t], D = opt.tr_d[t];
-      mres *s = tr + (size_t)t * 2 * MAXLIST * NOPS, *m = s + MAXLIST * NOPS;
+      mres *s = tr + (size_t)t * 3 * MAXLIST * NOPS, *m = s + MAXLIST * NOPS,
+           *mt = m + MAXLIST * NOPS;
       progress("transport %dx%d: libshmap over %d processes", R, D, R);
       ntr_s[t] = helper_run(R, D, opt.sizes, opt.nsizes, opt.ops & TOPS, s,
                             MAXLIST * NOPS, 0);
       progress("transport %dx%d: raw MPI on %d ranks", R, D, R * D);
       ntr_m[t] = helper_run(R * D, 0, opt.sizes, opt.nsizes, opt.ops & TOPS,
                             m, MAXLIST * NOPS, 0);
+      progress("transport %dx%d: raw MPI on %d ranks at MPI_THREAD_MULTIPLE",
+               R, D, R * D);
+      ntr_t[t] = helper_run(R * D, -1, opt.sizes, opt.nsizes, opt.ops & TOPS,
+                            mt, MAXLIST * NOPS, 0);
     }
   }
 
@@ -1490,8 +1498,9 @@ int main(int argc, char **argv)
          opt.target_ms, opt.quick ? " quick" : "",
          opt.contended ? " contended" : "");
   printf("# speed of light: line_us=%.4f (one-way cache-line transfer, %d "
-         "cores) read/write GB/s at working sets",
-         sol.line_us, sol.cores);
+         "cores) switch_us=%.3f (one handover of a core between two threads "
+         "through a futex) read/write GB/s at working sets",
+         sol.line_us, sol.cores, sol.switch_us);
   for (int i = 0; i < SOL_SIZES; i++) {
     size_t ws = SOL_MIN << (2 * i);
     printf(" %zu%s=%.1f/%.1f", ws >> (ws >= (1u << 20) ? 20 : 10),
@@ -1511,11 +1520,21 @@ int main(int argc, char **argv)
       const result *r = &results[i];
       if (op < NOPS ? r->sweep || r->op != op : !r->sweep)
         continue;
-      char extra[96] = "";
+      char extra[160] = "";
       if (r->sweep) {
         char k[32];
         snprintf(extra, sizeof extra, " sched=%s peak_kib_per_device=%s",
                  sweep_modes[r->sweep - 1], fmt_us(r->peak_kib, k, sizeof k));
+        /* Thread mode: every device's thread runs at least once per call
+         * after sleeping (call k + 1 needs call k's result, which needs
+         * every member), so P handovers of a core spread over the cores. */
+        if (strcmp(sweep_modes[r->sweep - 1], "threads") == 0) {
+          double fl = r->P * sol.switch_us / sol.cores;
+          char f1[32], f2[32];
+          snprintf(extra + strlen(extra), sizeof extra - strlen(extra),
+                   " switch_floor_us=%s shmap_floor_x=%s",
+                   fmt_us(fl, f1, sizeof f1), fmt_us(r->shmap / fl, f2, sizeof f2));
+        }
       }
       print_line(op_names[r->op], r->P, r->bytes, r->shmap,
                  busbw(r->op, r->P, r->bytes, r->shmap), r->omp, r->mpi,
@@ -1528,24 +1547,29 @@ int main(int argc, char **argv)
              chain_host_b, NA, NA, NULL);
   if (tr) {
     printf("# transport: libshmap over R processes of D devices (bench/transport) "
-           "beside raw MPI on R*D ranks; ratio = shmap_us / mpi_us\n");
+           "beside raw MPI on R*D ranks, initialised with MPI_Init (mpi_us) "
+           "and at MPI_THREAD_MULTIPLE as libshmap is (mpi_mt_us); "
+           "ratio = shmap_us / mpi_us, ratio_mt = shmap_us / mpi_mt_us\n");
     for (int op = 0; op < NOPS; op++)
       for (int t = 0; t < opt.ntr && (TOPS & (1 << op)); t++)
         for (int k = 0; k < opt.nsizes && (opt.ops & (1 << op)); k++) {
-          const mres *s = tr + (size_t)t * 2 * MAXLIST * NOPS,
-                     *m = s + MAXLIST * NOPS;
+          const mres *s = tr + (size_t)t * 3 * MAXLIST * NOPS,
+                     *m = s + MAXLIST * NOPS, *mt = m + MAXLIST * NOPS;
           double a = mpi_lookup(s, ntr_s[t], op, opt.sizes[k]);
           double b = mpi_lookup(m, ntr_m[t], op, opt.sizes[k]);
-          char x[32], y[32], z[32];
+          double c = mpi_lookup(mt, ntr_t[t], op, opt.sizes[k]);
+          char x[32], y[32], z[32], u[32], v[32];
           printf("op=%s transport=%dx%d P=%d bytes=%zu shmap_us=%s mpi_us=%s "
-                 "ratio=%s\n",
+                 "ratio=%s mpi_mt_us=%s ratio_mt=%s\n",
                  op_names[op], opt.tr_r[t], opt.tr_d[t],
                  opt.tr_r[t] * opt.tr_d[t], opt.sizes[k], fmt_us(a, x, sizeof x),
-                 fmt_us(b, y, sizeof y), fmt_us(a / b, z, sizeof z));
+                 fmt_us(b, y, sizeof y), fmt_us(a / b, z, sizeof z),
+                 fmt_us(c, u, sizeof u), fmt_us(a / c, v, sizeof v));
         }
     free(tr);
     free(ntr_s);
     free(ntr_m);
+    free(ntr_t);
   }
   if (opt.npsweep) {
     printf("# process sweep: psum of 64 floats over one group of P devices in "

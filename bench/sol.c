@@ -8,6 +8,7 @@
 #endif
 #include "sol.h"
 
+#include <linux/futex.h>
 #include <math.h>
 #include <pthread.h>
 #include <sched.h>
@@ -17,7 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 static double now_us(void)
 {
@@ -109,6 +112,68 @@ static double pingpong(int core[2], int samples)
     free(p);
   }
   qsort(v, (size_t)samples, sizeof v[0], cmp_d);
+  return v[0];
+}
+
+/* ---- the kernel's handover -------------------------------------------- */
+
+/* Two threads on one core hand it back and forth: each sleeps in
+ * FUTEX_WAIT until the other sets the word to its value and wakes it, so
+ * every handoff is a wake-up, a context switch and a return to user
+ * space, as when a device thread sleeps until a peer's call wakes it. */
+typedef struct hv {
+  _Alignas(64) _Atomic uint32_t word;
+  int core, rounds;
+} hv;
+
+static void futex_wait(_Atomic uint32_t *w, uint32_t v)
+{
+  while (atomic_load_explicit(w, memory_order_acquire) == v)
+    syscall(SYS_futex, (uint32_t *)w, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+}
+
+static void futex_set(_Atomic uint32_t *w, uint32_t v)
+{
+  atomic_store_explicit(w, v, memory_order_release);
+  syscall(SYS_futex, (uint32_t *)w, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static void *handback(void *arg)
+{
+  hv *h = arg;
+  pin(h->core);
+  for (uint32_t v = 1; v < 2 * (uint32_t)h->rounds; v += 2) {
+    futex_wait(&h->word, v - 1);
+    futex_set(&h->word, v + 1);
+  }
+  return NULL;
+}
+
+/* The time per handoff, the least over short samples. */
+static double handover(int core, int samples)
+{
+  enum { ROUNDS = 500 };
+  double v[64];
+  int got = 0;
+  for (int s = 0; s < samples; s++) {
+    hv h = {.core = core, .rounds = ROUNDS};
+    pthread_t t;
+    pin(core);
+    if (pthread_create(&t, NULL, handback, &h))
+      break;
+    /* Let the other thread reach its first wait. */
+    usleep(1000);
+    double t0 = now_us();
+    for (uint32_t k = 0; k < 2 * (uint32_t)ROUNDS; k += 2) {
+      futex_set(&h.word, k + 1);
+      futex_wait(&h.word, k + 1);
+    }
+    v[got++] = (now_us() - t0) / (2.0 * ROUNDS);
+    pthread_join(t, NULL);
+  }
+  if (!got)
+    return NAN;
+  qsort(v, (size_t)got, sizeof v[0], cmp_d);
   return v[0];
 }
 
@@ -212,6 +277,7 @@ void sol_measure(sol_machine *m, int quick)
   bool have_mask = pthread_getaffinity_np(pthread_self(), sizeof mask,
                                           &mask) == 0;
   m->line_us = m->cores == 2 ? pingpong(core, quick ? 15 : 63) : NAN;
+  m->switch_us = handover(core[0], quick ? 5 : 15);
   if (have_mask)
     pthread_setaffinity_np(pthread_self(), sizeof mask, &mask);
   for (int i = 0; i < SOL_SIZES; i++) {

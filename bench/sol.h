@@ -17,6 +17,11 @@
 #define SOL_MIN ((size_t)4096)
 typedef struct sol_machine {
   double line_us;
+  /* One handover of a core from one thread to another through the kernel
+   * (a futex wake and wait, both threads on one core), in microseconds:
+   * what a thread that sleeps until another's call wakes it costs at
+   * least each time it runs. */
+  double switch_us;
   int cores; /* cores the measurement used: 2 when pinning worked */
   double read[SOL_SIZES], write[SOL_SIZES];
 } sol_machine;
