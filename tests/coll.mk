@@ -3,7 +3,7 @@
 # Each suite links the library and tests/refcoll.c, a serial reference
 # model of the collectives written from SEMANTICS.md section 6.
 COLL_TESTS = tests/test_coll tests/test_coll_jax tests/test_coll_prop \
-	tests/test_coll_errors tests/test_coll_edge
+	tests/test_coll_errors tests/test_coll_edge tests/test_coll_repeat
 check_PROGRAMS += $(COLL_TESTS)
 TESTS += $(COLL_TESTS)
 
@@ -33,6 +33,13 @@ tests_test_coll_edge_SOURCES = tests/test_coll_edge.c \
 	tests/testutil.c tests/testutil.h
 tests_test_coll_edge_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_coll_edge_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+# test_coll_repeat: calls that reuse the device's last plan, with what the
+# plan depends on changed in the caller's memory between them.
+tests_test_coll_repeat_SOURCES = tests/test_coll_repeat.c \
+	tests/testutil.c tests/testutil.h
+tests_test_coll_repeat_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_coll_repeat_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 # test_async: asynchronous collectives, their rules and failure paths, in
 # thread and fiber mode.

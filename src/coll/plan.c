@@ -224,10 +224,9 @@ static int plan_fold(shmap__plan *p, int kind)
   return 0;
 }
 
-int shmap__plan_reduce_new_groups(shmap_ctx *ctx, const shmap_block *x,
-                                  const char *axes,
-                                  const shmap_groups *groups, int kind,
-                                  bool has_out, shmap__plan *p)
+static int reduce_new_checked(shmap_ctx *ctx, const shmap_block *x,
+                              const char *axes, const shmap_groups *groups,
+                              int kind, bool has_out, shmap__plan *p)
 {
   int rc = shmap__plan_prepare(ctx, kind, x, axes, groups, p);
   if (rc || (rc = plan_fold(p, kind)))
@@ -245,9 +244,9 @@ int shmap__plan_reduce(shmap_ctx *ctx, shmap_block *x, const char *axes,
   return shmap__plan_reduce_groups(ctx, x, axes, NULL, kind, p);
 }
 
-int shmap__plan_reduce_groups(shmap_ctx *ctx, shmap_block *x,
-                              const char *axes, const shmap_groups *groups,
-                              int kind, shmap__plan *p)
+static int reduce_checked(shmap_ctx *ctx, shmap_block *x, const char *axes,
+                          const shmap_groups *groups, int kind,
+                          shmap__plan *p)
 {
   int rc = shmap__plan_prepare(ctx, kind, x, axes, groups, p);
   if (rc || (rc = plan_fold(p, kind)))
@@ -271,11 +270,10 @@ int shmap__plan_psum_scatter(shmap_ctx *ctx, const shmap_block *x,
                                          tiled, has_out, p);
 }
 
-int shmap__plan_psum_scatter_groups(shmap_ctx *ctx, const shmap_block *x,
-                                    const char *axes,
-                                    const shmap_groups *groups,
-                                    int scatter_dimension, int tiled,
-                                    bool has_out, shmap__plan *p)
+static int psum_scatter_checked(shmap_ctx *ctx, const shmap_block *x,
+                                const char *axes, const shmap_groups *groups,
+                                int scatter_dimension, int tiled,
+                                bool has_out, shmap__plan *p)
 {
   int rc = shmap__plan_prepare(ctx, SHMAP__PSUM_SCATTER, x, axes, groups, p);
   if (rc)
@@ -309,10 +307,10 @@ int shmap__plan_all_gather(shmap_ctx *ctx, const shmap_block *x,
                                        has_out, p);
 }
 
-int shmap__plan_all_gather_groups(shmap_ctx *ctx, const shmap_block *x,
-                                  const char *axes, const shmap_groups *groups,
-                                  int axis, int tiled, bool has_out,
-                                  shmap__plan *p)
+static int all_gather_checked(shmap_ctx *ctx, const shmap_block *x,
+                              const char *axes, const shmap_groups *groups,
+                              int axis, int tiled, bool has_out,
+                              shmap__plan *p)
 {
   int rc = shmap__plan_prepare(ctx, SHMAP__ALL_GATHER, x, axes, groups, p);
   if (rc)
@@ -356,10 +354,10 @@ int shmap__plan_all_to_all(shmap_ctx *ctx, const shmap_block *x,
                                        concat_axis, tiled, has_out, p);
 }
 
-int shmap__plan_all_to_all_groups(shmap_ctx *ctx, const shmap_block *x,
-                                  const char *axes, const shmap_groups *groups,
-                                  int split_axis, int concat_axis, int tiled,
-                                  bool has_out, shmap__plan *p)
+static int all_to_all_checked(shmap_ctx *ctx, const shmap_block *x,
+                              const char *axes, const shmap_groups *groups,
+                              int split_axis, int concat_axis, int tiled,
+                              bool has_out, shmap__plan *p)
 {
   int rc = shmap__plan_prepare(ctx, SHMAP__ALL_TO_ALL, x, axes, groups, p);
   if (rc)
@@ -399,9 +397,9 @@ int shmap__plan_all_to_all_groups(shmap_ctx *ctx, const shmap_block *x,
   return 0;
 }
 
-int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
-                         const char *axes, int npairs, const int pairs[][2],
-                         shmap__plan *p)
+static int ppermute_checked(shmap_ctx *ctx, const shmap_block *x,
+                            const char *axes, int npairs,
+                            const int pairs[][2], shmap__plan *p)
 {
   int rc = shmap__plan_prepare(ctx, SHMAP__PPERMUTE, x, axes, NULL, p);
   if (rc)
@@ -470,4 +468,237 @@ int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
   if (from != local)
     free(from);
   return 0;
+}
+
+/* ---- repeated calls ----------------------------------------------------- */
+
+/*
+ * A body makes the same call over and over (a loop of psums, the steps of
+ * a collective matmul), and planning it again costs a quarter of a small
+ * call.  A plan depends on nothing but the context it is made with (its
+ * communicator and manual axes), the kind of call, the axes' text, the
+ * input's dtype, rank and shape, the collective's other arguments, and
+ * the mesh.  So each device keeps its last successful plan of each kind,
+ * and a call equal to it in all of those takes a copy instead of planning
+ * again.  What may differ between two such calls is checked on every
+ * call as before: the context (shmap__ctx_check: the body still running,
+ * no combine function calling, the call numbers of nested contexts
+ * brought level) and the input's data pointer; the copy takes the
+ * input's data as the call's.  Not kept: plans within axis_index_groups
+ * (their ranks are the caller's memory, which may change between two
+ * calls with the same pointer), ppermutes of more than
+ * SHMAP__PAIRS_LISTED pairs, and axes' texts too long to keep.  A call
+ * that fails its plan is never kept, so every error is found and
+ * reported by the full plan, word for word as before.
+ */
+enum { M_REDUCE, M_REDUCE_NEW, M_SCATTER, M_GATHER, M_ALL_TO_ALL, M_PPERMUTE };
+
+/* What a call is planned from, besides its context and input. */
+typedef struct memo_key {
+  int kind, a1, a2, a3;
+  bool has_out;
+  int npairs;
+  const int (*pairs)[2];
+} memo_key;
+
+typedef struct shmap__plan_memo {
+  const shmap_ctx *ctx;
+  const shmap__comm *comm;
+  unsigned manual;
+  memo_key key; /* pairs: a copy, in pairs below */
+  int dtype, rank;
+  bool dst_x; /* the call's dst is the input's data (in place) */
+  bool empty; /* the shape has no element: data may be NULL */
+  int64_t shape[SHMAP_MAX_RANK];
+  char axes[48];
+  int pairs[SHMAP__PAIRS_LISTED][2];
+  shmap__plan plan;
+} shmap__plan_memo;
+
+/* The device's kept plan of this kind equal to this call's, or NULL.  The
+ * input is one whose plan passed (dtype, rank and shape the kept plan's),
+ * so shmap__block_valid holds for it when its data is there. */
+static const shmap__plan_memo *memo_find(shmap_ctx *ctx, int which,
+                                         const shmap_block *x,
+                                         const char *axes, const memo_key *k)
+{
+  const shmap__plan_memo *m = ctx->rt->devs[ctx->dev].plan.memo[which];
+  if (!m || m->ctx != ctx || m->comm != ctx->comm ||
+      m->manual != ctx->manual || m->key.kind != k->kind ||
+      m->key.a1 != k->a1 || m->key.a2 != k->a2 || m->key.a3 != k->a3 ||
+      m->key.has_out != k->has_out || m->key.npairs != k->npairs || !x ||
+      !axes || (int)x->dtype != m->dtype || x->rank != m->rank ||
+      (!x->data && !m->empty))
+    return NULL;
+  for (int d = 0; d < m->rank; d++)
+    if (x->shape[d] != m->shape[d])
+      return NULL;
+  if (strcmp(axes, m->axes) != 0)
+    return NULL;
+  if (k->npairs &&
+      memcmp(k->pairs, m->pairs, sizeof m->pairs[0] * (size_t)k->npairs) != 0)
+    return NULL;
+  return m;
+}
+
+/* Plan from the kept plan when the call equals it: true with *rc the
+ * context's check or 0 (*p filled), false when it must be planned. */
+static bool memo_try(shmap_ctx *ctx, int which, const shmap_block *x,
+                     const char *axes, const memo_key *k, shmap__plan *p,
+                     int *rc)
+{
+  if ((*rc = shmap__ctx_check(ctx, shmap__kind_name(k->kind))))
+    return true;
+  const shmap__plan_memo *m = memo_find(ctx, which, x, axes, k);
+  if (!m)
+    return false;
+  /* The call up to its message (formatted on demand), its lists of
+   * pairs and group ranks as far as their counts say (as call_clear and
+   * shmap__call_copy treat them), then the plan's own fields; the
+   * transport's part of the call is arrive's. */
+  const shmap__call *mc = &m->plan.c.call;
+  memcpy(p, &m->plan, offsetof(shmap__plan, c.call.pairs));
+  if (mc->npairs > 0 && mc->npairs <= SHMAP__PAIRS_LISTED)
+    memcpy(p->c.call.pairs, mc->pairs, sizeof mc->pairs[0] * (size_t)mc->npairs);
+  memcpy(&p->c.call.gsize, &mc->gsize,
+         offsetof(shmap__call, groups) - offsetof(shmap__call, gsize));
+  memcpy(&p->c.call.source, &mc->source,
+         offsetof(shmap__plan, c.op) - offsetof(shmap__plan, c.call.source));
+  p->c.op[0] = '\0';
+  memcpy(&p->x, &m->plan.x, sizeof *p - offsetof(shmap__plan, x));
+  p->x = x;
+  p->c.ctx = ctx;
+  p->c.comm = ctx->comm;
+  p->c.call.src = x->data;
+  p->c.call.dst = m->dst_x ? x->data : NULL;
+  return true;
+}
+
+/* Keep a plan that passed (rc 0) as the device's last of its kind. */
+static int memo_keep(int rc, shmap_ctx *ctx, int which, const shmap_block *x,
+                     const char *axes, const memo_key *k, const shmap__plan *p)
+{
+  if (rc || !axes || strlen(axes) >= sizeof(((shmap__plan_memo *)0)->axes) ||
+      k->npairs > SHMAP__PAIRS_LISTED)
+    return rc;
+  shmap__plan_memo **slot = &ctx->rt->devs[ctx->dev].plan.memo[which];
+  /* Without memory the next call plans in full again. */
+  if (!*slot && !(*slot = malloc(sizeof **slot)))
+    return 0;
+  shmap__plan_memo *m = *slot;
+  m->ctx = ctx;
+  m->comm = ctx->comm;
+  m->manual = ctx->manual;
+  m->key = *k;
+  m->key.pairs = NULL;
+  if (k->npairs)
+    memcpy(m->pairs, k->pairs, sizeof m->pairs[0] * (size_t)k->npairs);
+  m->dtype = (int)x->dtype;
+  m->rank = x->rank;
+  m->dst_x = p->c.call.dst == x->data;
+  m->empty = false;
+  for (int d = 0; d < x->rank; d++) {
+    m->shape[d] = x->shape[d];
+    m->empty |= x->shape[d] == 0;
+  }
+  strcpy(m->axes, axes);
+  m->plan = *p;
+  return 0;
+}
+
+int shmap__plan_reduce_groups(shmap_ctx *ctx, shmap_block *x,
+                              const char *axes, const shmap_groups *groups,
+                              int kind, shmap__plan *p)
+{
+  if (groups)
+    return reduce_checked(ctx, x, axes, groups, kind, p);
+  memo_key k = {.kind = kind};
+  int rc;
+  if (memo_try(ctx, M_REDUCE, x, axes, &k, p, &rc))
+    return rc;
+  return memo_keep(reduce_checked(ctx, x, axes, NULL, kind, p), ctx,
+                   M_REDUCE, x, axes, &k, p);
+}
+
+int shmap__plan_reduce_new_groups(shmap_ctx *ctx, const shmap_block *x,
+                                  const char *axes,
+                                  const shmap_groups *groups, int kind,
+                                  bool has_out, shmap__plan *p)
+{
+  if (groups)
+    return reduce_new_checked(ctx, x, axes, groups, kind, has_out, p);
+  memo_key k = {.kind = kind, .has_out = has_out};
+  int rc;
+  if (memo_try(ctx, M_REDUCE_NEW, x, axes, &k, p, &rc))
+    return rc;
+  return memo_keep(reduce_new_checked(ctx, x, axes, NULL, kind, has_out, p),
+                   ctx, M_REDUCE_NEW, x, axes, &k, p);
+}
+
+int shmap__plan_psum_scatter_groups(shmap_ctx *ctx, const shmap_block *x,
+                                    const char *axes,
+                                    const shmap_groups *groups,
+                                    int scatter_dimension, int tiled,
+                                    bool has_out, shmap__plan *p)
+{
+  if (groups)
+    return psum_scatter_checked(ctx, x, axes, groups, scatter_dimension,
+                                tiled, has_out, p);
+  memo_key k = {.kind = SHMAP__PSUM_SCATTER, .a1 = scatter_dimension,
+                .a2 = tiled, .has_out = has_out};
+  int rc;
+  if (memo_try(ctx, M_SCATTER, x, axes, &k, p, &rc))
+    return rc;
+  return memo_keep(psum_scatter_checked(ctx, x, axes, NULL, scatter_dimension,
+                                        tiled, has_out, p),
+                   ctx, M_SCATTER, x, axes, &k, p);
+}
+
+int shmap__plan_all_gather_groups(shmap_ctx *ctx, const shmap_block *x,
+                                  const char *axes, const shmap_groups *groups,
+                                  int axis, int tiled, bool has_out,
+                                  shmap__plan *p)
+{
+  if (groups)
+    return all_gather_checked(ctx, x, axes, groups, axis, tiled, has_out, p);
+  memo_key k = {.kind = SHMAP__ALL_GATHER, .a1 = axis, .a2 = tiled,
+                .has_out = has_out};
+  int rc;
+  if (memo_try(ctx, M_GATHER, x, axes, &k, p, &rc))
+    return rc;
+  return memo_keep(
+      all_gather_checked(ctx, x, axes, NULL, axis, tiled, has_out, p), ctx,
+      M_GATHER, x, axes, &k, p);
+}
+
+int shmap__plan_all_to_all_groups(shmap_ctx *ctx, const shmap_block *x,
+                                  const char *axes, const shmap_groups *groups,
+                                  int split_axis, int concat_axis, int tiled,
+                                  bool has_out, shmap__plan *p)
+{
+  if (groups)
+    return all_to_all_checked(ctx, x, axes, groups, split_axis, concat_axis,
+                              tiled, has_out, p);
+  memo_key k = {.kind = SHMAP__ALL_TO_ALL, .a1 = split_axis,
+                .a2 = concat_axis, .a3 = tiled, .has_out = has_out};
+  int rc;
+  if (memo_try(ctx, M_ALL_TO_ALL, x, axes, &k, p, &rc))
+    return rc;
+  return memo_keep(all_to_all_checked(ctx, x, axes, NULL, split_axis,
+                                      concat_axis, tiled, has_out, p),
+                   ctx, M_ALL_TO_ALL, x, axes, &k, p);
+}
+
+int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
+                         const char *axes, int npairs, const int pairs[][2],
+                         shmap__plan *p)
+{
+  if (npairs < 0 || npairs > SHMAP__PAIRS_LISTED || (npairs && !pairs))
+    return ppermute_checked(ctx, x, axes, npairs, pairs, p);
+  memo_key k = {.kind = SHMAP__PPERMUTE, .npairs = npairs, .pairs = pairs};
+  int rc;
+  if (memo_try(ctx, M_PPERMUTE, x, axes, &k, p, &rc))
+    return rc;
+  return memo_keep(ppermute_checked(ctx, x, axes, npairs, pairs, p), ctx,
+                   M_PPERMUTE, x, axes, &k, p);
 }

@@ -574,6 +574,8 @@ static void free_devices(shmap__runtime *rt)
     waiter_fini(&rt->devs[d].waiter);
     waiter_fini(&rt->devs[d].park);
     shmap__trace_dev_free(&rt->devs[d]);
+    for (int i = 0; i < SHMAP__PLAN_MEMOS; i++)
+      free(rt->devs[d].plan.memo[i]);
   }
   free(rt->devs);
   free((void *)rt->sleepers);

@@ -150,6 +150,10 @@ typedef bool (*shmap__pred)(void *arg);
 /* One device of a runtime, in one sub-struct per subsystem.  Each starts
  * on a cache line of its own: `coll` is written by the device and read by
  * its peers, `waiter` is written by peers, the rest mostly by the device. */
+/* The kinds of plan a device keeps its last one of (coll/plan.c). */
+#define SHMAP__PLAN_MEMOS 6
+struct shmap__plan_memo;
+
 typedef struct shmap__dev {
   /* Collective progress (transport/): how many collective calls the device
    * has entered in the current map, and whether its body returned.  The
@@ -236,6 +240,9 @@ typedef struct shmap__dev {
      * library (shmap__ctx_check), and whether it did. */
     const char *combine;
     bool combine_called;
+    /* The last checked plan of each kind of plan (coll/plan.c), made on
+     * first use; freed with the device. */
+    struct shmap__plan_memo *memo[SHMAP__PLAN_MEMOS];
   } plan;
   alignas(SHMAP__CACHELINE) struct shmap__runtime *rt;
   int id;
