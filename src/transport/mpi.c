@@ -173,6 +173,9 @@ typedef struct mdev {
    * when it succeeded, the result then in dst), and the part of the
    * result this device takes (psum_scatter's offset and length). */
   _Atomic uint64_t hgot;
+  /* As a leader: the outcome of its last call (as hgot), once it gave it
+   * to every member then in that call (see lead_publish). */
+  _Atomic uint64_t hlead;
   size_t hoff, hn;
   const shmap__fold *hfold; /* its fold, when own (on its stack) */
   hplan hp;
@@ -606,6 +609,7 @@ static void map_begin(shmap__mpimesh *m)
     atomic_store(&m->dev[d].cur, 0);
     atomic_store(&m->dev[d].left, 0);
     atomic_store(&m->dev[d].hgot, 0);
+    atomic_store(&m->dev[d].hlead, 0);
     m->reply[d].epoch = 0;
   }
   uv_mutex_unlock(&m->lock);
@@ -1842,6 +1846,7 @@ typedef struct hwait {
   int next;      /* local members before it are in (leader) */
   int state;     /* H_* */
   unsigned polls;
+  bool lead_in;  /* the leader published this call, equal (member) */
   char *why;
   size_t nwhy;
 } hwait;
@@ -1868,7 +1873,31 @@ static bool locals_in(void *arg)
   return true;
 }
 
-/* A member's wait for its leader's outcome. */
+/* The leader's outcome of this call, when this member did not get it
+ * from lead_publish: true (w->state set) once the leader gave its outcome
+ * and the map failed.  A member that entered the call before the failure
+ * but published its descriptor only after the leader had looked for the
+ * members in the call was passed over (lead_publish gives the outcome
+ * only to those in it); the leader's outcome was then a failure (a
+ * success needs every member's descriptor) and stays in hlead. */
+static bool lead_gave(hwait *w)
+{
+  shmap__coll *c = w->c;
+  shmap__mpimesh *m = c->comm->priv;
+  if (!atomic_load_explicit(&c->ctx->rt->abort, memory_order_acquire))
+    return false;
+  uint64_t v = atomic_load_explicit(&m->dev[w->h->lead].hlead,
+                                    memory_order_acquire);
+  if (v >> 1 != c->k)
+    return false;
+  w->state = (v & 1) ? H_READY : H_CANCEL;
+  return true;
+}
+
+/* A member's wait for its leader's outcome.  Once the leader has
+ * published this call, equal to ours, it is in lead_call, which ends by
+ * publishing the outcome to us: lead_in is set and the wait ends (true,
+ * state H_WAIT), to go on as lead_out's. */
 static bool lead_done(void *arg)
 {
   hwait *w = arg;
@@ -1880,6 +1909,14 @@ static bool lead_done(void *arg)
     w->state = (got & 1) ? H_READY : H_CANCEL;
     return true;
   }
+  if (lead_gave(w))
+    return true;
+  if (atomic_load_explicit(&m->dev[w->h->lead].cur, memory_order_acquire) ==
+          c->k &&
+      local_state(c, w->h->lead, w->why, w->nwhy) == H_READY) {
+    w->lead_in = true;
+    return true;
+  }
   if ((w->polls++ & 15) != 0)
     return false;
   poll_notices(c->ctx->rt, m);
@@ -1887,6 +1924,24 @@ static bool lead_done(void *arg)
   if (st == H_READY || st == H_WAIT)
     return false; /* it is in the call, or behind: its outcome will come */
   w->state = st;
+  return true;
+}
+
+/* A member's wait once its leader is in the call: for the outcome
+ * alone, which only the leader writes (it publishes it before it leaves
+ * lead_call, a failure included), so a fiber whose leader has not run
+ * since its last look is not looked at again, and only the leader, in
+ * its own waits, takes in notices. */
+static bool lead_out(void *arg)
+{
+  hwait *w = arg;
+  shmap__coll *c = w->c;
+  shmap__mpimesh *m = c->comm->priv;
+  uint64_t got = atomic_load_explicit(&m->dev[c->ctx->dev].hgot,
+                                      memory_order_acquire);
+  if (got >> 1 != c->k)
+    return lead_gave(w);
+  w->state = (got & 1) ? H_READY : H_CANCEL;
   return true;
 }
 
@@ -1904,9 +1959,15 @@ static void lead_publish(shmap__coll *c, const hplan *h, bool ok)
     if (d == c->ctx->dev ||
         atomic_load_explicit(&m->dev[d].cur, memory_order_acquire) != c->k)
       continue;
-    atomic_store_explicit(&m->dev[d].hgot, v, memory_order_release);
+    shmap__publish(&m->dev[d].hgot, v);
     shmap__dev_wake(&rt->devs[d]);
   }
+  /* For a member passed over above (lead_gave): after a failure, every
+   * local member is woken to look. */
+  shmap__publish(&m->dev[c->ctx->dev].hlead, v);
+  for (int i = 0; !ok && i < h->nlocal; i++)
+    if (h->locals[i] != c->ctx->dev)
+      shmap__dev_wake(&rt->devs[h->locals[i]]);
 }
 
 /* The device of local rank r's term (its src, published before its
@@ -2157,8 +2218,12 @@ static int member_call(shmap__coll *c, const hplan *h,
   char why[SHMAP__MSG_MAX - 200];
   why[0] = '\0';
   hwait w = {.c = c, .h = h, .state = H_WAIT, .why = why, .nwhy = sizeof why};
-  while (!shmap__dev_poll(rt, &rt->devs[ctx->dev], lead_done, &w, NULL))
+  shmap__dev *self = &rt->devs[ctx->dev];
+  while (!shmap__dev_poll(rt, self, lead_done, &w, NULL) ||
+         (w.state == H_WAIT && !w.lead_in))
     ;
+  if (w.state == H_WAIT)
+    shmap__dev_wait_on(rt, self, &rt->devs[h->lead], lead_out, &w, NULL);
   if (w.state == H_READY) {
     ctx->remote += remote_terms(c, h, fold) * count * c->esize;
     return 0;
