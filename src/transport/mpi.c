@@ -1846,7 +1846,6 @@ typedef struct hwait {
   int next;      /* local members before it are in (leader) */
   int state;     /* H_* */
   unsigned polls;
-  bool lead_in;  /* the leader published this call, equal (member) */
   char *why;
   size_t nwhy;
 } hwait;
@@ -1894,10 +1893,7 @@ static bool lead_gave(hwait *w)
   return true;
 }
 
-/* A member's wait for its leader's outcome.  Once the leader has
- * published this call, equal to ours, it is in lead_call, which ends by
- * publishing the outcome to us: lead_in is set and the wait ends (true,
- * state H_WAIT), to go on as lead_out's. */
+/* A member's wait for its leader's outcome. */
 static bool lead_done(void *arg)
 {
   hwait *w = arg;
@@ -1911,12 +1907,6 @@ static bool lead_done(void *arg)
   }
   if (lead_gave(w))
     return true;
-  if (atomic_load_explicit(&m->dev[w->h->lead].cur, memory_order_acquire) ==
-          c->k &&
-      local_state(c, w->h->lead, w->why, w->nwhy) == H_READY) {
-    w->lead_in = true;
-    return true;
-  }
   if ((w->polls++ & 15) != 0)
     return false;
   poll_notices(c->ctx->rt, m);
@@ -1924,24 +1914,6 @@ static bool lead_done(void *arg)
   if (st == H_READY || st == H_WAIT)
     return false; /* it is in the call, or behind: its outcome will come */
   w->state = st;
-  return true;
-}
-
-/* A member's wait once its leader is in the call: for the outcome
- * alone, which only the leader writes (it publishes it before it leaves
- * lead_call, a failure included), so a fiber whose leader has not run
- * since its last look is not looked at again, and only the leader, in
- * its own waits, takes in notices. */
-static bool lead_out(void *arg)
-{
-  hwait *w = arg;
-  shmap__coll *c = w->c;
-  shmap__mpimesh *m = c->comm->priv;
-  uint64_t got = atomic_load_explicit(&m->dev[c->ctx->dev].hgot,
-                                      memory_order_acquire);
-  if (got >> 1 != c->k)
-    return lead_gave(w);
-  w->state = (got & 1) ? H_READY : H_CANCEL;
   return true;
 }
 
@@ -2218,12 +2190,8 @@ static int member_call(shmap__coll *c, const hplan *h,
   char why[SHMAP__MSG_MAX - 200];
   why[0] = '\0';
   hwait w = {.c = c, .h = h, .state = H_WAIT, .why = why, .nwhy = sizeof why};
-  shmap__dev *self = &rt->devs[ctx->dev];
-  while (!shmap__dev_poll(rt, self, lead_done, &w, NULL) ||
-         (w.state == H_WAIT && !w.lead_in))
+  while (!shmap__dev_poll(rt, &rt->devs[ctx->dev], lead_done, &w, NULL))
     ;
-  if (w.state == H_WAIT)
-    shmap__dev_wait_on(rt, self, &rt->devs[h->lead], lead_out, &w, NULL);
   if (w.state == H_READY) {
     ctx->remote += remote_terms(c, h, fold) * count * c->esize;
     return 0;
