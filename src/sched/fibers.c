@@ -165,7 +165,7 @@ static bool run_fiber(shmap__worker *w, shmap__dev *dev)
                                              memory_order_relaxed) + 1,
                         memory_order_release);
   /* Before the home worker's wake-up below. */
-  shmap__publish(&dev->sched.fstate, next);
+  shmap__publish(dev->rt, &dev->sched.fstate, next);
   if (next == SHMAP__F_DONE) {
     atomic_fetch_add(&home->ndone, 1);
     shmap__dev_finished(rt);

@@ -201,7 +201,11 @@ void shmap__wake_all(shmap__runtime *rt)
  *  - The spin is bounded in time, not in iterations (a PAUSE takes from 10
  *    to 140 cycles, depending on the CPU): at most rt->spin_max, which is
  *    SHMAP_SPIN microseconds, by default 200 us when the threads fit the
- *    cores and 20 us when they do not.
+ *    cores, 20 us when they do not, and none with more than SPIN_CROWD
+ *    threads per core: then the thread waited for has to be switched in
+ *    almost every time, and a spin only delays it (a psum over 64 to 1024
+ *    device threads on 2 cores took 10-20% less time without spinning;
+ *    up to 16 the spin made no difference, and at 4 it saved a quarter).
  *  - Each waiter adapts its budget to its recent waits.  A wait that ended
  *    within spin_max (counting the wake-up, when it slept) raises the
  *    budget to twice its length; a longer one shrinks it by a quarter, down
@@ -220,6 +224,7 @@ void shmap__wake_all(shmap__runtime *rt)
  *    taken from someone who needs it.  The budget is halved as well.
  */
 #define SPIN_FLOOR 1000u      /* ns */
+#define SPIN_CROWD 8          /* threads per processor beyond which none spins */
 #define SPIN_PURE 4000u       /* ns */
 #define PREEMPTED 50000u      /* ns */
 #define SPIN_CHECK 16         /* pauses between looks at the clock */
@@ -298,7 +303,7 @@ int shmap__wait_full(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
     shmap__may_sleep = true;
     r = pred(arg) ? 1 : -1;
     bool fenced = true;
-    if (r < 0 && shmap__fence_light) {
+    if (r < 0 && rt->fence_light) {
       fenced = heavy_fence();
       r = pred(arg) ? 1 : -1;
     }
@@ -639,8 +644,15 @@ static int start(shmap__runtime *rt)
   rt->nthreads = rt->ops->plan(rt);
   /* SHMAP_SPIN is in microseconds (see the waiting policy above). */
   long spin = shmap__setting_spin();
-  int spin_us = spin >= 0 ? (int)spin : rt->nthreads <= ncpu() ? 200 : 20;
+  int cpus = ncpu();
+  int spin_us = spin >= 0                       ? (int)spin
+                : rt->nthreads <= cpus          ? 200
+                : rt->nthreads <= SPIN_CROWD * cpus ? 20
+                                                : 0;
   rt->spin_max = spin_us > 0 ? (uint64_t)spin_us * 1000u : 0;
+  /* Light publication where the kernel allows it and the threads fit the
+   * processors (see "Publishing before a wake-up" in sched.h). */
+  rt->fence_light = shmap__fence_light && rt->nthreads <= cpus;
   size_t ss = stack_size();
   int rc = start_devices(rt, ss);
   if (rc)

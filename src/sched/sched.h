@@ -338,6 +338,9 @@ typedef struct shmap__runtime {
   shmap_mesh *mesh;
   int ndev;
   uint64_t spin_max;       /* longest spin before sleeping (ns) */
+  /* Whether publishers skip the full fence (see "Publishing before a
+   * wake-up"), chosen with the mode at the first map. */
+  bool fence_light;
   /* The map's caller may run devices itself (device 0 in thread mode,
    * worker 0's in fiber mode) when no watchdog keeps it busy. */
   int host_runs;
@@ -445,8 +448,16 @@ void shmap__wake_all(shmap__runtime *rt);
  * fence (MEMBARRIER_CMD_PRIVATE_EXPEDITED) before it looks at its
  * condition a last time.  A thread that is not running passed one when it
  * stopped.  Without membarrier, publishers store as before (sequentially
- * consistent).  shmap__publish(p, v) is the publisher's store, for an
- * atomic object of any type: every store that a sleeping waiter may be
+ * consistent).  So they do too where sleeping is the rule, not the
+ * exception: in thread mode with more device threads than processors,
+ * every device sleeps about once per call, and a membarrier per sleep
+ * (an interrupt to every other processor that runs one of our threads)
+ * cost more than a fence per publication (a psum at 64 devices spent a
+ * quarter of its time in membarrier).  The choice is the runtime's
+ * (rt->fence_light), made when its mode is, and holds while it lives:
+ * every publisher and sleeper of a runtime make the same choice.
+ * shmap__publish(rt, p, v) is the publisher's store, for an atomic object
+ * of any type: every store that a sleeping waiter of runtime rt may be
  * waiting for, before its wake-up, goes through it.
  */
 extern bool shmap__fence_light;
@@ -455,9 +466,9 @@ extern bool shmap__fence_light;
  * ask to be woken (a watch word) need ask only then, not at every look
  * of a spin, where asking moves a line between cores on every call. */
 extern SHMAP__TLS_FAST bool shmap__may_sleep;
-#define shmap__publish(p, v)                                                   \
+#define shmap__publish(rt, p, v)                                               \
   do {                                                                         \
-    if (__builtin_expect(shmap__fence_light, 1)) {                             \
+    if (__builtin_expect((rt)->fence_light, 1)) {                              \
       atomic_store_explicit((p), (v), memory_order_release);                   \
       atomic_signal_fence(memory_order_seq_cst);                               \
     } else {                                                                   \

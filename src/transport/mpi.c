@@ -1293,7 +1293,7 @@ static void locals_depart(shmap__coll *c)
 {
   shmap__mpimesh *m = c->comm->priv;
   shmap__runtime *rt = c->ctx->rt;
-  shmap__publish(&m->dev[c->ctx->dev].left, c->k);
+  shmap__publish(rt, &m->dev[c->ctx->dev].left, c->k);
   int nlocal = 0;
   for (int r = 0; r < c->n; r++) {
     int d;
@@ -1931,12 +1931,12 @@ static void lead_publish(shmap__coll *c, const hplan *h, bool ok)
     if (d == c->ctx->dev ||
         atomic_load_explicit(&m->dev[d].cur, memory_order_acquire) != c->k)
       continue;
-    shmap__publish(&m->dev[d].hgot, v);
+    shmap__publish(c->ctx->rt, &m->dev[d].hgot, v);
     shmap__dev_wake(&rt->devs[d]);
   }
   /* For a member passed over above (lead_gave): after a failure, every
    * local member is woken to look. */
-  shmap__publish(&m->dev[c->ctx->dev].hlead, v);
+  shmap__publish(c->ctx->rt, &m->dev[c->ctx->dev].hlead, v);
   for (int i = 0; !ok && i < h->nlocal; i++)
     if (h->locals[i] != c->ctx->dev)
       shmap__dev_wake(&rt->devs[h->locals[i]]);

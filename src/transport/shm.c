@@ -324,22 +324,27 @@ static void watch_succ(const shm_call *g) { watch_word(&g->ssucc->watch, g->me);
 
 /* Wake whoever watch word w names.  Cleared each time, a registration
  * lasts one wake; a waiter whose condition still fails registers again
- * before it sleeps (see succ_arrived). */
-static void wake_word(shmap__runtime *rt, _Atomic uint32_t *word)
+ * before it sleeps (see succ_arrived).  Whether it woke every sleeping
+ * device (the word said "many"). */
+static bool wake_word(shmap__runtime *rt, _Atomic uint32_t *word)
 {
   if (!atomic_load(word))
-    return;
+    return false;
   uint32_t w = atomic_exchange(word, 0);
-  if (w & WATCH_MANY)
+  if (w & WATCH_MANY) {
     shmap__wake_all(rt);
-  else if (w)
+    return true;
+  }
+  if (w)
     shmap__dev_wake(&rt->devs[w - 1]);
+  return false;
 }
 
-/* This device has arrived: wake whoever waits for it. */
-static void wake_watchers(shmap__runtime *rt, shm_dev *self)
+/* This device has arrived: wake whoever waits for it; whether that woke
+ * every sleeping device. */
+static bool wake_watchers(shmap__runtime *rt, shm_dev *self)
 {
-  wake_word(rt, &self->watch);
+  return wake_word(rt, &self->watch);
 }
 
 static bool succ_arrived(void *arg)
@@ -593,7 +598,7 @@ static void wait_left(shmap__runtime *rt, int self, int m, uint32_t k)
  * the peers' buffers before it), and wake whoever waits for it. */
 static void left_call(shmap__runtime *rt, shm_dev *sd, uint32_t k)
 {
-  shmap__publish(&sd->left, k);
+  shmap__publish(rt, &sd->left, k);
   wake_word(rt, &sd->lwatch);
 }
 
@@ -630,7 +635,7 @@ static int shm_arrive(shmap__coll *c)
   call_begin(c);
   hist_take(c, sd, c->one_reader);
   shmap__call_copy(&sd->calls[c->k % HIST], &c->call);
-  shmap__publish(&self->coll.arrive, c->k);
+  shmap__publish(rt, &self->coll.arrive, c->k);
   /* Whoever waits to compare its call with ours (even for a group of one:
    * a device of another group may count us in its own). */
   wake_watchers(rt, sd);
@@ -885,7 +890,7 @@ static uint32_t box_publish_as(shmap__coll *c, size_t count, bool readers,
   uint32_t hash = call_hash(&c->call);
   atomic_store_explicit(&box->word, (uint64_t)c->k << 32 | hash,
                         memory_order_release);
-  shmap__publish(&rt->devs[ctx->dev].coll.arrive, c->k);
+  shmap__publish(rt, &rt->devs[ctx->dev].coll.arrive, c->k);
   if (wake)
     wake_watchers(rt, sd);
   return hash;
@@ -1150,7 +1155,8 @@ static int wait_lead(shmap__coll *c, int lead, uint32_t hash, bool partial,
 static void res_publish(shmap__coll *c, sbox *res, uint32_t hash,
                         uint64_t flags)
 {
-  shmap__publish(&res->word, (uint64_t)c->k << 32 | RES_HASH(hash) | flags);
+  shmap__publish(c->ctx->rt, &res->word,
+                 (uint64_t)c->k << 32 | RES_HASH(hash) | flags);
   wake_members(c->ctx->rt, c);
 }
 
@@ -1189,11 +1195,16 @@ static int allreduce_lead(shmap__coll *c, size_t count, const shmap__fold *fold,
                 n * fold->out_esize);
     group_done(c);
   }
-  /* The result, then the late wake-up (see above), then the members. */
-  shmap__publish(&res->word,
+  /* The result, then the late wake-up (see above), then the members --
+   * unless the late wake-up woke every sleeping device.  Waking a member
+   * twice is not free: in thread mode, with more threads than cores, a
+   * member woken first runs on, makes its next call and sleeps again
+   * before the second wake-up comes, which wakes it for nothing (at 64
+   * devices every member slept twice per psum). */
+  shmap__publish(c->ctx->rt, &res->word,
                  (uint64_t)c->k << 32 | RES_HASH(hash) | (rc ? RES_FAILED : 0));
-  wake_watchers(c->ctx->rt, sd);
-  wake_members(c->ctx->rt, c);
+  if (!wake_watchers(c->ctx->rt, sd))
+    wake_members(c->ctx->rt, c);
   left_call(c->ctx->rt, sd, c->k);
   return rc;
 }
