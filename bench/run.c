@@ -485,9 +485,12 @@ static void *xalloc(size_t bytes)
 /*
  * Repetition count for a sample of about target_ms: `sample(R)` returns
  * the time of one repetition (us) measured over R back-to-back ones.
- * Grows R tenfold until a calibration sample lasts a fifth of the target.
+ * Grows R tenfold until a calibration sample lasts a fifth of the target,
+ * and gives at least min_calls (1 but in the scaling sweep's psum, see
+ * there).
  */
 typedef double (*sample_fn)(void *ctx, int R);
+static int min_calls = 1;
 
 static int calibrate(sample_fn sample, void *ctx)
 {
@@ -497,7 +500,7 @@ static int calibrate(sample_fn sample, void *ctx)
     double per = sample(ctx, r);
     if (per * r >= target / 5 || r >= 100000) {
       double want = per > 0 ? target / per : 100000;
-      return want < 1 ? 1 : want > 1e6 ? 1000000 : (int)want;
+      return want < min_calls ? min_calls : want > 1e6 ? 1000000 : (int)want;
     }
     r *= 10;
   }
@@ -1149,7 +1152,17 @@ static double status_kib(const char *field)
  * device on P devices, and print for each the medians (quiet and busy) and
  * the peak memory per device up to the end of that case, in one line for
  * the parent.  all_gather's includes the mesh's peak under psum, but its
- * results (P times its input, on every device) outweigh that. */
+ * results (P times its input, on every device) outweigh that.
+ *
+ * A sample spans from the first device's start to the last one's end, so
+ * it includes the devices' leaving the lining-up psum one after another,
+ * which in thread mode at a thousand devices takes about as long as a
+ * call: a sample of one call counted it twice (12 ms a call at P=1024,
+ * against 7 ms with samples of 14 calls).  So psum's samples take at
+ * least SWEEP_MIN_CALLS calls.  all_gather's do not: at P=4096 one call
+ * takes half a second in fiber mode, and its lining-up is a small part of
+ * it. */
+#define SWEEP_MIN_CALLS 16
 static int sweep_child(int P)
 {
   double base = status_kib("VmRSS");
@@ -1159,7 +1172,9 @@ static int sweep_child(int P)
   scase ag = {.mesh = mesh, .op = OP_ALL_GATHER, .P = P,
               .bytes = 64 * (size_t)P, .pairs = pairs};
   double v[6];
+  min_calls = SWEEP_MIN_CALLS;
   v[0] = measure_both(shmap_sample, &ps, &v[1]);
+  min_calls = 1;
   v[2] = (status_kib("VmHWM") - base) / P;
   v[3] = measure_both(shmap_sample, &ag, &v[4]);
   v[5] = (status_kib("VmHWM") - base) / P;
