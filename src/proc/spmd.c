@@ -45,22 +45,33 @@ void shmap__array_assemble_local(const shmap_array *a, void *dst)
   int64_t gstr[SHMAP_MAX_RANK], bstr[SHMAP_MAX_RANK];
   shmap__strides(a->rank, a->shape, gstr);
   shmap__strides(a->rank, a->bshape, bstr);
-  /* The first local holder of each distinct block writes it. */
+  /* The first local holder of each distinct block writes it.  A block's
+   * holders are the devices with its representative, which comes first
+   * among them; a mark per representative finds the first in one pass
+   * (without memory for the marks, a look back over the devices between,
+   * quadratic in the devices of a replicated array). */
+  bool *seen = shmap__calloc((size_t)mesh->ndev, sizeof *seen);
   for (int d = 0; d < mesh->ndev; d++) {
-    if (!a->blocks[d].data && shmap__valid_numel(&a->blocks[d]) > 0)
-      continue;
     if (!shmap__dev_local(mesh, d))
       continue;
     int rep = shmap__representative(mesh, mask, d);
     bool first = true;
-    for (int e = rep; e < d && first; e++)
-      if (shmap__dev_local(mesh, e) &&
-          shmap__representative(mesh, mask, e) == rep)
-        first = false;
+    if (seen) {
+      first = !seen[rep];
+      seen[rep] = true;
+    } else {
+      for (int e = rep; e < d && first; e++)
+        if (shmap__dev_local(mesh, e) &&
+            shmap__representative(mesh, mask, e) == rep)
+          first = false;
+    }
+    if (!a->blocks[d].data && shmap__valid_numel(&a->blocks[d]) > 0)
+      continue;
     if (first)
       shmap__copy_box(block_origin(a, d, dst, gstr), gstr, a->blocks[d].data,
                       bstr, a->rank, a->bshape, es);
   }
+  free(seen);
 }
 
 int shmap__array_exchange(const shmap_array *a, void *dst)
