@@ -336,28 +336,27 @@ int shmap__proc_rep_blocks(const shmap_mesh *mesh, unsigned mask,
   if (!comm || bytes == 0)
     return 0;
   /* The classes this process needs from elsewhere, and the processes
-   * each class of this process goes to, in device order everywhere. */
+   * each class of this process goes to, in device order everywhere:
+   * need[c * nproc + p] says that process p holds a device of class c
+   * (c its representative) and another process owns c, found in one pass
+   * over the devices; recv_at[c], where this process receives class c. */
+  size_t np = (size_t)pl->nproc, nd = (size_t)mesh->ndev;
+  unsigned char *need = shmap__calloc(nd * np, 1);
+  char **recv_at = shmap__calloc(nd, sizeof *recv_at);
   int nrecv = 0, nsend = 0;
-  for (int c = 0; c < mesh->ndev; c++) {
-    if (shmap__representative(mesh, mask, c) != c)
+  for (int d = 0; need && d < mesh->ndev; d++) {
+    int c = shmap__representative(mesh, mask, d), p = pl->owner[d];
+    if (p == pl->owner[c] || need[(size_t)c * np + (size_t)p])
       continue;
-    for (int p = 0; p < pl->nproc; p++) {
-      if (p == pl->owner[c])
-        continue;
-      bool needs = false;
-      for (int d = 0; d < mesh->ndev && !needs; d++)
-        needs = pl->owner[d] == p && shmap__representative(mesh, mask, d) == c;
-      if (!needs)
-        continue;
-      if (p == pl->self)
-        nrecv++;
-      if (pl->owner[c] == pl->self)
-        nsend++;
-    }
+    need[(size_t)c * np + (size_t)p] = 1;
+    if (p == pl->self)
+      nrecv++;
+    if (pl->owner[c] == pl->self)
+      nsend++;
   }
   char *buf = shmap__alloc(bytes * (size_t)nrecv + 1, false);
   MPI_Request *reqs = shmap__malloc(sizeof *reqs * (size_t)(nrecv + nsend + 1));
-  int ok = buf && reqs, all = ok;
+  int ok = need && recv_at && buf && reqs, all = ok;
   MPI_Request req;
   int rc = SHMAP__MPI_CHECK(MPI_Iallreduce, MPI_IN_PLACE, &all, 1, MPI_INT,
                             MPI_MIN, *comm, &req);
@@ -375,19 +374,14 @@ int shmap__proc_rep_blocks(const shmap_mesh *mesh, unsigned mask,
     for (int p = 0; p < pl->nproc && prc == 0; p++) {
       if (p == pl->owner[c] || (p != pl->self && pl->owner[c] != pl->self))
         continue;
-      bool needs = false;
-      for (int d = 0; d < mesh->ndev && !needs; d++)
-        needs = pl->owner[d] == p && shmap__representative(mesh, mask, d) == c;
-      if (!needs)
+      if (!need[(size_t)c * np + (size_t)p])
         continue;
       if (p == pl->self) {
         if ((prc = SHMAP__MPI_CHECK(MPI_Irecv, at, (int)bytes, MPI_BYTE,
                                     pl->owner[c], tag, *comm, &reqs[n])))
           break;
         n++;
-        for (int d = 0; d < mesh->ndev; d++)
-          if (pl->owner[d] == p && shmap__representative(mesh, mask, d) == c)
-            rep[d] = at;
+        recv_at[c] = at;
         at += bytes;
       } else if ((prc = SHMAP__MPI_CHECK(MPI_Isend, data[c], (int)bytes,
                                          MPI_BYTE, p, tag, *comm,
@@ -396,6 +390,14 @@ int shmap__proc_rep_blocks(const shmap_mesh *mesh, unsigned mask,
       }
     }
   }
+  for (int d = 0; rc == 0 && d < mesh->ndev; d++)
+    if (pl->owner[d] == pl->self) {
+      char *r = recv_at[shmap__representative(mesh, mask, d)];
+      if (r)
+        rep[d] = r;
+    }
+  free(need);
+  free(recv_at);
   /* After a failed post, those posted still complete before buf goes. */
   if (rc == 0 && n)
     rc = shmap__mpi_wait_all(n, reqs,
