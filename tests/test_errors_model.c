@@ -206,6 +206,16 @@ static int record(frun *r, int dev, int rc)
   return rc;
 }
 
+/* Whether every device's psum before the planted allocation failure
+ * returned. */
+static bool all_passed(frun *r)
+{
+  for (int d = 0; d < NDEV; d++)
+    if (atomic_load(&r->barrier_rc[d]) == NOT_REACHED)
+      return false;
+  return true;
+}
+
 static int body_fail(shmap_ctx *ctx, void *arg)
 {
   frun *r = arg;
@@ -259,6 +269,13 @@ static int body_fail(shmap_ctx *ctx, void *arg)
   case MIDWAY:
     break;
   case ALLOC: {
+    /* The failure comes once every device has returned from the psum: the
+     * delay above alone is a guess, and on a loaded machine a member may
+     * still be waiting for its leader's result 50 ms after the leader
+     * returned (then it is rightly canceled).  In fiber mode the other
+     * worker takes over this one's devices while it sleeps here. */
+    for (int t = 0; t < 20000 && !all_passed(r); t++)
+      tu_sleep_ms(1);
     shmap__test_fail_alloc_here(1);
     int rc = shmap_all_gather(ctx, &x, "i, j", 0, 1, &g);
     r->injected = shmap__test_alloc_failures();
