@@ -485,6 +485,15 @@ static shmap__call *ring_slot(const shmap__mpimesh *m, int d, uint32_t k)
   return &m->ring[(size_t)(k % RING) * (size_t)m->ndev + (size_t)d];
 }
 
+/* Device d's call k, or NULL when it is not (or no longer) kept; the
+ * caller holds d's lock. */
+static const shmap__call *kept_call(const shmap__mpimesh *m, int d, uint32_t k)
+{
+  const mdev *v = &m->dev[d];
+  bool kept = k >= 1 && k <= v->published && v->published - k < RING;
+  return kept ? ring_slot(m, d, k) : NULL;
+}
+
 /* Local device d's progress in the current map, and its call k if kept. */
 static void status_of(shmap__mpimesh *m, int d, uint32_t k, smsg *out)
 {
@@ -492,8 +501,9 @@ static void status_of(shmap__mpimesh *m, int d, uint32_t k, smsg *out)
   uv_mutex_lock(&v->lock);
   out->count = v->published;
   out->flags = (uint32_t)v->finished;
-  if (k >= 1 && k <= v->published && v->published - k < RING) {
-    out->call = *ring_slot(m, d, k);
+  const shmap__call *kc = kept_call(m, d, k);
+  if (kc) {
+    out->call = *kc;
     out->flags |= ST_HAS_CALL;
   }
   uv_mutex_unlock(&v->lock);
@@ -1842,8 +1852,8 @@ static int local_state(shmap__coll *c, int d, char *why, size_t nwhy)
    * of the descriptor. */
   mdev *v = &m->dev[d];
   uv_mutex_lock(&v->lock);
-  bool equal = k >= 1 && k <= v->published && v->published - k < RING &&
-               shmap__call_equal(&c->call, ring_slot(m, d, k));
+  const shmap__call *kc = kept_call(m, d, k);
+  bool equal = kc && shmap__call_equal(&c->call, kc);
   uv_mutex_unlock(&v->lock);
   if (equal)
     return H_READY;
