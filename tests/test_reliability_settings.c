@@ -393,15 +393,16 @@ static void sleepy_maps(void)
   ck_assert_int_eq(setenv("SHMAP_WORKERS", "3", 1), 0);
   static const struct {
     const char *mode, *mesh;
-  } runs[3] = {{"threads", "i=4, j=3"}, {"fibers", "i=4, j=3"},
-               {"threads", "i=1, j=2"}};
+    long threads; /* a thread per device, or SHMAP_WORKERS */
+  } runs[3] = {{"threads", "i=4, j=3", 12}, {"fibers", "i=4, j=3", 3},
+               {"threads", "i=1, j=2", 2}};
   long ncpu = (long)uv_available_parallelism();
   for (int k = 0; k < 3; k++) {
     ck_assert_int_eq(setenv("SHMAP_SCHED", runs[k].mode, 1), 0);
     shmap_mesh *m = tu_mesh_new(runs[k].mesh);
     tu_map_ok(shmap_map(m, body_sleepy, NULL, 0, NULL, NULL, 0, NULL, NULL),
               runs[k].mode);
-    long threads = k == 1 ? 3 : k == 0 ? 12 : 2;
+    long threads = runs[k].threads;
     if (threads > ncpu)
       ck_assert_msg(!m->rt->fence_light, "%s on %s: light fences with %ld "
                     "threads on %ld processors", runs[k].mode, runs[k].mesh,
