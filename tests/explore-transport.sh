@@ -10,8 +10,13 @@
 # runs the same schedules again.
 top_builddir=${top_builddir:-.}
 unset SHMAP_WATCHDOG SHMAP_TRACE SHMAP_REPLAY SHMAP_EXPLORE
+# 120 s a run, times CK_TIMEOUT_MULTIPLIER as the sanitizer runs set for
+# Check's own timeouts: under ThreadSanitizer test_small_reduce's run
+# (1024 device threads, then one device at a time) takes 110-130 s alone.
 to=
-command -v timeout >/dev/null 2>&1 && to="timeout 120"
+mult=${CK_TIMEOUT_MULTIPLIER:-1}
+case $mult in '' | *[!0-9]*) mult=1 ;; esac
+command -v timeout >/dev/null 2>&1 && to="timeout $((120 * mult))"
 tests="test_coll test_coll_edge test_coll_jax test_async test_small_reduce
 test_ppermute_inplace test_ppermute_handover test_coll_groups
 test_coll_errors"
