@@ -55,8 +55,9 @@ check () {
 }
 check "device 6 runs the inner body of the map nested over 'j'" \
   "^\* device 6 \(i=1, j=1, k=0\): .*running its body \[map over 'i' > nested over 'j'\]"
-# Device 4 met device 6 in the nested map's agreement over 'j', so it is in
-# the nested map too; the other instances may be anywhere yet.
+# Device 4 runs the outer body and offered device 6 (a replica) its part of
+# the nested map: it shows that map from before the offer, however late it
+# gets to its own part; the other instances may be anywhere yet.
 check "device 4 shows both maps" \
   "device 4 \(i=1, j=0, k=0\): .*\[map over 'i' > nested over 'j'\]"
 # Device 1 (k=1) is no member of any nested map over 'j'.

@@ -483,6 +483,17 @@ static int nested_specs(shmap_ctx *octx, unsigned manual, int nin,
   return rc;
 }
 
+/* The nesting word of a device one level into a map over `manual`, from
+ * the word of the level it starts from. */
+static uint64_t nest_push(uint64_t nest, unsigned manual)
+{
+  int levels = (int)(nest >> 56);
+  if (levels >= SHMAP__NEST_LEVELS)
+    return nest;
+  return (nest & ~((uint64_t)0xff << 56)) | (uint64_t)manual << (8 * levels) |
+         (uint64_t)(levels + 1) << 56;
+}
+
 /* In a map with replicas, the other members of this instance's group
  * over the inner axes are replicas waiting in its slice: each gets the
  * call as an offer and runs its part (replica.c). */
@@ -555,8 +566,12 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
     shmap__dev *self = &octx->rt->devs[octx->dev];
     of.nest = atomic_load_explicit(&self->dbg.nest, memory_order_relaxed);
     shmap_ctx *root = shmap__root_ctx(octx);
-    if (root->job->replicas)
+    if (root->job->replicas) {
+      /* The poster shows the nested map before any replica can run it. */
+      atomic_store_explicit(&self->dbg.nest, nest_push(of.nest, manual),
+                            memory_order_relaxed);
       post_offers(root, &of);
+    }
     rc = shmap__nested_run(octx, &of, res);
     if (root->job->replicas)
       shmap__dev_wait(octx->rt, self, shmap__offer_done, &of, NULL);
@@ -571,22 +586,16 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
 /* ---- one device's part ---------------------------------------------------------- */
 
 /* The inner context becomes the device's current one, and the watchdog
- * and the gdb extension show every level of nesting.  Returns the nesting
- * word to restore. */
-static uint64_t nested_enter(shmap_ctx *ictx)
+ * and the gdb extension show every level of nesting (one more than the
+ * offer's).  Returns the nesting word to restore. */
+static uint64_t nested_enter(shmap_ctx *ictx, const shmap__offer *of)
 {
   shmap__dev *self = &ictx->rt->devs[ictx->dev];
   self->ctx = ictx;
   shmap__set_current(ictx);
-  uint64_t nest = atomic_load_explicit(&self->dbg.nest, memory_order_relaxed);
-  int levels = (int)(nest >> 56);
-  if (levels < SHMAP__NEST_LEVELS)
-    atomic_store_explicit(&self->dbg.nest,
-                          ((nest & ~((uint64_t)0xff << 56)) |
-                           (uint64_t)ictx->manual << (8 * levels) |
-                           (uint64_t)(levels + 1) << 56),
-                          memory_order_relaxed);
-  return nest;
+  atomic_store_explicit(&self->dbg.nest, nest_push(of->nest, ictx->manual),
+                        memory_order_relaxed);
+  return of->nest;
 }
 
 /* Back in the outer body. */
@@ -686,7 +695,7 @@ int shmap__nested_run(shmap_ctx *octx, const shmap__offer *of,
   ictx.in = slots;
   ictx.out = slots + nin;
   job.ctx = &ictx;
-  uint64_t nest = nested_enter(&ictx);
+  uint64_t nest = nested_enter(&ictx, of);
   bool replicas = shmap__root_ctx(octx)->job->replicas;
   if (!replicas)
     rc = nested_agree_call(&ictx, of);
