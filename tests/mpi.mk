@@ -12,12 +12,16 @@ EXTRA_DIST += tests/mpi/run.sh tests/mpi/examples.sh tests/mpi/np1.sh tests/mpi/
 	tests/mpi/test_mpi_gdb.sh tests/mpi/expect.h
 
 if BUILD_MPI
-check_PROGRAMS += tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \
+# The programs run.sh runs (with the examples, which `make` builds): a build
+# that runs only the MPI suites builds only these, with
+#   make check TESTS="tests/mpi/np1.sh ..." check_PROGRAMS='$(mpi_check_programs)'
+mpi_check_programs = tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \
 	tests/mpi/test_mpi_coll tests/mpi/test_mpi_groups tests/mpi/test_mpi_async \
 	tests/mpi/test_mpi_mismatch tests/mpi/test_mpi_parts tests/mpi/test_mpi_exit \
 	tests/mpi/test_mpi_map_prop tests/mpi/test_mpi_watchdog \
 	tests/mpi/test_mpi_badinput tests/mpi/test_mpi_meshes tests/mpi/test_mpi_spread \
 	tests/mpi/test_mpi_explore tests/mpi/test_mpi_smallperm
+check_PROGRAMS += $(mpi_check_programs)
 # Exploring schedules refused on a mesh over several processes.
 tests_mpi_test_mpi_explore_SOURCES = tests/mpi/test_mpi_explore.c tests/alarm.h
 tests_mpi_test_mpi_explore_LDADD = src/libshmap.la
