@@ -483,17 +483,6 @@ static int nested_specs(shmap_ctx *octx, unsigned manual, int nin,
   return rc;
 }
 
-/* The nesting word of a device one level into a map over `manual`, from
- * the word of the level it starts from. */
-static uint64_t nest_push(uint64_t nest, unsigned manual)
-{
-  int levels = (int)(nest >> 56);
-  if (levels >= SHMAP__NEST_LEVELS)
-    return nest;
-  return (nest & ~((uint64_t)0xff << 56)) | (uint64_t)manual << (8 * levels) |
-         (uint64_t)(levels + 1) << 56;
-}
-
 /* In a map with replicas, the other members of this instance's group
  * over the inner axes are replicas waiting in its slice: each gets the
  * call as an offer and runs its part (replica.c). */
@@ -568,7 +557,7 @@ SHMAP_EXTERN int shmap_map_nested(shmap_ctx *octx, shmap_body_fn body,
     shmap_ctx *root = shmap__root_ctx(octx);
     if (root->job->replicas) {
       /* The poster shows the nested map before any replica can run it. */
-      atomic_store_explicit(&self->dbg.nest, nest_push(of.nest, manual),
+      atomic_store_explicit(&self->dbg.nest, shmap__nest_push(of.nest, manual),
                             memory_order_relaxed);
       post_offers(root, &of);
     }
@@ -593,7 +582,8 @@ static uint64_t nested_enter(shmap_ctx *ictx, const shmap__offer *of)
   shmap__dev *self = &ictx->rt->devs[ictx->dev];
   self->ctx = ictx;
   shmap__set_current(ictx);
-  atomic_store_explicit(&self->dbg.nest, nest_push(of->nest, ictx->manual),
+  atomic_store_explicit(&self->dbg.nest,
+                        shmap__nest_push(of->nest, ictx->manual),
                         memory_order_relaxed);
   return of->nest;
 }

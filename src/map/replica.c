@@ -99,8 +99,6 @@ static int join_run(shmap_ctx *top, shmap_ctx *inner, shmap__offer *of,
   if (rc) {
     shmap__dev_fail(top, "shmap_map_nested", rc, "out of memory");
   } else {
-    shmap__dev *self = &top->rt->devs[top->dev];
-    atomic_store_explicit(&self->dbg.nest, of->nest, memory_order_relaxed);
     for (int k = 0; k < of->nout; k++)
       resp[k] = NULL;
     rc = shmap__nested_run(inner, of, resp);
@@ -184,7 +182,7 @@ void shmap__map_replica(shmap__job *job, int dev)
   for (;;) {
     self->ctx = ctx;
     shmap__set_current(ctx);
-    atomic_store_explicit(&self->dbg.nest, (uint64_t)1 << 56 | job->manual,
+    atomic_store_explicit(&self->dbg.nest, shmap__nest_push(0, job->manual),
                           memory_order_relaxed);
     shmap__set_state(self, SHMAP__ST_REPLICA, (uint64_t)ctx->host,
                      shmap__now_state());

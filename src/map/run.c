@@ -75,7 +75,7 @@ static void run_device(shmap__job *job, int dev)
     return;
   }
   self->ctx = ctx;
-  atomic_store_explicit(&self->dbg.nest, (uint64_t)1 << 56 | job->manual,
+  atomic_store_explicit(&self->dbg.nest, shmap__nest_push(0, job->manual),
                         memory_order_relaxed);
   shmap__set_current(ctx);
   /* One clock read per state change that takes time: the watchdog and the

@@ -49,6 +49,16 @@ uint64_t shmap__now_coarse(void);
 uint64_t shmap__now_state(void);
 /* Nesting levels recorded in a device's `nest` word (sched.h). */
 #define SHMAP__NEST_LEVELS 7
+/* The nesting word of a device one level into a map over the axes in
+ * `manual`, from the word of the level it starts from (0: none). */
+static inline uint64_t shmap__nest_push(uint64_t nest, unsigned manual)
+{
+  int levels = (int)(nest >> 56);
+  if (levels >= SHMAP__NEST_LEVELS)
+    return nest;
+  return (nest & ~((uint64_t)0xff << 56)) | (uint64_t)manual << (8 * levels) |
+         (uint64_t)(levels + 1) << 56;
+}
 /* A nested map's body in a trace: a body "kind" of 0 with its axes. */
 #define SHMAP__NESTED_BODY 0
 /* The device changes state (and the time it did). */
