@@ -7,47 +7,47 @@ COLL_TESTS = tests/test_coll tests/test_coll_jax tests/test_coll_prop \
 check_PROGRAMS += $(COLL_TESTS)
 TESTS += $(COLL_TESTS)
 
-tests_test_coll_SOURCES = tests/test_coll.c tests/refcoll.c tests/refcoll.h \
-	tests/testutil.c tests/testutil.h
+tests_test_coll_SOURCES = tests/test_coll.c tests/refcoll.h \
+	tests/testutil.h
 tests_test_coll_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_coll_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_coll_LDADD = tests/librefcoll.la tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
-tests_test_coll_jax_SOURCES = tests/test_coll_jax.c tests/refcoll.c tests/refcoll.h \
-	tests/testutil.c tests/testutil.h
+tests_test_coll_jax_SOURCES = tests/test_coll_jax.c tests/refcoll.h \
+	tests/testutil.h
 tests_test_coll_jax_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_coll_jax_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_coll_jax_LDADD = tests/librefcoll.la tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
-tests_test_coll_prop_SOURCES = tests/test_coll_prop.c tests/refcoll.c tests/refcoll.h \
-	tests/testutil.c tests/testutil.h
+tests_test_coll_prop_SOURCES = tests/test_coll_prop.c tests/refcoll.h \
+	tests/testutil.h
 tests_test_coll_prop_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_coll_prop_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_coll_prop_LDADD = tests/librefcoll.la tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
-tests_test_coll_errors_SOURCES = tests/test_coll_errors.c tests/refcoll.c tests/refcoll.h \
-	tests/testutil.c tests/testutil.h
+tests_test_coll_errors_SOURCES = tests/test_coll_errors.c tests/refcoll.h \
+	tests/testutil.h
 tests_test_coll_errors_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_coll_errors_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_coll_errors_LDADD = tests/librefcoll.la tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 # test_coll_edge: empty blocks with NULL data through every collective;
 # signalling NaNs through pmax and pmin of f32 and f64, bit for bit.
 tests_test_coll_edge_SOURCES = tests/test_coll_edge.c \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_coll_edge_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_coll_edge_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_coll_edge_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 # test_coll_repeat: calls that reuse the device's last plan, with what the
 # plan depends on changed in the caller's memory between them.
 tests_test_coll_repeat_SOURCES = tests/test_coll_repeat.c \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_coll_repeat_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_coll_repeat_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_coll_repeat_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 # test_async: asynchronous collectives, their rules and failure paths, in
 # thread and fiber mode.
 check_PROGRAMS += tests/test_async
 TESTS += tests/test_async
-tests_test_async_SOURCES = tests/test_async.c tests/testutil.c tests/testutil.h
+tests_test_async_SOURCES = tests/test_async.c tests/testutil.h
 tests_test_async_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_async_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_async_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 # gdb lists open requests (skipped without gdb or ptrace).
 check_PROGRAMS += tests/gdb_async_target

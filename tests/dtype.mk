@@ -4,7 +4,7 @@
 # of each instruction set) through libshmap_core.
 check_PROGRAMS += tests/test_dtype
 TESTS += tests/test_dtype
-tests_test_dtype_SOURCES = tests/test_dtype.c tests/refcoll.c tests/refcoll.h \
-	tests/testutil.c tests/testutil.h
+tests_test_dtype_SOURCES = tests/test_dtype.c tests/refcoll.h \
+	tests/testutil.h
 tests_test_dtype_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_dtype_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_dtype_LDADD = tests/librefcoll.la tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)

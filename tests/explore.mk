@@ -9,6 +9,6 @@ TESTS += $(EXPLORE_TESTS) tests/explore-transport.sh
 EXTRA_DIST += tests/explore-transport.sh
 
 tests_test_explore_SOURCES = tests/test_explore.c \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_explore_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_explore_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_explore_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)

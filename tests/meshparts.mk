@@ -8,18 +8,18 @@ MESHPARTS_TESTS = tests/test_meshparts
 check_PROGRAMS += $(MESHPARTS_TESTS)
 TESTS += $(MESHPARTS_TESTS)
 
-tests_test_meshparts_SOURCES = tests/test_meshparts.c tests/refmodel.c \
-	tests/refmodel.h tests/testutil.c tests/testutil.h
+tests_test_meshparts_SOURCES = tests/test_meshparts.c \
+	tests/refmodel.h tests/testutil.h
 tests_test_meshparts_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_meshparts_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_meshparts_LDADD = tests/librefmodel.la tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 MESHPARTS_PROP_TESTS = tests/test_meshparts_prop
 check_PROGRAMS += $(MESHPARTS_PROP_TESTS)
 TESTS += $(MESHPARTS_PROP_TESTS)
 tests_test_meshparts_prop_SOURCES = tests/test_meshparts_prop.c \
-	tests/refmodel.c tests/refmodel.h tests/testutil.c tests/testutil.h
+	tests/refmodel.h tests/testutil.h
 tests_test_meshparts_prop_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_meshparts_prop_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_meshparts_prop_LDADD = tests/librefmodel.la tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 # gdb shows the maps a device is in (skipped without gdb or ptrace).
 check_PROGRAMS += tests/gdb_nested_target

@@ -53,25 +53,25 @@ tests_mpi_test_mpi_parts_SOURCES = tests/mpi/test_mpi_parts.c tests/mpi/mpiutil.
 tests_mpi_test_mpi_parts_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 tests_mpi_test_mpi_parts_LDADD = src/libshmap.la $(MPI_LIBS)
 tests_mpi_test_mpi_groups_SOURCES = tests/mpi/test_mpi_groups.c \
-	tests/refcoll.c tests/refcoll.h tests/jaxragged.h \
+	tests/refcoll.h tests/jaxragged.h \
 	tests/jaxgroups.h
 tests_mpi_test_mpi_groups_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
-tests_mpi_test_mpi_groups_LDADD = src/libshmap.la $(MPI_LIBS) -lm
+tests_mpi_test_mpi_groups_LDADD = tests/librefcoll.la src/libshmap.la $(MPI_LIBS) -lm
 tests_mpi_test_mpi_async_SOURCES = tests/mpi/test_mpi_async.c
 tests_mpi_test_mpi_async_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 tests_mpi_test_mpi_async_LDADD = src/libshmap.la $(MPI_LIBS)
 tests_mpi_test_mpi_proc_SOURCES = tests/mpi/test_mpi_proc.c tests/mpi/mpiutil.h
 tests_mpi_test_mpi_proc_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 tests_mpi_test_mpi_proc_LDADD = src/libshmap.la $(MPI_LIBS)
-tests_mpi_test_mpi_coll_SOURCES = tests/mpi/test_mpi_coll.c tests/refcoll.c \
+tests_mpi_test_mpi_coll_SOURCES = tests/mpi/test_mpi_coll.c \
 	tests/refcoll.h
 tests_mpi_test_mpi_coll_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
-tests_mpi_test_mpi_coll_LDADD = src/libshmap.la $(MPI_LIBS)
+tests_mpi_test_mpi_coll_LDADD = tests/librefcoll.la src/libshmap.la $(MPI_LIBS)
 # The map property tests over processes, against tests/refmodel.c.
 tests_mpi_test_mpi_map_prop_SOURCES = tests/mpi/test_mpi_map_prop.c tests/mpi/mpiutil.h \
-	tests/refmodel.c tests/refmodel.h
+	tests/refmodel.h
 tests_mpi_test_mpi_map_prop_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
-tests_mpi_test_mpi_map_prop_LDADD = src/libshmap.la $(MPI_LIBS)
+tests_mpi_test_mpi_map_prop_LDADD = tests/librefmodel.la src/libshmap.la $(MPI_LIBS)
 tests_mpi_test_mpi_level_SOURCES = tests/mpi/test_mpi_level.c
 tests_mpi_test_mpi_level_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 tests_mpi_test_mpi_level_LDADD = src/libshmap.la $(MPI_LIBS)

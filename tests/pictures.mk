@@ -14,6 +14,6 @@ EXTRA_DIST += tests/test_pictures.sh tests/check-pictures.py
 # The SVG document itself, element by element, and the errors.
 check_PROGRAMS += tests/test_svg
 TESTS += tests/test_svg
-tests_test_svg_SOURCES = tests/test_svg.c tests/testutil.c tests/testutil.h
+tests_test_svg_SOURCES = tests/test_svg.c tests/testutil.h
 tests_test_svg_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_svg_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_svg_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)

@@ -6,17 +6,17 @@ check_PROGRAMS += $(REHEARSE_TESTS)
 TESTS += $(REHEARSE_TESTS)
 
 tests_test_rehearse_price_SOURCES = tests/test_rehearse_price.c \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_rehearse_price_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_rehearse_price_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_rehearse_price_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 REHEARSE_MAP_TESTS = tests/test_rehearse
 check_PROGRAMS += $(REHEARSE_MAP_TESTS)
 TESTS += $(REHEARSE_MAP_TESTS)
 tests_test_rehearse_SOURCES = tests/test_rehearse.c \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_rehearse_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
-tests_test_rehearse_LDADD = src/libshmap.la $(CHECK_LIBS) $(UV_LIBS) \
+tests_test_rehearse_LDADD = tests/libtestutil.la src/libshmap.la $(CHECK_LIBS) $(UV_LIBS) \
 	$(JANSSON_LIBS)
 
 # The teaching example (examples/rehearse.mk), its figures checked in both

@@ -51,47 +51,47 @@ TESTS += $(RELIABILITY_TESTS)
 EXTRA_DIST += tests/valgrind-examples.sh tests/valgrind.supp
 
 tests_test_alloc_fail_SOURCES = tests/test_alloc_fail.c \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_alloc_fail_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_alloc_fail_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_alloc_fail_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 tests_test_errors_model_SOURCES = tests/test_errors_model.c \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_errors_model_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_errors_model_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_errors_model_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 tests_test_watchdog_SOURCES = tests/test_watchdog.c \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_watchdog_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_watchdog_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_watchdog_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 tests_test_trace_SOURCES = tests/test_trace.c \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_trace_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(JANSSON_CFLAGS)
-tests_test_trace_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS) $(JANSSON_LIBS)
+tests_test_trace_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS) $(JANSSON_LIBS)
 
 tests_test_reliability_mismatch_SOURCES = tests/test_reliability_mismatch.c tests/alarm.h \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_reliability_mismatch_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_reliability_mismatch_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_reliability_mismatch_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 tests_test_reliability_SOURCES = tests/test_reliability.c \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_reliability_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_reliability_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_reliability_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 tests_test_reliability_settings_SOURCES = tests/test_reliability_settings.c \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_reliability_settings_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_reliability_settings_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_reliability_settings_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 tests_test_reliability_stack_SOURCES = tests/test_reliability_stack.c \
-	tests/testutil.c tests/testutil.h
-tests_test_reliability_stack_LDADD = tests/libstackframe.la \
+	tests/testutil.h
+tests_test_reliability_stack_LDADD = tests/libtestutil.la tests/libstackframe.la \
 	src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 # The test's own frames have no stack probes (some compilers add them by
 # default), so that its 512 KiB frame shows what the gap catches alone.
-check_LTLIBRARIES = tests/libstackframe.la
+check_LTLIBRARIES += tests/libstackframe.la
 tests_libstackframe_la_SOURCES = tests/stackframe.c tests/stackframe.h
 tests_libstackframe_la_CFLAGS = $(AM_CFLAGS) $(STACK_CLASH_CFLAGS)
 if STACK_CLASH

@@ -10,6 +10,6 @@ check_PROGRAMS += $(RUNTIME_TESTS)
 TESTS += $(RUNTIME_TESTS)
 
 tests_test_fail_scale_SOURCES = tests/test_fail_scale.c \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_fail_scale_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_fail_scale_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_fail_scale_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)

@@ -10,13 +10,13 @@ SHARD_TESTS = tests/test_shard tests/test_shard_prop
 check_PROGRAMS += $(SHARD_TESTS)
 TESTS += $(SHARD_TESTS)
 
-tests_test_shard_SOURCES = tests/test_shard.c tests/refmodel.c tests/refmodel.h \
-	tests/testutil.c tests/testutil.h
+tests_test_shard_SOURCES = tests/test_shard.c tests/refmodel.h \
+	tests/testutil.h
 tests_test_shard_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_shard_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_shard_LDADD = tests/librefmodel.la tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
-tests_test_shard_prop_SOURCES = tests/test_shard_prop.c tests/refmodel.c \
+tests_test_shard_prop_SOURCES = tests/test_shard_prop.c \
 	tests/refmodel.h \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_shard_prop_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_shard_prop_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_shard_prop_LDADD = tests/librefmodel.la tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)

@@ -10,16 +10,16 @@ check_PROGRAMS += $(TRANSPORT_TESTS)
 TESTS += $(TRANSPORT_TESTS)
 
 tests_test_ppermute_inplace_SOURCES = tests/test_ppermute_inplace.c \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_ppermute_inplace_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_ppermute_inplace_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_ppermute_inplace_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 tests_test_small_reduce_SOURCES = tests/test_small_reduce.c \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_small_reduce_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_small_reduce_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_small_reduce_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 tests_test_ppermute_handover_SOURCES = tests/test_ppermute_handover.c \
-	tests/testutil.c tests/testutil.h
+	tests/testutil.h
 tests_test_ppermute_handover_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
-tests_test_ppermute_handover_LDADD = src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+tests_test_ppermute_handover_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
