@@ -14,6 +14,10 @@
  * Every case runs with the mesh's mode threads and fibers: the explored
  * maps run in the exploring mode either way.
  *
+ * SHMAPTEST_REPLAYS sets how many child processes replay each failing
+ * schedule in the environment form (default 100; the sanitizer runs of
+ * .ci/run take 10, since every child pays the sanitizer's start-up).
+ *
  * Not here: an async input rewritten before its all_gather's wait and a
  * result read before its psum_scatter's wait.  shmap_explore() turns
  * SHMAP_ASYNC_CHECK on for its runs, but the shadow-state check that
@@ -335,6 +339,20 @@ static int spawn(const char *name, const char *const env[], int nenv,
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* How many child processes replay a failing schedule: SHMAPTEST_REPLAYS,
+ * 1 to 100000, or 100. */
+static int replays(void)
+{
+  const char *e = getenv("SHMAPTEST_REPLAYS");
+  if (!e || !*e)
+    return 100;
+  char *end;
+  long n = strtol(e, &end, 10);
+  ck_assert_msg(*end == 0 && n >= 1 && n <= 100000,
+                "SHMAPTEST_REPLAYS=%s: want a count from 1 to 100000", e);
+  return (int)n;
+}
+
 START_TEST(bug_env)
 {
   set_mode(_i);
@@ -354,10 +372,11 @@ START_TEST(bug_env)
   ck_assert_int_le(atoi(s + strlen("exploring: schedule ")), p->max_schedules);
   char replay[64];
   snprintf(replay, sizeof replay, "%.*s", (int)strcspn(at, " \n"), at);
-  /* The replay: the same output (and failure) 100 times out of 100. */
+  /* The replay: the same output (and failure) every time, 100 times by
+   * default. */
   const char *renv[] = {sched, replay};
   ck_assert_int_eq(spawn(p->name, renv, 2, out, sizeof out, err, sizeof err), 0);
-  for (int k = 0; k < 99; k++) {
+  for (int k = 1; k < replays(); k++) {
     ck_assert_int_eq(
         spawn(p->name, renv, 2, out2, sizeof out2, err2, sizeof err2), 0);
     ck_assert_str_eq(out2, out);
