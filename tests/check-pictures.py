@@ -4,8 +4,14 @@ real browser's screenshot and compared with what the run did.
 
 Usage: python3 tests/check-pictures.py BROWSER BUILDDIR SRCDIR
 
-BROWSER is a Chromium (Debian's chromium); each picture is rendered with
-`BROWSER --headless --screenshot` and the PNG is read here with zlib alone.
+BROWSER is a Chromium (Debian's chromium), run headless.  The SVG pictures
+are laid out on one HTML sheet, each at a known place: a script in the page
+reads each file and parses it with the browser's XML parser (a file that is
+not well-formed XML shows as a parse error, not as a picture), then the
+sheet is rendered once with `--screenshot` and its DOM dumped once with
+`--dump-dom` (a Chromium start costs about 2 s here, so one per picture
+made this test the longest of the suite).  The timeline, an HTML page of
+its own, is rendered by itself.  The PNGs are read here with zlib alone.
 A screenshot is reduced to bands: scanning every pixel row left to right,
 the colours of the known palettes it crosses, each run of one colour
 counted once (text and anti-aliased edges match no palette colour and are
@@ -145,9 +151,9 @@ def browser_args(browser, tmp):
     return args
 
 
-def screenshot(browser, tmp, path, size):
+def screenshot(browser, tmp, path, size, extra=()):
     png = path + ".png"
-    cmd = browser_args(browser, tmp) + [
+    cmd = browser_args(browser, tmp) + list(extra) + [
         "--window-size=%d,%d" % size, "--screenshot=" + png,
         "file://" + os.path.abspath(path)]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -158,8 +164,8 @@ def screenshot(browser, tmp, path, size):
     return read_png(png)
 
 
-def dump_dom(browser, tmp, path):
-    cmd = browser_args(browser, tmp) + ["--dump-dom",
+def dump_dom(browser, tmp, path, extra=()):
+    cmd = browser_args(browser, tmp) + list(extra) + ["--dump-dom",
                                         "file://" + os.path.abspath(path)]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        timeout=180)
@@ -172,9 +178,73 @@ def svg_size(path):
     with open(path) as f:
         head = f.read(300)
     m = re.search(r'width="(\d+)" height="(\d+)"', head)
-    # A margin, and room below: with a fresh profile Chromium leaves a
-    # window of a hundred pixels or so blank.
-    return int(m.group(1)) + 40, int(m.group(2)) + 200
+    if not m:
+        raise ValueError("%s: no width and height on its first line" % path)
+    return int(m.group(1)), int(m.group(2))
+
+
+class Sheet:
+    """SVG files laid out one below the other on one HTML page, GAP pixels
+    apart, rendered and dumped once; then each picture's pixel rows and
+    its part of the DOM."""
+    GAP = 40
+
+    def __init__(self):
+        self.files, self.tops, self.sizes = [], [], []
+        self.height, self.width = self.GAP, 0
+
+    def add(self, path):
+        w, h = svg_size(path)
+        self.files.append(os.path.abspath(path))
+        self.tops.append(self.height)
+        self.sizes.append((w, h))
+        self.height += h + self.GAP
+        self.width = max(self.width, w)
+        return len(self.files) - 1
+
+    def render(self, browser, tmp):
+        page = os.path.join(tmp, "sheet.html")
+        boxes = "".join(
+            '<div id="pic-%d" style="position:absolute;left:20px;top:%dpx;'
+            'width:%dpx;height:%dpx"></div>\n' % (k, top, w, h)
+            for k, (top, (w, h)) in enumerate(zip(self.tops, self.sizes)))
+        with open(page, "w") as f:
+            f.write("""<!DOCTYPE html>
+<html><head><meta charset="utf-8">
+<style>body { margin: 0; background: white; }</style></head><body>
+%s<script>
+var files = %s;
+for (var k = 0; k < files.length; k++) {
+  var box = document.getElementById("pic-" + k);
+  var r = new XMLHttpRequest();
+  r.open("GET", files[k], false);
+  r.overrideMimeType("image/svg+xml");
+  r.send();
+  var doc = new DOMParser().parseFromString(r.responseText, "image/svg+xml");
+  if (doc.getElementsByTagName("parsererror").length)
+    box.textContent = "not well-formed XML";
+  else
+    box.appendChild(document.importNode(doc.documentElement, true));
+}
+</script></body></html>
+""" % (boxes, json.dumps(["file://" + f for f in self.files])))
+        # Room below: with a fresh profile Chromium leaves the bottom
+        # hundred pixels or so of its window blank.
+        rows = screenshot(browser, tmp, page,
+                          (self.width + 40, self.height + 200),
+                          ["--allow-file-access-from-files"])
+        dom = dump_dom(browser, tmp, page, ["--allow-file-access-from-files"])
+        parts = re.split(r'<div id="pic-(\d+)"', dom)
+        self.doms = {int(parts[i]): parts[i + 1]
+                     for i in range(1, len(parts) - 1, 2)}
+        self.rows = []
+        for k, top in enumerate(self.tops):
+            h = self.sizes[k][1]
+            self.rows.append(rows[top - self.GAP // 2:top + h + self.GAP // 2])
+            if "<svg" not in self.doms.get(k, ""):
+                said = re.sub(r"<[^>]*>|^[^>]*>", "", self.doms.get(k, ""))
+                fail("%s: the browser shows no picture for it (%s)" % (
+                    self.files[k], said.strip()[:200] or "no element"))
 
 
 def run(cmd, **kw):
@@ -191,7 +261,9 @@ DEVICE_PALETTE = {rgb(c): "d%d" % d for d, c in enumerate(DEVICE)}
 
 # ---- the three kinds of pictures -------------------------------------------
 
-def check_sharding(browser, build, tmp):
+def plan_sharding(build, tmp, sheet):
+    """Runs examples/07_visualize; its pictures onto the sheet.  Returns
+    what check_sharding compares once the sheet is rendered."""
     d = os.path.join(tmp, "sharding")
     os.mkdir(d)
     text = run([os.path.join(build, "examples/07_visualize"), d])
@@ -210,18 +282,23 @@ def check_sharding(browser, build, tmp):
             cur.append(row)
     if len(grids) != 8:
         fail("07_visualize printed %d grids, 8 expected" % len(grids))
-    for k, (spec, want) in enumerate(grids, 1):
-        svg = os.path.join(d, "sharding-%d.svg" % k)
-        got = bands(screenshot(browser, tmp, svg, svg_size(svg)),
-                    DEVICE_PALETTE)
+    return [(k, spec, want,
+             sheet.add(os.path.join(d, "sharding-%d.svg" % k)))
+            for k, (spec, want) in enumerate(grids, 1)]
+
+
+def check_sharding(plan, sheet):
+    for k, spec, want, pic in plan:
+        got = bands(sheet.rows[pic], DEVICE_PALETTE)
         if got != want:
             fail("sharding-%d.svg (%s): the screenshot shows the rows %s; "
                  "the run's grid is %s" % (k, spec, got, want))
     print("check-pictures: %d sharding pictures match their text grids"
-          % len(grids))
+          % len(plan))
 
 
-def check_collectives(browser, build, tmp):
+def plan_collectives(build, tmp, sheet):
+    """Runs examples/19_collective_pictures; its pictures onto the sheet."""
     d = os.path.join(tmp, "collectives")
     text = run([os.path.join(build, "examples/19_collective_pictures"), d])
     states = {}
@@ -239,15 +316,18 @@ def check_collectives(browser, build, tmp):
     if list(states) != want_names:
         fail("19_collective_pictures ran %s; expected %s"
              % (list(states), want_names))
+    return [(name, st, sheet.add(os.path.join(d, name + ".svg")))
+            for name, st in states.items()]
+
+
+def check_collectives(plan, sheet):
     four = ["d0", "d1", "d2", "d3"]
-    for name, st in states.items():
-        svg = os.path.join(d, name + ".svg")
-        got = bands(screenshot(browser, tmp, svg, svg_size(svg)),
-                    DEVICE_PALETTE)
+    for name, st, pic in plan:
+        got = bands(sheet.rows[pic], DEVICE_PALETTE)
         if got != [four, four]:
             fail("%s.svg: the screenshot shows %s; BEFORE and AFTER rows of "
                  "d0 d1 d2 d3 expected" % (name, got))
-        dom = dump_dom(browser, tmp, svg)
+        dom = sheet.doms.get(pic, "")
         texts = [t.strip() for t in re.findall(r"<text[^>]*>([^<]*)</text>",
                                                dom)]
         # Per cell: devices, index range, values; before's 4 then after's 4.
@@ -259,7 +339,7 @@ def check_collectives(browser, build, tmp):
             fail("%s.svg: the browser's DOM holds the values %s; the run "
                  "printed %s" % (name, values, want))
     print("check-pictures: %d BEFORE/AFTER pictures show the run's devices "
-          "and values" % len(states))
+          "and values" % len(plan))
 
 
 def lane_of(e):
@@ -341,8 +421,12 @@ def main(argv):
     browser, build, src = argv[1:]
     tmp = tempfile.mkdtemp(prefix="check-pictures.")
     try:
-        check_sharding(browser, build, tmp)
-        check_collectives(browser, build, tmp)
+        sheet = Sheet()
+        shard = plan_sharding(build, tmp, sheet)
+        coll = plan_collectives(build, tmp, sheet)
+        sheet.render(browser, tmp)
+        check_sharding(shard, sheet)
+        check_collectives(coll, sheet)
         check_timeline(browser, build, src, tmp)
     except (RuntimeError, ValueError, OSError,
             subprocess.TimeoutExpired) as e:
