@@ -5,9 +5,10 @@
 # device at a time, in the order a seeded random walk chooses at every
 # wait of the transport (arrivals, departures, publications), whatever
 # mode the test asks for.  A bounded set of the collective, asynchronous,
-# small-reduction and ppermute tests, each under three seeds, each run
-# time-bounded.  A failure prints the seed: the same SHMAP_EXPLORE_SEED
-# runs the same schedules again.
+# small-reduction and ppermute tests, each under three seeds (1 2 3, or
+# the list in SHMAPTEST_EXPLORE_SEEDS), each run time-bounded.  A failure
+# prints the seed: the same SHMAP_EXPLORE_SEED runs the same schedules
+# again.
 top_builddir=${top_builddir:-.}
 unset SHMAP_WATCHDOG SHMAP_TRACE SHMAP_REPLAY SHMAP_EXPLORE
 # 120 s a run, times CK_TIMEOUT_MULTIPLIER as the sanitizer runs set for
@@ -20,7 +21,7 @@ command -v timeout >/dev/null 2>&1 && to="timeout $((120 * mult))"
 tests="test_coll test_coll_edge test_coll_jax test_async test_small_reduce
 test_ppermute_inplace test_ppermute_handover test_coll_groups
 test_coll_errors"
-seeds=${SHMAP_EXPLORE_SEEDS:-"1 2 3"}
+seeds=${SHMAPTEST_EXPLORE_SEEDS:-"1 2 3"}
 fail=0
 for t in $tests; do
   prog=$top_builddir/tests/$t
