@@ -33,15 +33,14 @@ CLEANFILES += gdb/$(SHMAP_LIB_FILE)-gdb.py
 # wants every page there); listing it here too would install it twice, which
 # makes "make install" fail.
 
-# -no-install: tests/gdb_target is the real executable (no libtool wrapper
-# script), so gdb can be pointed at it directly.  -O0 -g keeps every local
-# variable visible (the file also forces -O0 with a pragma, since CFLAGS
-# comes after these flags on the command line).
+# Like every program of the tree, tests/gdb_target is the real executable
+# (-no-install in AM_LDFLAGS), so gdb can be pointed at it directly.  -O0
+# -g keeps every local variable visible (the file also forces -O0 with a
+# pragma, since CFLAGS comes after these flags on the command line).
 check_PROGRAMS += tests/gdb_target
 tests_gdb_target_SOURCES = tests/gdb_target.c
 tests_gdb_target_CFLAGS = $(AM_CFLAGS) -O0 -g
 tests_gdb_target_LDADD = src/libshmap.la
-tests_gdb_target_LDFLAGS = $(AM_LDFLAGS) -no-install
 
 TESTS += tests/test_gdb.sh
 EXTRA_DIST += tests/test_gdb.sh

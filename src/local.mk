@@ -73,7 +73,7 @@ nodist_EXTRA_src_libshmap_la_SOURCES = dummy.c
 src_libshmap_la_LIBADD = src/libshmap_core.la $(UV_LIBS) $(JANSSON_LIBS) $(MPI_LIBS)
 # The interface version and the rules for changing it are in configure.ac,
 # as is the name of the MPI build (SHMAP_LIB_RELEASE: libshmap-mpi.so.N).
-src_libshmap_la_LDFLAGS = $(AM_LDFLAGS) $(OPENMP_CFLAGS) -version-info $(SHMAP_LT_VERSION) $(SHMAP_LIB_RELEASE)
+src_libshmap_la_LDFLAGS = $(SAN_LDFLAGS) $(OPENMP_CFLAGS) -version-info $(SHMAP_LT_VERSION) $(SHMAP_LIB_RELEASE)
 
 # Groups within the axes, pbroadcast, ragged_all_to_all, user reductions.
 src_libshmap_core_la_SOURCES += src/coll/groups.c src/coll/ragged.c \

@@ -26,6 +26,5 @@ check_PROGRAMS += tests/gdb_nested_target
 tests_gdb_nested_target_SOURCES = tests/gdb_nested_target.c
 tests_gdb_nested_target_CFLAGS = $(AM_CFLAGS) -O0 -g
 tests_gdb_nested_target_LDADD = src/libshmap.la
-tests_gdb_nested_target_LDFLAGS = $(AM_LDFLAGS) -no-install
 TESTS += tests/test_gdb_nested.sh
 EXTRA_DIST += tests/test_gdb_nested.sh
