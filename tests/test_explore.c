@@ -376,7 +376,7 @@ START_TEST(bug_env)
    * default. */
   const char *renv[] = {sched, replay};
   ck_assert_int_eq(spawn(p->name, renv, 2, out, sizeof out, err, sizeof err), 0);
-  for (int k = 1; k < replays(); k++) {
+  for (int k = 1, n = replays(); k < n; k++) {
     ck_assert_int_eq(
         spawn(p->name, renv, 2, out2, sizeof out2, err2, sizeof err2), 0);
     ck_assert_str_eq(out2, out);
