@@ -105,8 +105,10 @@ for p in $pages; do
   fi
   n=$((n + 1))
   mkdir "$tmp/$name.d"
+  # Linked as the tree's own programs are (tools/ltlink: libtool's link,
+  # without libtool's second of shell work).
   # shellcheck disable=SC2086
-  if ! "$libtool" --silent --mode=link --tag=CC $cc -std=c11 -D_GNU_SOURCE \
+  if ! "$abs_srcdir/tools/ltlink" "$libtool" --silent --mode=link --tag=CC $cc -std=c11 -D_GNU_SOURCE \
         -Wall -Wextra -Wno-unused-parameter -Werror $SHMAPTEST_CFLAGS $SHMAPTEST_SAN_CFLAGS \
         -I"$abs_builddir/include" -I"$abs_srcdir/include" \
         -o "$tmp/$name.d/example" "$tmp/$name.c" "$lib" $SHMAPTEST_SAN_LDFLAGS \
