@@ -426,8 +426,8 @@ static void fibers_join(shmap__runtime *rt, int n)
 static void fibers_prepare(shmap__runtime *rt)
 {
   for (int w = 0; w < rt->nworkers; w++) {
-    atomic_store(&rt->workers[w].ndone, 0);
-    atomic_store(&rt->workers[w].beat, 0);
+    atomic_store_explicit(&rt->workers[w].ndone, 0, memory_order_relaxed);
+    atomic_store_explicit(&rt->workers[w].beat, 0, memory_order_relaxed);
   }
   for (int d = 0; d < rt->ndev; d++)
     atomic_store_explicit(&rt->devs[d].sched.fstate, SHMAP__F_START,

@@ -718,6 +718,21 @@ void shmap__runtime_lock(shmap__runtime *rt) { uv_mutex_lock(rt->lock); }
 void shmap__runtime_unlock(shmap__runtime *rt) { uv_mutex_unlock(rt->lock); }
 bool shmap__runtime_trylock(shmap__runtime *rt) { return uv_mutex_trylock(rt->lock) == 0; }
 
+/*
+ * The map's start.  The caller resets the devices' and workers' state of
+ * the last map, then publishes the new epoch, which the workers (or
+ * device threads) spin on between maps.  Every reset is a store to a line
+ * that another core wrote last; a sequentially consistent store (an xchg
+ * on x86) waits until it owns that line, so a series of them costs one
+ * transfer between the cores each.  The resets are relaxed: the epoch's
+ * store, which orders them before itself, is the only one that waits, and
+ * the devices' state is read only after the epoch (or a START state
+ * released after the resets).  The epoch has a cache line of its own: the
+ * caller writes the job's fields for every map, and a worker spinning on
+ * a line those share would take it back between any two of those stores.
+ * An empty map at P=2 in fiber mode took 2.45 us with both, 1.3 with the
+ * line alone and 0.74 with the relaxed resets as well.
+ */
 int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
                        shmap__run_fn run)
 {
@@ -735,14 +750,14 @@ int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
    * them can look at a peer's. */
   for (int d = 0; d < rt->ndev; d++) {
     shmap__dev *dev = &rt->devs[d];
-    atomic_store(&dev->coll.arrive, 0);
-    atomic_store(&dev->coll.finished, 0);
+    atomic_store_explicit(&dev->coll.arrive, 0, memory_order_relaxed);
+    atomic_store_explicit(&dev->coll.finished, 0, memory_order_relaxed);
   }
-  atomic_store(&rt->abort, 0);
-  atomic_store(&rt->failed_dev, -1);
+  atomic_store_explicit(&rt->abort, 0, memory_order_relaxed);
+  atomic_store_explicit(&rt->failed_dev, -1, memory_order_relaxed);
   rt->fail_code = 0;
   rt->fail_msg[0] = '\0';
-  atomic_store(&rt->done, 0);
+  atomic_store_explicit(&rt->done, 0, memory_order_relaxed);
   rt->job = job;
   rt->run = run;
   /* A map its caller wants explored, on a runtime of another mode: the

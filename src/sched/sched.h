@@ -359,8 +359,8 @@ typedef struct shmap__runtime {
   int started;             /* threads running */
   /* Bumped by two to start a job (or to stop); the low bit tells worker 0
    * that the map's caller runs its devices. */
-  _Atomic uint32_t epoch;
-  _Atomic int stop;
+  alignas(SHMAP__CACHELINE) _Atomic uint32_t epoch;
+  alignas(SHMAP__CACHELINE) _Atomic int stop;
   struct shmap__job *job;
   shmap__run_fn run;
   /* The current job's failure: first failing device, code and message. */
