@@ -30,9 +30,13 @@
 #                       up-call, a sideways call, an #include that points up
 #                       and a folder the table lacks, in a toy tree of its
 #                       own, and passes on the toy tree without them.
+# test_ltlink.sh        tools/ltlink links an example against the shared
+#                       and the convenience library as libtool does (same
+#                       NEEDED, RUNPATH and output), and leaves a link
+#                       without -no-install and a library's link to libtool.
 TESTS += tests/check-spdx.sh tests/check-man-examples.sh tests/test_install.sh \
-	tests/check-layers.sh tests/check-layers-selftest.sh
-EXTRA_DIST += tests/check-spdx.sh tests/check-man-examples.sh \
+	tests/check-layers.sh tests/check-layers-selftest.sh tests/test_ltlink.sh
+EXTRA_DIST += tests/check-spdx.sh tests/check-man-examples.sh tests/test_ltlink.sh \
 	tests/check-layers.sh tests/check-layers-selftest.sh \
 	tests/test_install.sh tests/version_prog.c
 
