@@ -1382,10 +1382,16 @@ int main(int argc, char **argv)
         die("size %zu is not divisible into %d f32 chunks", opt.sizes[s], P);
   }
 
+  /* The pairing of the cores around each P's cells: Open MPI's are
+   * measured first, then libshmap's, and the cache-line transfer time
+   * before the one and after the other says whether both ran in one
+   * pairing (printed with the header). */
+  double line_before[MAXLIST], line_after[MAXLIST];
   for (int pi = 0; pi < opt.nps; pi++) {
     int P = opt.ps[pi];
     mres m[MAXLIST * NOPS], mb[MAXLIST * NOPS];
     int nm = 0, nmb = 0;
+    line_before[pi] = sol_line_now(&sol);
     if (opt.mpi) {
       progress("P=%d: Open MPI (%d ranks through mpirun)", P, P);
       nm = mpi_run(P, opt.sizes, opt.nsizes, opt.ops & MPI_OPS, m,
@@ -1414,6 +1420,7 @@ int main(int argc, char **argv)
     }
     shmap_mesh_destroy(mesh);
     free(pairs);
+    line_after[pi] = sol_line_now(&sol);
     progress("P=%d: OpenMP", P);
     run_omp_cases(first);
   }
@@ -1523,6 +1530,13 @@ int main(int argc, char **argv)
            sol.write[i] * 1e-3);
   }
   printf("\n");
+  if (sol.cores == 2 && opt.nps) {
+    printf("# pairing: line_us at the start and at the end of each P's "
+           "cells (Open MPI's, then libshmap's):");
+    for (int pi = 0; pi < opt.nps; pi++)
+      printf(" P=%d:%.3f/%.3f", opt.ps[pi], line_before[pi], line_after[pi]);
+    printf("\n");
+  }
   /* Grouped by op, then P, then size; the sweep last. */
   for (int op = 0; op <= NOPS; op++) {
     if (op == NOPS && opt.nsweep)

@@ -263,6 +263,23 @@ static double rate(int core[2], size_t ws, int write, int reps)
   return best;
 }
 
+double sol_line_now(const sol_machine *m)
+{
+  if (m->cores != 2)
+    return NAN;
+  int core[2];
+  two_cores(core);
+  if (core[1] < 0)
+    return NAN;
+  cpu_set_t mask;
+  bool have_mask = pthread_getaffinity_np(pthread_self(), sizeof mask,
+                                          &mask) == 0;
+  double us = pingpong(core, 15);
+  if (have_mask)
+    pthread_setaffinity_np(pthread_self(), sizeof mask, &mask);
+  return us;
+}
+
 void sol_measure(sol_machine *m, int quick)
 {
   int core[2];

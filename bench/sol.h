@@ -29,6 +29,11 @@ typedef struct sol_machine {
 /* Measure the machine (about a second); quick takes fewer samples. */
 void sol_measure(sol_machine *m, int quick);
 
+/* The cache-line transfer time now (m->line_us's measurement again, about
+ * 50 ms): the pairing of the two cores on a virtual machine changes every
+ * few minutes, and with it this time, by 4x.  NaN on one core. */
+double sol_line_now(const sol_machine *m);
+
 /* The bounds of one case: a collective `op` of bench/run's table (or an
  * empty map) over P devices of n bytes each.  Latency: line_us times the
  * dependent transfers; bandwidth: the bytes read and written over the
