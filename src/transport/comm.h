@@ -296,7 +296,7 @@ typedef struct shmap__transport {
   void (*src_wait)(struct shmap_ctx *ctx, int reader, uint32_t k);
 
   /* ---- small reductions (optional) ------------------------------------ */
-  /* psum, pmax, pmin, pmean of at most SHMAP__SMALL_BYTES bytes (terms and
+  /* psum, pmax, pmin, pmean of at most small_max_bytes bytes (terms and
    * result) in a group of at most small_max_n members: the whole call in
    * one operation, instead of arrive, allreduce and depart.  Publish the
    * call and this device's src (c->k set, as for arrive), agree with every
@@ -307,6 +307,11 @@ typedef struct shmap__transport {
    * device's dst.  0, or an error code with the message set. */
   int (*allreduce_small)(shmap__coll *c, size_t count, const shmap__fold *fold,
                          size_t off, size_t n);
+  /* The most bytes of terms or result it takes, and the largest group.
+   * A bound above SHMAP__SMALL_BYTES is one on the other members' terms
+   * together: a group of n > 2 takes calls of up to small_max_bytes /
+   * (n - 1) bytes, and at least SHMAP__SMALL_BYTES. */
+  size_t small_max_bytes;
   int small_max_n;
   /* The largest group allreduce_small takes a fold with `own` set for (0:
    * none, such calls then take arrive and depart). */
@@ -322,8 +327,13 @@ typedef struct shmap__transport {
   const void *(*handover)(shmap__coll *c);
 } shmap__transport;
 
-/* The most bytes of a small reduction (allreduce_small). */
+/* The most bytes of a small reduction (allreduce_small) within a process
+ * (shm's boxes), and over MPI, where one message carries the terms with
+ * the call's description (about 500 bytes) and stays under Open MPI's
+ * eager limit for shared memory (4 KiB with its header), above which a
+ * message takes a rendezvous of its own. */
 #define SHMAP__SMALL_BYTES 512
+#define SHMAP__SMALL_BYTES_MPI 3072
 
 /* How a reduction combines: fn is the fused kernel of the operation and
  * dtype (dtype.h, coll/ops.c).  It takes every member's term at once, in

@@ -692,7 +692,7 @@ typedef struct mhead {
 } mhead;
 typedef struct mwire {
   mhead h;
-  alignas(16) unsigned char data[SHMAP__SMALL_BYTES];
+  alignas(16) unsigned char data[SHMAP__SMALL_BYTES_MPI];
 } mwire;
 
 /* The received descriptor of watched member i (messages of `stride`
@@ -1607,7 +1607,7 @@ static int mpi_arrive(shmap__coll *c)
 }
 
 /*
- * Small reductions.  A reduction of at most SHMAP__SMALL_BYTES takes one
+ * Small reductions.  A reduction of at most SHMAP__SMALL_BYTES_MPI takes one
  * exchange instead of three dependent steps (descriptors, the pieces of
  * the reduce-scatter and all-gather, the wait for the sends): each member
  * sends its terms with its descriptor, and once it holds every member's,
@@ -2627,6 +2627,7 @@ const shmap__transport shmap__mpi_transport = {
     .recv = mpi_recv,
     .depart = mpi_depart,
     .allreduce_small = mpi_allreduce_small,
+    .small_max_bytes = SHMAP__SMALL_BYTES_MPI,
     .small_max_n = SHMAP_MAX_DEVICES,
     .small_own_max_n = SHMAP_MAX_DEVICES,
 };

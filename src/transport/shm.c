@@ -1471,6 +1471,7 @@ const shmap__transport shmap__shm_transport = {
     .depart_deferred = shm_depart_deferred,
     .src_wait = shm_src_wait,
     .allreduce_small = shm_allreduce_small,
+    .small_max_bytes = SHMAP__SMALL_BYTES,
     .small_max_n = SHMAP_MAX_DEVICES,
     /* Every member folds for itself up to SMALL_ALL members only. */
     .small_own_max_n = SMALL_ALL,
