@@ -175,14 +175,13 @@ int shmap__comm_allreduce_small(shmap__coll *c, size_t count,
   const shmap__transport *tp = c->ctx->comm->tp;
   size_t es = c->esize > fold->out_esize ? c->esize : fold->out_esize;
   /* Above SHMAP__SMALL_BYTES, the other members' terms together stay
-   * within the transport's bound (see small_max_bytes). */
-  size_t maxb = tp->small_max_bytes;
-  if (maxb > SHMAP__SMALL_BYTES && c->n > 2) {
-    maxb /= (size_t)(c->n - 1);
-    maxb = maxb < SHMAP__SMALL_BYTES ? SHMAP__SMALL_BYTES : maxb;
-  }
+   * within the transport's bound (see small_max_bytes); a product, not a
+   * division, on every call. */
+  size_t bytes_in = count * es;
   if (!tp->allreduce_small || c->n > tp->small_max_n ||
-      (fold->own && c->n > tp->small_own_max_n) || count * es > maxb)
+      (fold->own && c->n > tp->small_own_max_n) ||
+      (bytes_in > SHMAP__SMALL_BYTES &&
+       bytes_in * (size_t)(c->n > 2 ? c->n - 1 : 1) > tp->small_max_bytes))
     return 1;
   shmap_ctx *ctx = c->ctx;
   if (atomic_load(&ctx->rt->abort))
