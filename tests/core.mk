@@ -20,6 +20,7 @@ tests_librefmodel_la_SOURCES = tests/refmodel.c tests/refmodel.h
 CORE_TESTS = \
 	tests/test_mesh \
 	tests/test_spec \
+	tests/test_desc_pack \
 	tests/test_layout \
 	tests/test_map \
 	tests/test_map_prop
@@ -35,6 +36,10 @@ tests_test_spec_SOURCES = tests/test_spec.c tests/refmodel.h \
 	tests/testutil.h
 tests_test_spec_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 tests_test_spec_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
+
+tests_test_desc_pack_SOURCES = tests/test_desc_pack.c tests/testutil.h
+tests_test_desc_pack_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+tests_test_desc_pack_LDADD = tests/libtestutil.la src/libshmap_core.la $(CHECK_LIBS) $(UV_LIBS)
 
 tests_test_layout_SOURCES = tests/test_layout.c tests/refmodel.h \
 	tests/testutil.h

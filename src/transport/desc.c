@@ -124,16 +124,26 @@ void shmap__call_format(const shmap_mesh *mesh, const shmap__call *c,
   shmap__cat(buf, n, ")");
 }
 
+/* How many of the listed pairs and group ranks a descriptor uses: the
+ * counts shmap__call_copy copies. */
+static size_t pairs_used(const shmap__call *c)
+{
+  return c->npairs > 0 && c->npairs <= SHMAP__PAIRS_LISTED ? (size_t)c->npairs
+                                                           : 0;
+}
+
+static size_t ranks_used(const shmap__call *c)
+{
+  return c->gsize < 0 ? SHMAP__GROUP_RANKS_LISTED
+         : c->gsize > 0 && c->ngroups > 0 &&
+                 (int64_t)c->ngroups * c->gsize <= SHMAP__GROUP_RANKS_LISTED
+             ? (size_t)(c->ngroups * c->gsize)
+             : 0;
+}
+
 void shmap__call_copy(shmap__call *dst, const shmap__call *src)
 {
-  size_t np = src->npairs > 0 && src->npairs <= SHMAP__PAIRS_LISTED
-                  ? (size_t)src->npairs
-                  : 0;
-  size_t ng = src->gsize < 0 ? SHMAP__GROUP_RANKS_LISTED
-              : src->gsize > 0 && src->ngroups > 0 &&
-                      src->ngroups * src->gsize <= SHMAP__GROUP_RANKS_LISTED
-                  ? (size_t)(src->ngroups * src->gsize)
-                  : 0;
+  size_t np = pairs_used(src), ng = ranks_used(src);
   const size_t p0 = offsetof(shmap__call, pairs),
                g0 = offsetof(shmap__call, gsize),
                r0 = offsetof(shmap__call, groups),
@@ -148,6 +158,170 @@ void shmap__call_copy(shmap__call *dst, const shmap__call *src)
     memcpy(dst->op_name, src->op_name, sizeof src->op_name);
   else
     dst->op_name[0] = '\0';
+}
+
+/* Packing: unsigned LEB128 integers, signed ones zigzagged first. */
+static unsigned char *put_u(unsigned char *p, uint64_t v)
+{
+  while (v >= 0x80) {
+    *p++ = (unsigned char)(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = (unsigned char)v;
+  return p;
+}
+
+static unsigned char *put_i(unsigned char *p, int64_t v)
+{
+  return put_u(p, ((uint64_t)v << 1) ^ (uint64_t)(v >> 63));
+}
+
+static unsigned char *put_h(unsigned char *p, uint64_t v)
+{
+  memcpy(p, &v, sizeof v);
+  return p + sizeof v;
+}
+
+size_t shmap__call_pack(const shmap__call *c, unsigned char *buf)
+{
+  unsigned char *p = buf;
+  /* Which of the three hashes follow. */
+  *p++ = (unsigned char)((c->pairs_hash != 0) | (c->groups_hash != 0) << 1 |
+                         (c->op_hash != 0) << 2);
+  p = put_i(p, c->kind);
+  p = put_i(p, c->naxes);
+  for (int i = 0; i < c->naxes; i++)
+    p = put_i(p, c->axes[i]);
+  p = put_i(p, c->dtype);
+  p = put_i(p, c->rank);
+  for (int i = 0; i < c->rank; i++)
+    p = put_i(p, c->shape[i]);
+  p = put_i(p, c->p1);
+  p = put_i(p, c->p2);
+  p = put_i(p, c->tiled);
+  p = put_i(p, c->npairs);
+  for (size_t i = 0; i < pairs_used(c); i++) {
+    p = put_i(p, c->pairs[i][0]);
+    p = put_i(p, c->pairs[i][1]);
+  }
+  p = put_i(p, c->gsize);
+  p = put_i(p, c->ngroups);
+  for (size_t i = 0; i < ranks_used(c); i++)
+    p = put_i(p, c->groups[i]);
+  p = put_i(p, c->source);
+  p = put_i(p, c->hand);
+  if (c->pairs_hash)
+    p = put_h(p, c->pairs_hash);
+  if (c->groups_hash)
+    p = put_h(p, c->groups_hash);
+  if (c->op_hash)
+    p = put_h(p, c->op_hash);
+  if (c->kind == SHMAP__PREDUCE) {
+    size_t len = strnlen(c->op_name, sizeof c->op_name);
+    *p++ = (unsigned char)len;
+    memcpy(p, c->op_name, len);
+    p += len;
+  }
+  return (size_t)(p - buf);
+}
+
+/* Unpacking: each get_ advances *p within end, false when it would pass
+ * it or the integer does not fit. */
+typedef struct unpacker {
+  const unsigned char *p, *end;
+  bool bad;
+} unpacker;
+
+static uint64_t get_u(unpacker *u)
+{
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    if (u->p == u->end)
+      break;
+    unsigned char b = *u->p++;
+    v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80))
+      return v;
+  }
+  u->bad = true;
+  return 0;
+}
+
+static int64_t get_i64(unpacker *u)
+{
+  uint64_t z = get_u(u);
+  return (int64_t)(z >> 1) ^ -(int64_t)(z & 1);
+}
+
+static int get_int(unpacker *u)
+{
+  int64_t v = get_i64(u);
+  if (v < INT32_MIN || v > INT32_MAX)
+    u->bad = true;
+  return (int)v;
+}
+
+static uint64_t get_h(unpacker *u)
+{
+  uint64_t v = 0;
+  if ((size_t)(u->end - u->p) < sizeof v) {
+    u->bad = true;
+    return 0;
+  }
+  memcpy(&v, u->p, sizeof v);
+  u->p += sizeof v;
+  return v;
+}
+
+bool shmap__call_unpack(shmap__call *c, const unsigned char *buf, size_t n)
+{
+  unpacker u = {buf, buf + n, n == 0};
+  memset(c, 0, sizeof *c);
+  if (u.bad)
+    return false;
+  unsigned hashes = *u.p++;
+  c->kind = get_int(&u);
+  c->naxes = get_int(&u);
+  if (u.bad || c->naxes < 0 || c->naxes > SHMAP_MAX_AXES)
+    return false;
+  for (int i = 0; i < c->naxes; i++)
+    c->axes[i] = get_int(&u);
+  c->dtype = get_int(&u);
+  c->rank = get_int(&u);
+  if (u.bad || c->rank < 0 || c->rank > SHMAP_MAX_RANK)
+    return false;
+  for (int i = 0; i < c->rank; i++)
+    c->shape[i] = get_i64(&u);
+  c->p1 = get_int(&u);
+  c->p2 = get_int(&u);
+  c->tiled = get_int(&u);
+  c->npairs = get_int(&u);
+  for (size_t i = 0; i < pairs_used(c); i++) {
+    c->pairs[i][0] = get_int(&u);
+    c->pairs[i][1] = get_int(&u);
+  }
+  c->gsize = get_int(&u);
+  c->ngroups = get_int(&u);
+  if (u.bad)
+    return false;
+  for (size_t i = 0; i < ranks_used(c); i++)
+    c->groups[i] = get_int(&u);
+  c->source = get_int(&u);
+  c->hand = get_int(&u);
+  if (hashes & 1)
+    c->pairs_hash = get_h(&u);
+  if (hashes & 2)
+    c->groups_hash = get_h(&u);
+  if (hashes & 4)
+    c->op_hash = get_h(&u);
+  if (c->kind == SHMAP__PREDUCE) {
+    size_t len = u.p < u.end ? *u.p++ : sizeof c->op_name + 1;
+    if (len > sizeof c->op_name || (size_t)(u.end - u.p) < len)
+      return false;
+    memcpy(c->op_name, u.p, len);
+    u.p += len;
+  }
+  return !u.bad && !(hashes & ~7u) && u.p == u.end;
 }
 
 bool shmap__call_equal(const shmap__call *a, const shmap__call *b)

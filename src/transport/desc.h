@@ -70,6 +70,25 @@ typedef struct shmap__call {
  * used (readers stop there): a transport's history takes a descriptor on
  * every call, and those lists are half of its bytes. */
 void shmap__call_copy(shmap__call *dst, const shmap__call *src);
+/* The most bytes shmap__call_pack writes: each int as up to 5 bytes,
+ * each shape extent up to 10, each hash 8, the listed pairs and group
+ * ranks, and a preduce's name with its length. */
+#define SHMAP__CALL_PACKED_MAX                                                 \
+  (1 + 5 * 15 + 5 * SHMAP_MAX_AXES + 10 * SHMAP_MAX_RANK + 8 * 3 +            \
+   5 * 2 * SHMAP__PAIRS_LISTED + 5 * SHMAP__GROUP_RANKS_LISTED + 1 +           \
+   SHMAP__OP_NAME_LISTED)
+/* The descriptor as a transport sends it between processes: the fields
+ * that are in use, as variable-length integers, in at most
+ * SHMAP__CALL_PACKED_MAX bytes (a psum's takes about 20, against the
+ * struct's 500 or so).  Returns the bytes written to buf.  The data
+ * pointers are not sent. */
+size_t shmap__call_pack(const shmap__call *c, unsigned char *buf);
+/* The descriptor packed in the n bytes at buf into *c: every part a
+ * reader looks at as shmap__call_copy would have copied the packed one,
+ * and zeros elsewhere (the axes and extents past naxes and rank, the
+ * unused parts of the lists, the data pointers).  false when those bytes
+ * are not one descriptor packed whole. */
+bool shmap__call_unpack(shmap__call *c, const unsigned char *buf, size_t n);
 /* Whether two descriptors describe the same call (data pointers aside). */
 bool shmap__call_equal(const shmap__call *a, const shmap__call *b);
 /* "psum(f32[8] over 'j')" and the like, into buf. */

@@ -104,6 +104,7 @@ _Static_assert(sizeof(smsg) <= sizeof(notice), "a status fits a notice");
  * send that still reads it. */
 typedef struct xbufs {
   struct mwire *theirs, *wire;
+  struct mhead *heads; /* theirs' descriptors, unpacked */
   MPI_Request *reqs;
   int *watch, *procs;
   char *settled;
@@ -245,6 +246,7 @@ static shmap__mpimesh *mm_of(const shmap__runtime *rt)
 static void xbufs_free(xbufs *x, bool wire)
 {
   free(x->theirs);
+  free(x->heads);
   free(x->reqs);
   free(x->watch);
   free(x->procs);
@@ -663,8 +665,8 @@ typedef struct waitarg {
   bool cancel;        /* a watched member left without entering the call */
   /* Descriptor exchange only (arrive, see Cross-group agreement): */
   shmap__coll *c;
-  const unsigned char *theirs; /* by index i of watch (their()) */
-  size_t stride;
+  struct mwire *theirs; /* by index i of watch, as received */
+  struct mhead *heads;   /* their descriptors, unpacked (their()) */
   /* Leaders' messages (see "Groups spread over processes"), received
    * once probed, in buffers of their size: by i, whether still to come
    * (then reqs[2i] is MPI_REQUEST_NULL), and the message. */
@@ -681,19 +683,64 @@ typedef struct waitarg {
   size_t nwhy;
 } waitarg;
 
-/* A descriptor as sent, with its call number (see Cross-group
- * agreement), and a small reduction's terms (see Small reductions): a
- * message carries the bytes up to data plus the terms it has, and every
- * receive takes a whole mwire, so that a mismatch between the two kinds
- * of call is a difference of descriptors, never a truncated message. */
+/* A descriptor with its call number (see Cross-group agreement). */
 typedef struct mhead {
   uint32_t k, pad;
   shmap__call call;
 } mhead;
+/* The message of exchange(): the call number, the descriptor packed
+ * (shmap__call_pack: about 20 bytes for a psum, where the struct takes
+ * 500), then from the next multiple of 16 a small reduction's terms (see
+ * Small reductions).  Packed, a small call's whole message stays within
+ * the size that Open MPI's shared-memory transport sends inline (256
+ * bytes), which takes about half the time of a larger one.  Every
+ * receive takes a whole mwire, so that a mismatch between two kinds of
+ * call is a difference of descriptors, never a truncated message. */
+#define WIRE_DESC 8
+#define WIRE_DATA (((WIRE_DESC + SHMAP__CALL_PACKED_MAX) + 15) / 16 * 16)
 typedef struct mwire {
-  mhead h;
-  alignas(16) unsigned char data[SHMAP__SMALL_BYTES_MPI];
+  alignas(16) uint32_t k; /* the call number */
+  uint32_t dlen;          /* the packed descriptor's bytes */
+  unsigned char b[WIRE_DATA - WIRE_DESC + SHMAP__SMALL_BYTES_MPI];
 } mwire;
+_Static_assert(offsetof(mwire, b) == WIRE_DESC, "the descriptor follows");
+
+/* Where a message's terms start, after a packed descriptor of dlen
+ * bytes. */
+static size_t wire_data_at(uint32_t dlen)
+{
+  return (WIRE_DESC + (size_t)dlen + 15) / 16 * 16;
+}
+
+static unsigned char *wire_data(mwire *w)
+{
+  return (unsigned char *)w + wire_data_at(w->dlen);
+}
+
+/* Fill *w with call k's descriptor: the bytes up to its terms. */
+static size_t wire_pack(mwire *w, uint32_t k, const shmap__call *call)
+{
+  w->k = k;
+  w->dlen = (uint32_t)shmap__call_pack(call, w->b);
+  return WIRE_DESC + w->dlen;
+}
+
+/* Unpack the received message *w of `len` bytes into *h; an error code
+ * (message set) when it is not one of exchange()'s messages. */
+static int wire_unpack(const mwire *w, int len, mhead *h)
+{
+  if (len >= WIRE_DESC && w->dlen <= SHMAP__CALL_PACKED_MAX &&
+      WIRE_DESC + w->dlen <= (uint32_t)len &&
+      shmap__call_unpack(&h->call, w->b, w->dlen)) {
+    h->k = w->k;
+    return 0;
+  }
+  return shmap__err(SHMAP_ESYS,
+                    "a collective call's message of %d bytes from another "
+                    "process does not hold a call description (processes of "
+                    "different libshmap versions?)",
+                    len);
+}
 
 /* The received descriptor of watched member i (messages of `stride`
  * bytes each, a descriptor first). */
@@ -708,6 +755,23 @@ static bool recv_pending(const waitarg *w, int i)
 static bool probe_leads(waitarg *w);
 
 static bool arrive_check(waitarg *w);
+
+/* MPI_Test of request j; a completed receive of exchange() (an even j)
+ * is unpacked into w->heads.  0, or an error code (message set). */
+static int test_req(waitarg *w, int j, int *flag)
+{
+  /* A request that completed is MPI_REQUEST_NULL: it tests complete,
+   * with an empty status, and was unpacked then. */
+  if (!w->heads || j % 2 || w->reqs[j] == MPI_REQUEST_NULL)
+    return SHMAP__MPI_CHECK(MPI_Test, &w->reqs[j], flag, MPI_STATUS_IGNORE);
+  MPI_Status st;
+  int len = 0, rc = SHMAP__MPI_CHECK(MPI_Test, &w->reqs[j], flag, &st);
+  if (rc || !*flag)
+    return rc;
+  if ((rc = SHMAP__MPI_CHECK(MPI_Get_count, &st, MPI_BYTE, &len)))
+    return rc;
+  return wire_unpack(&w->theirs[j / 2], len, &w->heads[j / 2]);
+}
 
 /* Whether every request completed.  One MPI_Test per request rather than
  * MPI_Testall: MPICH declares MPI_STATUSES_IGNORE as a zero-length array,
@@ -726,8 +790,7 @@ static bool tested_all(waitarg *w)
   if (w->err)
     return true;
   for (int i = 0; i < w->nreq && flag; i++) {
-    if ((w->err = SHMAP__MPI_CHECK(MPI_Test, &w->reqs[i], &flag,
-                                   MPI_STATUS_IGNORE)))
+    if ((w->err = test_req(w, i, &flag)))
       return true;
   }
   return flag;
@@ -917,11 +980,16 @@ static bool decide(waitarg *w, int i, const smsg *s)
   bool failed = atomic_load(&rt->abort) != 0;
   bool later = false;
   int flag = 0;
-  /* An error leaves the request as it is; the next round's tested_all
-   * reports it. */
-  if (w->reqs[2 * i] != MPI_REQUEST_NULL)
-    (void)SHMAP__MPI_CHECK(MPI_Test, &w->reqs[2 * i], &flag,
-                           MPI_STATUS_IGNORE);
+  /* An MPI error leaves the request as it is; the next round's
+   * tested_all reports it.  A message received that does not unpack ends
+   * the wait. */
+  if (w->reqs[2 * i] != MPI_REQUEST_NULL) {
+    int e = test_req(w, 2 * i, &flag);
+    if (e && w->reqs[2 * i] == MPI_REQUEST_NULL) {
+      w->err = e;
+      return true;
+    }
+  }
   if (!recv_pending(w, i)) {
     if (their(w, i)->k == k)
       return false; /* it came meanwhile */
@@ -1422,15 +1490,14 @@ static void publish(shmap__mpimesh *m, const shmap__coll *c)
 
 /* Post the descriptor exchange of arrive: for the i-th other member,
  * reqs[2i] receives its descriptor into theirs[i] and reqs[2i+1] sends
- * ours (wire, wbytes; its descriptor alone when `only` is another
- * member); procs[i] and watch[i] are its process and device.
+ * ours (wire, wbytes; its first hbytes, the descriptor, when `only` is
+ * another member); procs[i] and watch[i] are its process and device.
  * *nreq counts the requests posted.  0, or an MPI error (message set):
  * the posting stops there. */
-static int post_all(shmap__coll *c, const mwire *wire, int wbytes, int only,
-                    mwire *theirs, MPI_Request *reqs, int *procs, int *watch,
-                    int *nreq)
+static int post_all(shmap__coll *c, const mwire *wire, int wbytes,
+                    int hbytes, int only, mwire *theirs, MPI_Request *reqs,
+                    int *procs, int *watch, int *nreq)
 {
-  int hbytes = (int)offsetof(mwire, data);
   shmap__mpimesh *m = c->comm->priv;
   int me = c->ctx->dev, i = 0;
   for (int r = 0; r < c->n; r++) {
@@ -1470,12 +1537,13 @@ static xbufs *xbufs_for(shmap__mpimesh *m, int dev, int n)
   if (x->cap < n) {
     xbufs_free(x, false);
     x->theirs = shmap__malloc(sizeof *x->theirs * (size_t)n);
+    x->heads = shmap__malloc(sizeof *x->heads * (size_t)n);
     x->reqs = shmap__malloc(sizeof *x->reqs * 2 * (size_t)n);
     x->watch = shmap__malloc(sizeof *x->watch * (size_t)n);
     x->procs = shmap__malloc(sizeof *x->procs * (size_t)n);
     x->settled = shmap__malloc((size_t)n);
     x->srcs = shmap__malloc(sizeof *x->srcs * (size_t)n);
-    if (!x->theirs || !x->reqs || !x->watch || !x->procs || !x->settled ||
+    if (!x->theirs || !x->heads || !x->reqs || !x->watch || !x->procs || !x->settled ||
         !x->srcs) {
       xbufs_free(x, false);
       return NULL;
@@ -1501,9 +1569,10 @@ static int exchange_alone(shmap__coll *c, const void *data, size_t bytes,
       return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
                              "out of memory");
     /* A copy: the fold may write dst, which may be src (in place). */
+    x->wire->dlen = 0;
     if (bytes)
-      memcpy(x->wire->data, data, bytes);
-    x->srcs[0] = x->wire->data;
+      memcpy(wire_data(x->wire), data, bytes);
+    x->srcs[0] = wire_data(x->wire);
     *got = x->srcs;
   }
   return 0;
@@ -1535,26 +1604,21 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes, int only,
     return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
                            "out of memory");
   mwire *theirs = x->theirs, *wire = x->wire;
+  mhead *heads = x->heads;
   MPI_Request *reqs = x->reqs;
   int *watch = x->watch, *procs = x->procs;
   char *settled = x->settled;
   memset(settled, 0, (size_t)n);
-  /* Only the parts of the descriptor in use: the rest of the message is
-   * whatever an earlier call left (zeros at first), which no reader
-   * looks at (shmap__call_equal, shmap__call_mismatch). */
-  wire->h.k = c->k;
-  shmap__call_copy(&wire->h.call, &c->call);
-  wire->h.call.src = NULL;
-  wire->h.call.dst = NULL;
+  int hbytes = (int)wire_pack(wire, c->k, &c->call);
   if (bytes)
-    memcpy(wire->data, data, bytes);
-  int wbytes = (int)(offsetof(mwire, data) + bytes);
+    memcpy(wire_data(wire), data, bytes);
+  int wbytes = (int)(wire_data_at(wire->dlen) + bytes);
   /* Before the sends: a member of this process that has our descriptor
    * finds our buffers (see Members in one process). */
   publish(m, c);
   int nreq = 0;
-  int perr = post_all(c, wire, wbytes, only, theirs, reqs, procs, watch,
-                      &nreq);
+  int perr = post_all(c, wire, wbytes, hbytes, only, theirs, reqs, procs,
+                      watch, &nreq);
   int nwatch = nreq / 2;
   /* A call whose descriptors did not all go out was not entered (see
    * "Giving up a call after a failure"). */
@@ -1564,7 +1628,7 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes, int only,
   why[0] = '\0';
   waitarg w = {.m = m, .reqs = reqs, .nreq = nreq, .watch = watch,
                .nwatch = nwatch, .k = c->k, .c = c,
-               .theirs = (const unsigned char *)theirs, .stride = sizeof *theirs,
+               .theirs = theirs, .heads = heads,
                .settled = settled, .interval = CHECK_AFTER, .asking = -1,
                .why = why, .nwhy = sizeof why};
   int rc = perr ? perr : wait_all(ctx, &w);
@@ -1573,9 +1637,9 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes, int only,
   if (atomic_load(&rt->abort))
     why[0] = '\0';
   for (int i = 0; rc == 0 && i < nwatch && !why[0]; i++)
-    if (!shmap__call_equal(&c->call, &theirs[i].h.call))
+    if (!shmap__call_equal(&c->call, &heads[i].call))
       shmap__call_mismatch(rt->mesh, ctx->dev, &c->call, watch[i],
-                           &theirs[i].h.call, c->k, c->k, why, sizeof why);
+                           &heads[i].call, c->k, c->k, why, sizeof why);
   /* The terms that came from other processes (a ppermute's from its
    * source only). */
   for (int i = 0; rc == 0 && !why[0] && i < nwatch; i++)
@@ -1586,8 +1650,8 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes, int only,
   if (!rc && !why[0] && got) {
     /* By rank: the members before this one, this one, the others. */
     for (int r = 0; r < n; r++)
-      x->srcs[r] = r == c->rank ? wire->data
-                                : theirs[r - (r > c->rank)].data;
+      x->srcs[r] = r == c->rank ? wire_data(wire)
+                                : wire_data(&theirs[r - (r > c->rank)]);
     *got = x->srcs;
   }
   if (orphaned) {
@@ -1788,7 +1852,7 @@ static const mhead *their(const waitarg *w, int i)
 {
   if (w->hb)
     return (const mhead *)w->hb->in[i];
-  return (const mhead *)(w->theirs + (size_t)i * w->stride);
+  return &w->heads[i];
 }
 
 /* Receive the leaders' messages that came, each into a buffer of its
