@@ -12,7 +12,12 @@ static _Thread_local char own_errbuf[SHMAP__MSG_MAX];
  * device never sees another device's message. */
 static SHMAP__TLS_FAST char *errbuf_override;
 
-void shmap__errbuf_use(char *buf) { errbuf_override = buf; }
+char *shmap__errbuf_use(char *buf)
+{
+  char *old = errbuf_override;
+  errbuf_override = buf;
+  return old;
+}
 
 char *shmap__errbuf(void) { return errbuf_override ? errbuf_override : own_errbuf; }
 

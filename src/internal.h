@@ -64,8 +64,9 @@ int shmap__err_prefix(int code, const char *fmt, ...) SHMAP__PRINTF(2, 3);
 void shmap__err_set(const char *msg);
 /* The calling thread's message buffer (SHMAP__MSG_MAX bytes). */
 char *shmap__errbuf(void);
-/* Use `buf` as this thread's message buffer (NULL: its own again). */
-void shmap__errbuf_use(char *buf);
+/* Use `buf` as this thread's message buffer (NULL: its own again); the
+ * buffer used before (NULL: its own). */
+char *shmap__errbuf_use(char *buf);
 /* Append printf-style text to buf (of size n) at its current end. */
 void shmap__cat(char *buf, size_t n, const char *fmt, ...) SHMAP__PRINTF(3, 4);
 

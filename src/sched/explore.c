@@ -302,14 +302,18 @@ static int choose(xstate *xs, int n)
 /* ---- running ------------------------------------------------------------- */
 
 /* Whether device d can continue (a waiting one whose condition holds, or
- * whose wait was aborted, becomes READY with its result). */
-static bool can_run(xdev *x)
+ * whose wait was aborted, becomes READY with its result).  The condition
+ * may set the device's message (errbuf). */
+static bool can_run(xdev *x, char *errbuf)
 {
   if (x->st == X_START || x->st == X_READY)
     return true;
   if (x->st != X_WAIT)
     return false;
-  if (x->pred(x->arg))
+  char *own = shmap__errbuf_use(errbuf);
+  bool holds = x->pred(x->arg);
+  shmap__errbuf_use(own);
+  if (holds)
     x->res = true;
   else if (x->abort && atomic_load(x->abort))
     x->res = false;
@@ -319,11 +323,11 @@ static bool can_run(xdev *x)
   return true;
 }
 
-static int runnable(xstate *xs)
+static int runnable(shmap__runtime *rt, xstate *xs)
 {
   int n = 0;
   for (int d = 0; d < xs->ndev; d++)
-    if (can_run(&xs->dev[d]))
+    if (can_run(&xs->dev[d], rt->devs[d].sched.errbuf))
       xs->cand[n++] = d;
   return n;
 }
@@ -427,7 +431,7 @@ static int stalled(shmap__runtime *rt, xstate *xs)
     shmap__fail(rt, first, SHMAP_EMISMATCH,
                 msg ? msg : "deadlock: no device can continue");
     free(msg);
-    n = runnable(xs);
+    n = runnable(rt, xs);
   }
   if (n == 0) {
     /* Nothing the failure released: a wait without an abort flag.  Its
@@ -494,7 +498,7 @@ static void explore_launch(shmap__runtime *rt, bool host_runs)
   uint64_t period = shmap__watchdog_ns(), t0 = period ? shmap__now() : 0;
   uint64_t due = t0 + period;
   while (xs->ndone < xs->ndev) {
-    int n = runnable(xs);
+    int n = runnable(rt, xs);
     if (n == 0)
       n = stalled(rt, xs);
     run_one(rt, xs, choose(xs, n));

@@ -130,7 +130,12 @@ static bool fiber_ready_or(shmap__dev *d, bool maybe)
                           atomic_load_explicit(&a->sched.nrun,
                                                memory_order_acquire),
                           memory_order_relaxed);
-  int res = d->sched.wpred(d->sched.warg) ? 1 : ab && atomic_load(ab) ? 0 : -1;
+  /* The condition may set the device's message (an engine's error that
+   * ends its wait): its buffer, whichever thread looks. */
+  char *own = shmap__errbuf_use(d->sched.errbuf);
+  bool holds = d->sched.wpred(d->sched.warg);
+  shmap__errbuf_use(own);
+  int res = holds ? 1 : ab && atomic_load(ab) ? 0 : -1;
   if (res >= 0)
     d->sched.wres = res;
   atomic_store_explicit(&d->sched.fstate,

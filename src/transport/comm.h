@@ -329,9 +329,10 @@ typedef struct shmap__transport {
 
 /* The most bytes of a small reduction (allreduce_small) within a process
  * (shm's boxes), and over MPI, where one message carries the terms with
- * the call's description (about 500 bytes) and stays under Open MPI's
- * eager limit for shared memory (4 KiB with its header), above which a
- * message takes a rendezvous of its own. */
+ * the call's description (packed: about 20 bytes for a psum, at most
+ * SHMAP__CALL_PACKED_MAX) and stays under Open MPI's eager limit for
+ * shared memory (4 KiB with its header), above which a message takes a
+ * rendezvous of its own. */
 #define SHMAP__SMALL_BYTES 512
 #define SHMAP__SMALL_BYTES_MPI 3072
 
