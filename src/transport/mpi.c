@@ -177,6 +177,10 @@ typedef struct mdev {
   /* As a leader: the outcome of its last call (as hgot), once it gave it
    * to every member then in that call (see lead_publish). */
   _Atomic uint64_t hlead;
+  /* As a member: the leader of the call it waits in (stored before the
+   * call's descriptor is published), so that only that leader gives it
+   * an outcome (lead_publish). */
+  _Atomic int hleader;
   size_t hoff, hn;
   const shmap__fold *hfold; /* its fold, when own (on its stack) */
   hplan hp;
@@ -641,6 +645,7 @@ static void map_begin(shmap__mpimesh *m)
     atomic_store(&m->dev[d].left, 0);
     atomic_store(&m->dev[d].hgot, 0);
     atomic_store(&m->dev[d].hlead, 0);
+    atomic_store(&m->dev[d].hleader, -1);
     m->reply[d].epoch = 0;
   }
   uv_mutex_unlock(&m->lock);
@@ -2023,8 +2028,11 @@ static bool lead_done(void *arg)
 
 /* Publish the leader's outcome to its local members (every member's
  * result written first when ok).  Only to those in a call of the same
- * number: after a mismatch a member may wait in an earlier call for
- * another leader, whose outcome this one must not overwrite. */
+ * number that wait for this leader: after a mismatch a member may wait
+ * in an earlier call for another leader, whose outcome this one must not
+ * overwrite, or in a call of the same number in another group (a leader
+ * that found the mismatch in its own group must not release a member
+ * whose own leader still folds into its buffers). */
 static void lead_publish(shmap__coll *c, const hplan *h, bool ok)
 {
   shmap__mpimesh *m = c->comm->priv;
@@ -2033,7 +2041,9 @@ static void lead_publish(shmap__coll *c, const hplan *h, bool ok)
   for (int i = 0; i < h->nlocal; i++) {
     int d = h->locals[i];
     if (d == c->ctx->dev ||
-        atomic_load_explicit(&m->dev[d].cur, memory_order_acquire) != c->k)
+        atomic_load_explicit(&m->dev[d].cur, memory_order_acquire) != c->k ||
+        atomic_load_explicit(&m->dev[d].hleader, memory_order_relaxed) !=
+            c->ctx->dev)
       continue;
     shmap__publish(c->ctx->rt, &m->dev[d].hgot, v);
     shmap__dev_wake(&rt->devs[d]);
@@ -2288,6 +2298,7 @@ static int member_call(shmap__coll *c, const hplan *h,
   v->hoff = off;
   v->hn = nn;
   v->hfold = fold;
+  atomic_store_explicit(&v->hleader, h->lead, memory_order_relaxed);
   publish(m, c);
   /* Its descriptor is with its process's leader, which sends it on. */
   atomic_store(&rt->devs[ctx->dev].coll.arrive, c->k);
