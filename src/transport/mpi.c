@@ -747,8 +747,8 @@ static int wire_unpack(const mwire *w, int len, mhead *h)
                     len);
 }
 
-/* The received descriptor of watched member i (messages of `stride`
- * bytes each, a descriptor first). */
+/* The received descriptor of watched member i: unpacked when its
+ * receive completed (test_req), or a leader's message (probe_leads). */
 static const mhead *their(const waitarg *w, int i);
 
 /* Whether watched member i's message is still to come. */
@@ -1548,8 +1548,8 @@ static xbufs *xbufs_for(shmap__mpimesh *m, int dev, int n)
     x->procs = shmap__malloc(sizeof *x->procs * (size_t)n);
     x->settled = shmap__malloc((size_t)n);
     x->srcs = shmap__malloc(sizeof *x->srcs * (size_t)n);
-    if (!x->theirs || !x->heads || !x->reqs || !x->watch || !x->procs || !x->settled ||
-        !x->srcs) {
+    if (!x->theirs || !x->heads || !x->reqs || !x->watch || !x->procs ||
+        !x->settled || !x->srcs) {
       xbufs_free(x, false);
       return NULL;
     }
