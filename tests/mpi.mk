@@ -20,7 +20,7 @@ mpi_check_programs = tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \
 	tests/mpi/test_mpi_mismatch tests/mpi/test_mpi_parts tests/mpi/test_mpi_exit \
 	tests/mpi/test_mpi_map_prop tests/mpi/test_mpi_watchdog \
 	tests/mpi/test_mpi_badinput tests/mpi/test_mpi_meshes tests/mpi/test_mpi_spread \
-	tests/mpi/test_mpi_explore tests/mpi/test_mpi_smallperm
+	tests/mpi/test_mpi_explore tests/mpi/test_mpi_smallperm tests/mpi/test_mpi_repeat
 check_PROGRAMS += $(mpi_check_programs)
 # Exploring schedules refused on a mesh over several processes.
 tests_mpi_test_mpi_explore_SOURCES = tests/mpi/test_mpi_explore.c tests/alarm.h
@@ -33,6 +33,12 @@ tests_mpi_test_mpi_spread_LDADD = src/libshmap.la -lm
 # values, mismatch messages, a failure during the call.
 tests_mpi_test_mpi_smallperm_SOURCES = tests/mpi/test_mpi_smallperm.c
 tests_mpi_test_mpi_smallperm_LDADD = src/libshmap.la
+# Small calls repeated over processes (their terms sent alone): exact
+# values, runs of repeats broken into mismatches, the messages counted
+# (the program defines MPI_Isend over PMPI_Isend).
+tests_mpi_test_mpi_repeat_SOURCES = tests/mpi/test_mpi_repeat.c
+tests_mpi_test_mpi_repeat_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
+tests_mpi_test_mpi_repeat_LDADD = src/libshmap.la $(MPI_LIBS)
 tests_mpi_test_mpi_meshes_SOURCES = tests/mpi/test_mpi_meshes.c
 tests_mpi_test_mpi_meshes_LDADD = src/libshmap.la
 tests_mpi_test_mpi_exit_SOURCES = tests/mpi/test_mpi_exit.c

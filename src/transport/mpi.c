@@ -185,8 +185,23 @@ typedef struct mdev {
   const shmap__fold *hfold; /* its fold, when own (on its stack) */
   hplan hp;
   hbufs hb;
+  /* By peer device, the last exchange() message this device sent to it
+   * and received from it (see "Repeated calls"); allocated at the first
+   * exchange, NULL in meshes of more than WREC_MAX_DEV devices. */
+  struct wrec *tx, *rx;
 } mdev;
 enum { SCRATCH_TERMS, SCRATCH_ACC };
+
+/* One side's record of the exchange() messages between two devices in
+ * the current map (epoch): the last one's call number, how far it was
+ * from the one before (0: no earlier one), and its packed descriptor
+ * (see "Repeated calls"). */
+typedef struct wrec {
+  uint32_t epoch, k, delta, len;
+  unsigned char *b;
+  size_t cap;
+} wrec;
+#define WREC_MAX_DEV 256
 
 /* A process's result of a map, as exchanged at its end. */
 typedef struct verdict {
@@ -301,6 +316,12 @@ static void mm_free(shmap__mpimesh *m)
     free(m->dev[d].mc.reqs);
     hplan_free(&m->dev[d].hp);
     hbufs_free(&m->dev[d].hb, true);
+    for (int p = 0; p < m->ndev && m->dev[d].tx; p++) {
+      free(m->dev[d].tx[p].b);
+      free(m->dev[d].rx[p].b);
+    }
+    free(m->dev[d].tx);
+    free(m->dev[d].rx);
   }
   free(m->dev);
   free(m->ring);
@@ -672,6 +693,7 @@ typedef struct waitarg {
   shmap__coll *c;
   struct mwire *theirs; /* by index i of watch, as received */
   struct mhead *heads;   /* their descriptors, unpacked (their()) */
+  const struct mwire *mine; /* this device's message */
   /* Leaders' messages (see "Groups spread over processes"), received
    * once probed, in buffers of their size: by i, whether still to come
    * (then reqs[2i] is MPI_REQUEST_NULL), and the message. */
@@ -690,23 +712,40 @@ typedef struct waitarg {
 
 /* A descriptor with its call number (see Cross-group agreement). */
 typedef struct mhead {
-  uint32_t k, pad;
+  uint32_t k;
+  uint32_t at; /* where the terms start in the message (exchange()) */
   shmap__call call;
 } mhead;
 /* The message of exchange(): the call number, the descriptor packed
  * (shmap__call_pack: about 20 bytes for a psum, where the struct takes
  * 500), then from the next multiple of 16 a small reduction's terms (see
- * Small reductions).  Packed, a small call's whole message stays within
- * the size that Open MPI's shared-memory transport sends inline (256
- * bytes), which takes about half the time of a larger one.  Every
- * receive takes a whole mwire, so that a mismatch between two kinds of
- * call is a difference of descriptors, never a truncated message. */
+ * Small reductions), and a byte more when that would make an even
+ * length: such a message always has an odd length.  Every receive takes
+ * a whole mwire, so that a mismatch between two kinds of call is a
+ * difference of descriptors, never a truncated message.
+ *
+ * Repeated calls.  Open MPI's shared-memory transport sends a message of
+ * up to 256 bytes inline, in about half the time of a longer one, so a
+ * header in front of 256 bytes of terms costs as much as the rest of the
+ * call.  A device therefore sends its terms alone, an even number of
+ * bytes (none for arrive), when its call repeats the last one it sent to
+ * that peer in this map: the same packed descriptor, and a call number
+ * as far from that one's as that one's was from the one before.  Both
+ * devices keep a record of their last message each way (wrec: tx by the
+ * sender, rx by the receiver); the messages between two devices arrive
+ * in order, so the receiver's record is the sender's, and an even length
+ * reads as the call the record predicts.  The check stays exact: the
+ * predicted descriptor is compared with the receiver's own as any other.
+ * A receive that a failed call cancels leaves the records of that map
+ * unusable (a later message without a header then reads as an error).
+ * Records are kept per peer only in meshes of at most WREC_MAX_DEV
+ * devices. */
 #define WIRE_DESC 8
 #define WIRE_DATA (((WIRE_DESC + SHMAP__CALL_PACKED_MAX) + 15) / 16 * 16)
 typedef struct mwire {
   alignas(16) uint32_t k; /* the call number */
   uint32_t dlen;          /* the packed descriptor's bytes */
-  unsigned char b[WIRE_DATA - WIRE_DESC + SHMAP__SMALL_BYTES_MPI];
+  unsigned char b[WIRE_DATA - WIRE_DESC + SHMAP__SMALL_BYTES_MPI + 16];
 } mwire;
 _Static_assert(offsetof(mwire, b) == WIRE_DESC, "the descriptor follows");
 
@@ -722,6 +761,14 @@ static unsigned char *wire_data(mwire *w)
   return (unsigned char *)w + wire_data_at(w->dlen);
 }
 
+/* A message length made odd (see above), the padding byte zeroed. */
+static int wire_odd(mwire *w, size_t len)
+{
+  if (len % 2 == 0)
+    ((unsigned char *)w)[len++] = 0;
+  return (int)len;
+}
+
 /* Fill *w with call k's descriptor: the bytes up to its terms. */
 static size_t wire_pack(mwire *w, uint32_t k, const shmap__call *call)
 {
@@ -730,21 +777,100 @@ static size_t wire_pack(mwire *w, uint32_t k, const shmap__call *call)
   return WIRE_DESC + w->dlen;
 }
 
-/* Unpack the received message *w of `len` bytes into *h; an error code
- * (message set) when it is not one of exchange()'s messages. */
-static int wire_unpack(const mwire *w, int len, mhead *h)
+static int wire_error(int len)
 {
-  if (len >= WIRE_DESC && w->dlen <= SHMAP__CALL_PACKED_MAX &&
-      WIRE_DESC + w->dlen <= (uint32_t)len &&
-      shmap__call_unpack(&h->call, w->b, w->dlen)) {
-    h->k = w->k;
-    return 0;
-  }
   return shmap__err(SHMAP_ESYS,
                     "a collective call's message of %d bytes from another "
                     "process does not hold a call description (processes of "
                     "different libshmap versions?)",
                     len);
+}
+
+/* Record message k with the packed descriptor b[0..len) in *r; false
+ * when out of memory (the record is then unusable). */
+static bool wrec_put(wrec *r, uint32_t epoch, uint32_t k,
+                     const unsigned char *b, uint32_t len)
+{
+  r->delta = r->epoch == epoch ? k - r->k : 0;
+  r->epoch = epoch;
+  r->k = k;
+  if (r->b && r->len == len && memcmp(r->b, b, len) == 0)
+    return true;
+  if (r->cap < len) {
+    unsigned char *nb = shmap__realloc(r->b, len);
+    if (!nb) {
+      r->epoch = 0;
+      return false;
+    }
+    r->b = nb;
+    r->cap = len;
+  }
+  memcpy(r->b, b, len);
+  r->len = len;
+  return true;
+}
+
+/* The records of device dev, allocated at its first exchange; false in a
+ * large mesh or out of memory (messages then always carry a header). */
+static bool wrec_room(shmap__mpimesh *m, int dev)
+{
+  mdev *v = &m->dev[dev];
+  if (v->tx)
+    return true;
+  if (m->ndev > WREC_MAX_DEV)
+    return false;
+  v->tx = shmap__calloc((size_t)m->ndev, sizeof *v->tx);
+  v->rx = shmap__calloc((size_t)m->ndev, sizeof *v->rx);
+  if (!v->tx || !v->rx) {
+    free(v->tx);
+    free(v->rx);
+    v->tx = v->rx = NULL;
+    return false;
+  }
+  return true;
+}
+
+/* Whether the message of call k with the descriptor in *w, to a peer
+ * whose record is *r, goes without its header. */
+static bool wrec_repeats(const wrec *r, uint32_t epoch, uint32_t k,
+                         const mwire *w)
+{
+  return r->epoch == epoch && r->delta && r->k + r->delta == k &&
+         r->len == w->dlen && memcmp(r->b, w->b, w->dlen) == 0;
+}
+
+/* Read the received message *w of `len` bytes from device `from` into
+ * *h (its terms at h->at bytes into *w), given this device's own
+ * message `mine` and call `call`, and record it.  0, or an error code
+ * (message set) when it is not one of exchange()'s messages. */
+static int wire_unpack(shmap__mpimesh *m, int me, int from, const mwire *w,
+                       int len, const mwire *mine, const shmap__call *call,
+                       mhead *h)
+{
+  wrec *r = m->dev[me].rx ? &m->dev[me].rx[from] : NULL;
+  if (len % 2 == 0) {
+    /* Terms alone: the call the record predicts. */
+    if (!r || r->epoch != m->epoch || !r->delta)
+      return wire_error(len);
+    h->k = r->k + r->delta;
+    h->at = 0;
+    if (r->len == mine->dlen && memcmp(r->b, mine->b, r->len) == 0)
+      memcpy(&h->call, call, sizeof *call);
+    else if (!shmap__call_unpack(&h->call, r->b, r->len))
+      return wire_error(len);
+    r->k = h->k;
+    return 0;
+  }
+  if (len >= WIRE_DESC && w->dlen <= SHMAP__CALL_PACKED_MAX &&
+      WIRE_DESC + w->dlen <= (uint32_t)len &&
+      shmap__call_unpack(&h->call, w->b, w->dlen)) {
+    h->k = w->k;
+    h->at = (uint32_t)wire_data_at(w->dlen);
+    if (r && !wrec_put(r, m->epoch, w->k, w->b, w->dlen))
+      return shmap__err(SHMAP_ENOMEM, "out of memory");
+    return 0;
+  }
+  return wire_error(len);
 }
 
 /* The received descriptor of watched member i: unpacked when its
@@ -775,7 +901,8 @@ static int test_req(waitarg *w, int j, int *flag)
     return rc;
   if ((rc = SHMAP__MPI_CHECK(MPI_Get_count, &st, MPI_BYTE, &len)))
     return rc;
-  return wire_unpack(&w->theirs[j / 2], len, &w->heads[j / 2]);
+  return wire_unpack(w->m, w->c->ctx->dev, w->watch[j / 2], &w->theirs[j / 2],
+                     len, w->mine, &w->c->call, &w->heads[j / 2]);
 }
 
 /* Whether every request completed.  One MPI_Test per request rather than
@@ -1496,15 +1623,17 @@ static void publish(shmap__mpimesh *m, const shmap__coll *c)
 /* Post the descriptor exchange of arrive: for the i-th other member,
  * reqs[2i] receives its descriptor into theirs[i] and reqs[2i+1] sends
  * ours (wire, wbytes; its first hbytes, the descriptor, when `only` is
- * another member); procs[i] and watch[i] are its process and device.
- * *nreq counts the requests posted.  0, or an MPI error (message set):
- * the posting stops there. */
-static int post_all(shmap__coll *c, const mwire *wire, int wbytes,
-                    int hbytes, int only, mwire *theirs, MPI_Request *reqs,
+ * another member), or its `bytes` of terms alone when the call repeats
+ * (see "Repeated calls"); procs[i] and watch[i] are its process and
+ * device.  *nreq counts the requests posted.  0, or an MPI error
+ * (message set): the posting stops there. */
+static int post_all(shmap__coll *c, mwire *wire, int wbytes, int hbytes,
+                    int bytes, int only, mwire *theirs, MPI_Request *reqs,
                     int *procs, int *watch, int *nreq)
 {
   shmap__mpimesh *m = c->comm->priv;
   int me = c->ctx->dev, i = 0;
+  wrec *tx = m->dev[me].tx;
   for (int r = 0; r < c->n; r++) {
     if (r == c->rank)
       continue;
@@ -1520,9 +1649,19 @@ static int post_all(shmap__coll *c, const mwire *wire, int wbytes,
       return rc;
     }
     atomic_fetch_add(&m->sent[p], 1);
-    int len = only < 0 || only == r ? wbytes : hbytes;
-    rc = SHMAP__MPI_CHECK(MPI_Isend, wire, len, MPI_BYTE, p,
-                          tag_of(m, me, d), m->comm, &reqs[2 * i + 1]);
+    bool to = only < 0 || only == r;
+    const void *buf = wire;
+    int len = to ? wbytes : hbytes;
+    if (tx && (!to || bytes % 2 == 0) &&
+        wrec_repeats(&tx[d], m->epoch, c->k, wire)) {
+      buf = wire_data(wire);
+      len = to ? bytes : 0;
+      tx[d].k = c->k;
+    } else if (tx) {
+      (void)wrec_put(&tx[d], m->epoch, c->k, wire->b, wire->dlen);
+    }
+    rc = SHMAP__MPI_CHECK(MPI_Isend, buf, len, MPI_BYTE, p, tag_of(m, me, d),
+                          m->comm, &reqs[2 * i + 1]);
     if (rc) {
       atomic_fetch_sub(&m->sent[p], 1);
       reqs[2 * i + 1] = MPI_REQUEST_NULL;
@@ -1614,16 +1753,19 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes, int only,
   int *watch = x->watch, *procs = x->procs;
   char *settled = x->settled;
   memset(settled, 0, (size_t)n);
-  int hbytes = (int)wire_pack(wire, c->k, &c->call);
+  if (!wrec_room(m, ctx->dev) && m->ndev <= WREC_MAX_DEV)
+    return shmap__dev_fail(ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
+                           "out of memory");
+  int hbytes = wire_odd(wire, wire_pack(wire, c->k, &c->call));
   if (bytes)
     memcpy(wire_data(wire), data, bytes);
-  int wbytes = (int)(wire_data_at(wire->dlen) + bytes);
+  int wbytes = wire_odd(wire, wire_data_at(wire->dlen) + bytes);
   /* Before the sends: a member of this process that has our descriptor
    * finds our buffers (see Members in one process). */
   publish(m, c);
   int nreq = 0;
-  int perr = post_all(c, wire, wbytes, hbytes, only, theirs, reqs, procs,
-                      watch, &nreq);
+  int perr = post_all(c, wire, wbytes, hbytes, (int)bytes, only, theirs,
+                      reqs, procs, watch, &nreq);
   int nwatch = nreq / 2;
   /* A call whose descriptors did not all go out was not entered (see
    * "Giving up a call after a failure"). */
@@ -1633,12 +1775,15 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes, int only,
   why[0] = '\0';
   waitarg w = {.m = m, .reqs = reqs, .nreq = nreq, .watch = watch,
                .nwatch = nwatch, .k = c->k, .c = c,
-               .theirs = theirs, .heads = heads,
+               .theirs = theirs, .heads = heads, .mine = wire,
                .settled = settled, .interval = CHECK_AFTER, .asking = -1,
                .why = why, .nwhy = sizeof why};
   int rc = perr ? perr : wait_all(ctx, &w);
   int err = perr ? perr : w.err;
   bool orphaned = rc && abandon(m, reqs, nreq, procs);
+  /* A cancelled receive leaves its sender's record ahead of ours. */
+  for (int i = 0; rc && m->dev[ctx->dev].rx && i < nwatch; i++)
+    m->dev[ctx->dev].rx[watch[i]].epoch = 0;
   if (atomic_load(&rt->abort))
     why[0] = '\0';
   for (int i = 0; rc == 0 && i < nwatch && !why[0]; i++)
@@ -1655,8 +1800,10 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes, int only,
   if (!rc && !why[0] && got) {
     /* By rank: the members before this one, this one, the others. */
     for (int r = 0; r < n; r++)
-      x->srcs[r] = r == c->rank ? wire_data(wire)
-                                : wire_data(&theirs[r - (r > c->rank)]);
+      x->srcs[r] = r == c->rank
+                       ? wire_data(wire)
+                       : (unsigned char *)&theirs[r - (r > c->rank)] +
+                             heads[r - (r > c->rank)].at;
     *got = x->srcs;
   }
   if (orphaned) {

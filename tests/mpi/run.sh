@@ -103,6 +103,8 @@ for sched in threads fibers; do
   launch "$b/tests/mpi/test_mpi_explore" || { echo "FAIL: test_mpi_explore (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_smallperm"
   launch "$b/tests/mpi/test_mpi_smallperm" || { echo "FAIL: test_mpi_smallperm (np=$np, $sched)"; fail=1; }
+  echo "== np=$np SHMAP_SCHED=$sched: test_mpi_repeat"
+  launch "$b/tests/mpi/test_mpi_repeat" || { echo "FAIL: test_mpi_repeat (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_watchdog"
   launch "$b/tests/mpi/test_mpi_watchdog" || { echo "FAIL: test_mpi_watchdog (np=$np, $sched)"; fail=1; }
   # Processes that stop making the same library calls: a mismatch
