@@ -713,7 +713,9 @@ typedef struct waitarg {
 /* A descriptor with its call number (see Cross-group agreement). */
 typedef struct mhead {
   uint32_t k;
-  uint32_t at; /* where the terms start in the message (exchange()) */
+  uint16_t at;   /* where the terms start in the message (exchange()) */
+  uint16_t same; /* 1: a repeated call equal to this device's own, which
+                    `call` then does not hold (exchange()) */
   shmap__call call;
 } mhead;
 /* The message of exchange(): the call number, the descriptor packed
@@ -748,6 +750,7 @@ typedef struct mwire {
   unsigned char b[WIRE_DATA - WIRE_DESC + SHMAP__SMALL_BYTES_MPI + 16];
 } mwire;
 _Static_assert(offsetof(mwire, b) == WIRE_DESC, "the descriptor follows");
+_Static_assert(WIRE_DATA <= UINT16_MAX, "where the terms start fits mhead.at");
 
 /* Where a message's terms start, after a packed descriptor of dlen
  * bytes. */
@@ -841,23 +844,31 @@ static bool wrec_repeats(const wrec *r, uint32_t epoch, uint32_t k,
 
 /* Read the received message *w of `len` bytes from device `from` into
  * *h (its terms at h->at bytes into *w), given this device's own
- * message `mine` and call `call`, and record it.  0, or an error code
- * (message set) when it is not one of exchange()'s messages. */
+ * message `mine` and call `call` (number k), and record it.  0, or an
+ * error code (message set) when it is not one of exchange()'s
+ * messages. */
 static int wire_unpack(shmap__mpimesh *m, int me, int from, const mwire *w,
                        int len, const mwire *mine, const shmap__call *call,
-                       mhead *h)
+                       uint32_t k, mhead *h)
 {
   wrec *r = m->dev[me].rx ? &m->dev[me].rx[from] : NULL;
+  h->same = 0;
   if (len % 2 == 0) {
     /* Terms alone: the call the record predicts. */
     if (!r || r->epoch != m->epoch || !r->delta)
       return wire_error(len);
     h->k = r->k + r->delta;
     h->at = 0;
-    if (r->len == mine->dlen && memcmp(r->b, mine->b, r->len) == 0)
-      memcpy(&h->call, call, sizeof *call);
-    else if (!shmap__call_unpack(&h->call, r->b, r->len))
+    if (r->len == mine->dlen && memcmp(r->b, mine->b, r->len) == 0) {
+      /* This device's own call: read from `call` where it differs in
+       * number (a mismatch's message), and needs no comparison else. */
+      if (h->k == k)
+        h->same = 1;
+      else
+        memcpy(&h->call, call, sizeof *call);
+    } else if (!shmap__call_unpack(&h->call, r->b, r->len)) {
       return wire_error(len);
+    }
     r->k = h->k;
     return 0;
   }
@@ -865,7 +876,7 @@ static int wire_unpack(shmap__mpimesh *m, int me, int from, const mwire *w,
       WIRE_DESC + w->dlen <= (uint32_t)len &&
       shmap__call_unpack(&h->call, w->b, w->dlen)) {
     h->k = w->k;
-    h->at = (uint32_t)wire_data_at(w->dlen);
+    h->at = (uint16_t)wire_data_at(w->dlen);
     if (r && !wrec_put(r, m->epoch, w->k, w->b, w->dlen))
       return shmap__err(SHMAP_ENOMEM, "out of memory");
     return 0;
@@ -902,7 +913,7 @@ static int test_req(waitarg *w, int j, int *flag)
   if ((rc = SHMAP__MPI_CHECK(MPI_Get_count, &st, MPI_BYTE, &len)))
     return rc;
   return wire_unpack(w->m, w->c->ctx->dev, w->watch[j / 2], &w->theirs[j / 2],
-                     len, w->mine, &w->c->call, &w->heads[j / 2]);
+                     len, w->mine, &w->c->call, w->c->k, &w->heads[j / 2]);
 }
 
 /* Whether every request completed.  One MPI_Test per request rather than
@@ -1787,7 +1798,7 @@ static int exchange(shmap__coll *c, const void *data, size_t bytes, int only,
   if (atomic_load(&rt->abort))
     why[0] = '\0';
   for (int i = 0; rc == 0 && i < nwatch && !why[0]; i++)
-    if (!shmap__call_equal(&c->call, &heads[i].call))
+    if (!heads[i].same && !shmap__call_equal(&c->call, &heads[i].call))
       shmap__call_mismatch(rt->mesh, ctx->dev, &c->call, watch[i],
                            &heads[i].call, c->k, c->k, why, sizeof why);
   /* The terms that came from other processes (a ppermute's from its
