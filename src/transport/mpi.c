@@ -780,13 +780,17 @@ static size_t wire_pack(mwire *w, uint32_t k, const shmap__call *call)
   return WIRE_DESC + w->dlen;
 }
 
-static int wire_error(int len)
+/* The error of a message of `len` bytes from device `from` that is not
+ * one of exchange()'s. */
+static int wire_error(const shmap_mesh *mesh, int from, int len)
 {
+  char name[96];
+  shmap__mesh_devname(mesh, from, name, sizeof name);
   return shmap__err(SHMAP_ESYS,
-                    "a collective call's message of %d bytes from another "
-                    "process does not hold a call description (processes of "
-                    "different libshmap versions?)",
-                    len);
+                    "a collective call's message of %d bytes from %s does "
+                    "not hold a call description (processes of different "
+                    "libshmap versions?)",
+                    len, name);
 }
 
 /* Record message k with the packed descriptor b[0..len) in *r; false
@@ -847,16 +851,16 @@ static bool wrec_repeats(const wrec *r, uint32_t epoch, uint32_t k,
  * message `mine` and call `call` (number k), and record it.  0, or an
  * error code (message set) when it is not one of exchange()'s
  * messages. */
-static int wire_unpack(shmap__mpimesh *m, int me, int from, const mwire *w,
-                       int len, const mwire *mine, const shmap__call *call,
-                       uint32_t k, mhead *h)
+static int wire_unpack(const shmap_mesh *mesh, shmap__mpimesh *m, int me,
+                       int from, const mwire *w, int len, const mwire *mine,
+                       const shmap__call *call, uint32_t k, mhead *h)
 {
   wrec *r = m->dev[me].rx ? &m->dev[me].rx[from] : NULL;
   h->same = 0;
   if (len % 2 == 0) {
     /* Terms alone: the call the record predicts. */
     if (!r || r->epoch != m->epoch || !r->delta)
-      return wire_error(len);
+      return wire_error(mesh, from, len);
     h->k = r->k + r->delta;
     h->at = 0;
     if (r->len == mine->dlen && memcmp(r->b, mine->b, r->len) == 0) {
@@ -867,7 +871,7 @@ static int wire_unpack(shmap__mpimesh *m, int me, int from, const mwire *w,
       else
         memcpy(&h->call, call, sizeof *call);
     } else if (!shmap__call_unpack(&h->call, r->b, r->len)) {
-      return wire_error(len);
+      return wire_error(mesh, from, len);
     }
     r->k = h->k;
     return 0;
@@ -881,7 +885,7 @@ static int wire_unpack(shmap__mpimesh *m, int me, int from, const mwire *w,
       return shmap__err(SHMAP_ENOMEM, "out of memory");
     return 0;
   }
-  return wire_error(len);
+  return wire_error(mesh, from, len);
 }
 
 /* The received descriptor of watched member i: unpacked when its
@@ -912,8 +916,9 @@ static int test_req(waitarg *w, int j, int *flag)
     return rc;
   if ((rc = SHMAP__MPI_CHECK(MPI_Get_count, &st, MPI_BYTE, &len)))
     return rc;
-  return wire_unpack(w->m, w->c->ctx->dev, w->watch[j / 2], &w->theirs[j / 2],
-                     len, w->mine, &w->c->call, w->c->k, &w->heads[j / 2]);
+  return wire_unpack(w->c->ctx->rt->mesh, w->m, w->c->ctx->dev,
+                     w->watch[j / 2], &w->theirs[j / 2], len, w->mine,
+                     &w->c->call, w->c->k, &w->heads[j / 2]);
 }
 
 /* Whether every request completed.  One MPI_Test per request rather than

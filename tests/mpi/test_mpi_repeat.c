@@ -304,7 +304,11 @@ int main(void)
     atomic_store(&truncate_next, me == R - 1);
     rc = run(m, &a, msg, sizeof msg);
     atomic_store(&truncate_next, 0);
-    EXPECT(rc == SHMAP_ESYS && strstr(msg, "does not hold a call description"),
+    char from[64];
+    snprintf(from, sizeof from, "on process %d (host", R - 1);
+    const char *sender = strstr(msg, " bytes from device ");
+    EXPECT(rc == SHMAP_ESYS && sender && strstr(sender, from) &&
+               strstr(msg, "does not hold a call description"),
            "a message cut short: %d (%s) %s", rc, shmap_strerror(rc), msg);
     clean(m, PSUM, R, text);
   }
