@@ -20,7 +20,8 @@ mpi_check_programs = tests/mpi/test_mpi_proc tests/mpi/test_mpi_level \
 	tests/mpi/test_mpi_mismatch tests/mpi/test_mpi_parts tests/mpi/test_mpi_exit \
 	tests/mpi/test_mpi_map_prop tests/mpi/test_mpi_watchdog \
 	tests/mpi/test_mpi_badinput tests/mpi/test_mpi_meshes tests/mpi/test_mpi_spread \
-	tests/mpi/test_mpi_explore tests/mpi/test_mpi_smallperm tests/mpi/test_mpi_repeat
+	tests/mpi/test_mpi_explore tests/mpi/test_mpi_smallperm tests/mpi/test_mpi_repeat \
+	tests/mpi/test_mpi_allocfail
 check_PROGRAMS += $(mpi_check_programs)
 # Exploring schedules refused on a mesh over several processes.
 tests_mpi_test_mpi_explore_SOURCES = tests/mpi/test_mpi_explore.c tests/alarm.h
@@ -39,6 +40,12 @@ tests_mpi_test_mpi_smallperm_LDADD = src/libshmap.la
 tests_mpi_test_mpi_repeat_SOURCES = tests/mpi/test_mpi_repeat.c
 tests_mpi_test_mpi_repeat_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
 tests_mpi_test_mpi_repeat_LDADD = src/libshmap.la $(MPI_LIBS)
+# One process out of memory in a map over processes: every library
+# allocation of the last process made to fail in turn (the injection is
+# internal: the static library).
+tests_mpi_test_mpi_allocfail_SOURCES = tests/mpi/test_mpi_allocfail.c tests/mpi/mpiutil.h
+tests_mpi_test_mpi_allocfail_CFLAGS = $(AM_CFLAGS) $(MPI_CFLAGS)
+tests_mpi_test_mpi_allocfail_LDADD = src/libshmap_core.la $(MPI_LIBS)
 tests_mpi_test_mpi_meshes_SOURCES = tests/mpi/test_mpi_meshes.c
 tests_mpi_test_mpi_meshes_LDADD = src/libshmap.la
 tests_mpi_test_mpi_exit_SOURCES = tests/mpi/test_mpi_exit.c

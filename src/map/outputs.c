@@ -289,6 +289,8 @@ static int describe_outputs(shmap__job *job, const char *const out_specs[],
       b0[k] = *job->ctx[0].out[k];
     return 0;
   }
+  if (nout == 0)
+    return 0; /* nothing to describe, nothing to exchange */
   const shmap_block **tab =
       shmap__calloc((size_t)mesh->ndev * (size_t)nout + 1, sizeof *tab);
   if (!tab)

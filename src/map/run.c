@@ -153,6 +153,32 @@ static int frame_tables(map_frame *f, int rc)
   return rc;
 }
 
+/*
+ * What a process prepares on its own before the processes agree on the
+ * map: the device contexts' tables and, on a mesh's first map, its threads
+ * or fibers.  Under MPI a failure here (out of memory, no thread) is this
+ * process's verdict in the agreement (proc.c, "Verdicts"), so every
+ * process fails the map with its message.  After the agreement nothing
+ * of a process's own may fail before its devices run: the others' devices
+ * would wait for its devices' messages, which would never come (its
+ * devices, once running, tell the others of their failures).
+ */
+static int frame_local(map_frame *f)
+{
+  shmap__job *job = &f->job;
+  shmap_mesh *mesh = job->mesh;
+  /* One allocation for the device contexts' block tables; both arrays are
+   * kept from one map to the next. */
+  size_t per = (size_t)job->nin + (size_t)job->nout;
+  job->ctx = shmap__runtime_take(mesh->rt, 0, (size_t)mesh->ndev * sizeof *job->ctx);
+  f->slots = shmap__runtime_take(mesh->rt, 1,
+                                 ((size_t)mesh->ndev * per + 1) * sizeof *f->slots);
+  if (!job->ctx || !f->slots)
+    return shmap__err(SHMAP_ENOMEM, "shmap_map: out of memory for %d devices",
+                      mesh->ndev);
+  return shmap__runtime_ready(mesh->rt);
+}
+
 /* Replicas, staged inputs and one context per device. */
 static int frame_prepare(map_frame *f)
 {
@@ -168,15 +194,7 @@ static int frame_prepare(map_frame *f)
   int rc = shmap__map_stage_inputs(job);
   if (rc)
     return rc;
-  /* One allocation for the device contexts' block tables; both arrays are
-   * kept from one map to the next. */
   size_t per = (size_t)job->nin + (size_t)job->nout;
-  job->ctx = shmap__runtime_take(mesh->rt, 0, (size_t)mesh->ndev * sizeof *job->ctx);
-  f->slots = shmap__runtime_take(mesh->rt, 1,
-                                 ((size_t)mesh->ndev * per + 1) * sizeof *f->slots);
-  if (!job->ctx || !f->slots)
-    return shmap__err(SHMAP_ENOMEM, "shmap_map: out of memory for %d devices",
-                      mesh->ndev);
   for (int d = 0; d < mesh->ndev; d++) {
     shmap_ctx *ctx = &job->ctx[d];
     ctx->rt = mesh->rt;
@@ -321,6 +339,8 @@ static int map_once(const char *flags_op, shmap_mesh *mesh, shmap_body_fn body,
   rc = frame_tables(&f, rc);
   if (rc == 0)
     rc = shmap__map_check_specs(&f.job, in_specs, out_specs, f.ospec);
+  if (rc == 0)
+    rc = frame_local(&f);
   rc = shmap__map_agree(&f.job, f.ospec, flags, rc);
   if (rc == 0)
     rc = frame_prepare(&f);

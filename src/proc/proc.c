@@ -40,6 +40,19 @@ static char (*hosts)[64];
 /* Per process: 0, or 1 + the number of library calls it had agreed on when
  * it said goodbye (see "Library calls"). */
 static _Atomic uint64_t *byes;
+/* One process's record in the agreement on a library call. */
+typedef struct hrec {
+  uint64_t seq;
+  uint64_t hash;  /* of the whole description of the call's arguments */
+  int32_t rc;     /* this process's verdict on its arguments */
+  char what[120];
+  char args[200]; /* that description, maybe cut short */
+  char msg[360];  /* the reason when rc != 0, maybe cut short */
+} hrec;
+/* A table of every process's record, for one agreement at a time when
+ * the heap refuses one of its own (see shmap__host_agree_call). */
+static hrec *spare_recs;
+static uv_mutex_t spare_lock;
 #endif
 
 #ifdef SHMAP_HAVE_MPI
@@ -167,7 +180,8 @@ static int init_mpi(void)
   self.mpi = true;
   hosts = shmap__calloc((size_t)self.size, sizeof *hosts);
   byes = shmap__calloc((size_t)self.size, sizeof *byes);
-  if (!hosts || !byes)
+  spare_recs = shmap__calloc((size_t)self.size, sizeof *spare_recs);
+  if (!hosts || !byes || !spare_recs || uv_mutex_init(&spare_lock) != 0)
     return shmap__err(SHMAP_ENOMEM, "out of memory for %d process names",
                       self.size);
   memcpy(hosts[self.rank], self.host, sizeof self.host);
@@ -423,14 +437,6 @@ int shmap__mpi_wait(void *request)
  * runs (from a body, say) aborts the job at once: the other processes'
  * devices wait for its devices.
  */
-typedef struct hrec {
-  uint64_t seq;
-  uint64_t hash;  /* of the whole description of the call's arguments */
-  int32_t rc;     /* this process's verdict on its arguments */
-  char what[120];
-  char args[200]; /* that description, maybe cut short */
-  char msg[360];  /* the reason when rc != 0, maybe cut short */
-} hrec;
 
 static _Atomic uint64_t host_seq; /* calls agreed on (or being agreed on) */
 static const char *_Atomic host_op;
@@ -597,11 +603,20 @@ int shmap__host_agree_call(const char *op, const shmap_mesh *mesh,
 {
   if (!self.mpi || self.size < 2)
     return rc;
+  /* A process out of memory still takes part, with that as its verdict:
+   * the others would wait for it for ever.  The spare table, kept from
+   * the start, serves one such agreement at a time. */
+  hrec *all = shmap__calloc((size_t)self.size, sizeof *all);
+  bool spare = !all;
+  if (spare) {
+    uv_mutex_lock(&spare_lock);
+    all = spare_recs;
+    memset(all, 0, (size_t)self.size * sizeof *all);
+    if (!rc)
+      rc = shmap__err(SHMAP_ENOMEM, "out of memory");
+  }
   char reason[SHMAP__MSG_MAX];
   snprintf(reason, sizeof reason, "%s", rc ? shmap__errbuf() : "");
-  hrec *all = shmap__calloc((size_t)self.size, sizeof *all);
-  if (!all)
-    return shmap__err(SHMAP_ENOMEM, "%s: out of memory", op);
   uint64_t seq = atomic_fetch_add(&host_seq, 1) + 1;
   atomic_store(&host_op, op);
   hrec *mine = &all[self.rank];
@@ -668,7 +683,10 @@ int shmap__host_agree_call(const char *op, const shmap_mesh *mesh,
                        "see shmap-mpi(7))",
                        op, host_of(0), all[0].args, p, host_of(p),
                        all[p].args, (unsigned long long)all[0].seq);
-  free(all);
+  if (spare)
+    uv_mutex_unlock(&spare_lock);
+  else
+    free(all);
   return arc;
 }
 

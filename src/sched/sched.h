@@ -414,6 +414,9 @@ void shmap__runtime_destroy(shmap__runtime *rt);
  * threads on first use.  Caller holds the runtime lock. */
 int shmap__runtime_run(shmap__runtime *rt, struct shmap__job *job,
                        shmap__run_fn run);
+/* Start the threads (or fibers) now unless they run: 0, or an error code
+ * (message set).  Takes the runtime lock. */
+int shmap__runtime_ready(shmap__runtime *rt);
 void shmap__runtime_lock(shmap__runtime *rt);
 void shmap__runtime_unlock(shmap__runtime *rt);
 bool shmap__runtime_trylock(shmap__runtime *rt);

@@ -28,7 +28,10 @@
 # that grow with the processes, not the group),
 # tests/mpi/test_mpi_smallperm (ppermute of a few hundred bytes over
 # processes: exact values, mismatch messages as a large one's, a failure
-# during the call), tests/mpi/test_mpi_watchdog (the watchdog's report of other
+# during the call), tests/mpi/test_mpi_allocfail (every library
+# allocation of one process made to fail in turn during a map over
+# processes: the same error everywhere, never a hang, and the next map
+# works), tests/mpi/test_mpi_watchdog (the watchdog's report of other
 # processes' devices and its fiber-mode hint), tests/mpi/test_mpi_exit (processes that stop making the same
 # library calls: a mismatch error everywhere, or the job aborted with a
 # message, never a hang), and every example, unchanged, whose output must
@@ -105,6 +108,8 @@ for sched in threads fibers; do
   launch "$b/tests/mpi/test_mpi_smallperm" || { echo "FAIL: test_mpi_smallperm (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_repeat"
   launch "$b/tests/mpi/test_mpi_repeat" || { echo "FAIL: test_mpi_repeat (np=$np, $sched)"; fail=1; }
+  echo "== np=$np SHMAP_SCHED=$sched: test_mpi_allocfail"
+  launch "$b/tests/mpi/test_mpi_allocfail" || { echo "FAIL: test_mpi_allocfail (np=$np, $sched)"; fail=1; }
   echo "== np=$np SHMAP_SCHED=$sched: test_mpi_watchdog"
   launch "$b/tests/mpi/test_mpi_watchdog" || { echo "FAIL: test_mpi_watchdog (np=$np, $sched)"; fail=1; }
   # Processes that stop making the same library calls: a mismatch
