@@ -40,6 +40,28 @@ int shmap__mesh_rejected(int rc)
                                 NULL, rc);
 }
 
+/* A mesh that failed after its serial number was taken and before its
+ * transport took part in the agreement on it: join that agreement with
+ * this verdict. */
+static int refused(int rc)
+{
+  const shmap__proc *me = shmap__proc_self();
+  if (!me->mpi || me->size < 2)
+    return rc;
+  return shmap__host_agree_call("shmap_mesh_create", NULL, "creating a mesh",
+                                NULL, rc);
+}
+
+/* The same for a sub-mesh of parent, which spans the processes its parent
+ * does. */
+static int refused_sub(const shmap_mesh *parent, int rc)
+{
+  if (!parent->place || parent->place->nproc < 2)
+    return rc;
+  return shmap__host_agree_call("shmap_mesh_submesh", NULL,
+                                "creating a sub-mesh", NULL, rc);
+}
+
 /* The teardown of a mesh whose last reference went (shmap__mesh_release):
  * 0, or the error of the release over processes (transport/mpi.h). */
 static int mesh_free(shmap_mesh *mesh)
@@ -78,8 +100,10 @@ int shmap__mesh_build_over(shmap_mesh **out, int naxes,
   if (rc)
     return parent ? rc : shmap__mesh_rejected(rc);
   shmap_mesh *m = shmap__calloc(1, sizeof *m);
-  if (!m)
-    return shmap__err(SHMAP_ENOMEM, "out of memory creating a mesh");
+  if (!m) {
+    rc = shmap__err(SHMAP_ENOMEM, "out of memory creating a mesh");
+    return parent ? refused_sub(parent, rc) : shmap__mesh_rejected(rc);
+  }
   shmap__mesh_fill(m, naxes, names, lens, sizes, (int)ndev);
   /* The base names devices and frees the mesh through these. */
   m->where = shmap__proc_suffix;
@@ -88,13 +112,23 @@ int shmap__mesh_build_over(shmap_mesh **out, int naxes,
   /* A sub-mesh's devices run where its parent's devices run. */
   rc = parent ? shmap__place_sub(m, parent, pdev) : shmap__place_default(m);
   shmap__debug_init();
-  /* The runtime first: the transport keeps its state in it. */
-  if (rc == 0 && (rc = shmap__runtime_create(&m->rt, m)) == 0 &&
-      (rc = shmap__comm_mesh_init(m->rt)))
-    shmap__runtime_destroy(m->rt);
+  /* The runtime first: the transport keeps its state in it.  The
+   * transport's start takes part in the agreement on the mesh (under MPI),
+   * whatever happens.  A failure before it that every process makes
+   * alike (a placement the processes cannot share) returns at once
+   * everywhere; one of this process alone (out of memory) joins that
+   * agreement here, since the others wait for this process there. */
+  bool agreed = false;
+  if (rc == 0 && (rc = shmap__runtime_create(&m->rt, m)) == 0) {
+    agreed = true;
+    if ((rc = shmap__comm_mesh_init(m->rt)))
+      shmap__runtime_destroy(m->rt);
+  }
   if (rc) {
     shmap__place_free(m->place);
     free(m);
+    if (!agreed && rc == SHMAP_ENOMEM)
+      rc = parent ? refused_sub(parent, rc) : refused(rc);
     return rc;
   }
   *out = m;

@@ -51,6 +51,22 @@ int shmap__proc_tag_ub(void)
   return *ub;
 }
 
+/* The agreement on a new mesh, with this process's verdict rc. */
+static int agree_open(const shmap_mesh *mesh, int rc)
+{
+  return shmap__host_agree_call(
+      mesh->parent ? "shmap_mesh_submesh" : "shmap_mesh_create", mesh,
+      mesh->parent ? "creating a sub-mesh" : "creating a mesh", NULL, rc);
+}
+
+int shmap__proc_mesh_refuse(const shmap_mesh *mesh, int rc)
+{
+  const shmap__place *pl = mesh->place;
+  if (!pl || pl->nproc == 1)
+    return rc;
+  return agree_open(mesh, rc);
+}
+
 int shmap__proc_mesh_open(shmap_mesh *mesh)
 {
   shmap__place *pl = mesh->place;
@@ -64,12 +80,10 @@ int shmap__proc_mesh_open(shmap_mesh *mesh)
     m->theirs = shmap__calloc((size_t)pl->nproc, sizeof *m->theirs);
   }
   int rc = 0;
+  /* Out of memory, this process still agrees, with that verdict. */
   if (!m || !m->pub.sent || !m->pub.got || !m->mine || !m->theirs)
     rc = shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
-  else if ((rc = shmap__host_agree(
-                mesh->parent ? "shmap_mesh_submesh" : "shmap_mesh_create",
-                mesh,
-                mesh->parent ? "creating a sub-mesh" : "creating a mesh")))
+  if ((rc = agree_open(mesh, rc)))
     ;
   else if ((m->pub.tag_free = shmap__proc_tag_ub()) <= 0)
     rc = shmap__err(SHMAP_ESYS, "MPI offers no tags for a new mesh");

@@ -85,6 +85,11 @@ int shmap__proc_tag_ub(void);
  * the same order) and make its communicator (mesh->place->pm).  A no-op
  * with one process.  0 or an error. */
 int shmap__proc_mesh_open(shmap_mesh *mesh);
+/* A process that cannot open such a mesh (rc, message set: out of memory
+ * before shmap__proc_mesh_open) still takes part in that agreement, with
+ * rc as its verdict, since the others wait for it there: the agreement's
+ * result (the code and message of the lowest process that refused). */
+int shmap__proc_mesh_refuse(const shmap_mesh *mesh, int rc);
 /* Every process releases its meshes in the same order: agree on the
  * release, then receive every message still on its way on the mesh's
  * communicator.  0, or the mismatch of a process that did not (the

@@ -377,8 +377,11 @@ static int mpi_mesh_init(shmap__runtime *rt)
   if (!pl || pl->nproc == 1)
     return 0;
   shmap__mpimesh *m = shmap__calloc(1, sizeof *m);
+  /* Out of memory before the agreement on the mesh: the other processes
+   * wait for this one there (proc/pmesh.c). */
   if (!m)
-    return shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
+    return shmap__proc_mesh_refuse(
+        mesh, shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state"));
   m->nproc = pl->nproc;
   m->self = pl->self;
   m->ndev = mesh->ndev;
@@ -390,7 +393,8 @@ static int mpi_mesh_init(shmap__runtime *rt)
   m->tagk = ub > 0 ? (int)((ub - 1LL) / (2 * pairs)) : 0;
   int rc = 0;
   if (!ok)
-    rc = shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state");
+    rc = shmap__proc_mesh_refuse(
+        mesh, shmap__err(SHMAP_ENOMEM, "out of memory for a mesh's MPI state"));
   else if (m->tagk < 2)
     rc = shmap__err(SHMAP_EINVAL,
                     "a mesh of %d devices over several processes needs MPI "

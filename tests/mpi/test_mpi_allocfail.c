@@ -17,10 +17,13 @@
  *   - the same map, run again at once without injection, succeeds with
  *     every value right: nothing was left half done, in any process.
  *
- * Two walks: a later map on a mesh that has run one (the transport's
- * buffers and records exist; what a call allocates), and the first map
- * of a fresh mesh (threads or fibers started, the transport's per-map
- * and per-device state allocated).  The map, on "i=R,j=2": repeated
+ * Three walks: a later map on a mesh that has run one (the transport's
+ * buffers and records exist; what a call allocates), the first map of a
+ * fresh mesh (threads or fibers started, the transport's per-map and
+ * per-device state allocated), and the creation of a mesh (its
+ * placement, runtime and communicator: every process gets the same code,
+ * and a mesh only when all made theirs, on which a map then works).
+ * The map, on "i=R,j=2": repeated
  * small psums over "i" (one device per process in each group: records
  * of repeated calls), a psum over "i,j" (a group spread over the
  * processes, two members in each: the leaders' exchange), a psum over
@@ -282,9 +285,57 @@ int main(void)
       break;
   }
   EXPECT(k < MAX_K, "a first map: still allocating at k=%ld", k);
+  long first = k;
+
+  /* Creating a mesh: every process gets the same code, and a mesh only
+   * when every process made it; a map on it then works. */
+  for (k = 1; k < MAX_K && !failures; k++) {
+    int victim = me == R - 1;
+    if (getenv("ALLOCFAIL_VERBOSE"))
+      fprintf(stderr, "[process %d] creating a mesh, k=%ld\n", me, k);
+    if (R > 1)
+      MPI_Barrier(MPI_COMM_WORLD);
+    if (victim)
+      shmap__test_fail_alloc(k);
+    m = NULL;
+    rc = shmap_mesh_create(&m, text);
+    snprintf(msg, sizeof msg, "%s", rc ? shmap_errmsg() : "");
+    long hit = victim ? shmap__test_alloc_failures() : 0;
+    if (victim)
+      shmap__test_fail_alloc(0);
+    if (R > 1)
+      MPI_Allreduce(MPI_IN_PLACE, &hit, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT(same_code(rc),
+           "creating a mesh, k=%ld: the processes disagree on the code (%d "
+           "here: %s)",
+           k, rc, msg);
+    EXPECT(same_everywhere_of(R, msg),
+           "creating a mesh, k=%ld: the processes disagree on the message "
+           "(here: %s)",
+           k, msg);
+    if (hit)
+      EXPECT(rc == 0 || (rc == SHMAP_ENOMEM && strstr(msg, "out of memory")),
+             "creating a mesh, k=%ld: a failed allocation gave %d (%s): %s", k,
+             rc, shmap_strerror(rc), msg);
+    else
+      EXPECT(rc == 0, "creating a mesh, k=%ld: no failure injected, yet %d "
+             "(%s): %s", k, rc, shmap_strerror(rc), msg);
+    EXPECT((rc == 0) == (m != NULL), "creating a mesh, k=%ld: %d with mesh %p",
+           k, rc, (void *)m);
+    if (m) {
+      large = 1;
+      rc = map(m, msg, sizeof msg);
+      EXPECT(rc == 0, "creating a mesh, k=%ld: a map on it: %d (%s): %s", k,
+             rc, shmap_strerror(rc), msg);
+      shmap_mesh_destroy(m);
+    }
+    if (!hit)
+      break;
+  }
+  EXPECT(k < MAX_K, "creating a mesh: still allocating at k=%ld", k);
   if (me == 0 && !failures)
-    printf("test_mpi_allocfail: a later map makes %ld allocations in the "
-           "last process, a first map %ld\n",
-           later - 1, k - 1);
+    printf("test_mpi_allocfail: in the last process a later map makes %ld "
+           "allocations, a first map %ld, creating a mesh %ld\n",
+           later - 1, first - 1, k - 1);
   return expect_report("test_mpi_allocfail", R);
 }
