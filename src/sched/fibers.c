@@ -465,43 +465,6 @@ static void fibers_launch(shmap__runtime *rt, bool host_runs)
   }
 }
 
-/*
- * A worker of one device.  A waiting fiber hands its worker to the
- * others; when its worker has no other device (P at most the workers,
- * or one device per process over MPI), that hand-over is the worker's
- * round finding the condition true, claiming the fiber and switching
- * back: two switches, two compare-and-swaps and the round's clock
- * readings between the condition becoming true and the device going
- * on, on every wait of every call.  So such a fiber first looks at its
- * condition itself for up to ALONE_SPIN, as a device thread spins
- * (none with SHMAP_SPIN=0), then waits as any other.  Looking from the
- * fiber or from its worker is the same look on the same thread; the
- * worker's beat pauses no longer than the spin, far less than
- * STEAL_AFTER.  At P=2, in alternated runs, a ppermute of 256 bytes
- * took 8-14% less time this way and the other small collectives as long
- * as before, within the runs' noise.
- */
-#define ALONE_SPIN 2000u /* ns */
-#define ALONE_LOOKS 16   /* looks between readings of the clock */
-
-static bool spin_alone(const shmap__runtime *rt, const shmap__dev *d,
-                       shmap__pred pred, void *arg, _Atomic int *abort)
-{
-  const shmap__worker *w = d->sched.worker;
-  if (!rt->spin_max || w != d->sched.home || w->count != 1)
-    return false;
-  uint64_t t0 = shmap__now();
-  for (;;) {
-    for (int i = 0; i < ALONE_LOOKS; i++) {
-      shmap__cpu_relax();
-      if (pred(arg))
-        return true;
-    }
-    if ((abort && atomic_load(abort)) || shmap__now() - t0 > ALONE_SPIN)
-      return false;
-  }
-}
-
 static bool fibers_dev_wait_on(shmap__runtime *rt, shmap__dev *d,
                                const shmap__dev *awaited, shmap__pred pred,
                                void *arg, _Atomic int *abort)
@@ -514,9 +477,8 @@ static bool fibers_dev_wait_on(shmap__runtime *rt, shmap__dev *d,
     return shmap__wait_full(rt, &d->waiter, pred, arg, abort, 0, NULL,
                             NULL) == 1;
   }
-  /* A fiber spins only alone on its worker (above): otherwise its
-   * worker runs the others while it waits. */
-  if (pred(arg) || spin_alone(rt, d, pred, arg, abort))
+  /* A fiber never spins: while it waits its worker runs the others. */
+  if (pred(arg))
     return true;
   if (abort && atomic_load(abort))
     return false;

@@ -24,6 +24,14 @@
 #include <unistd.h>
 #endif
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define cpu_relax() _mm_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield")
+#else
+#define cpu_relax() ((void)0)
+#endif
 
 static SHMAP__TLS_FAST struct shmap_ctx *current;
 
@@ -238,7 +246,7 @@ static int spin_round(shmap__pred pred, void *arg, _Atomic int *abort)
   for (int i = 0; i < SPIN_CHECK; i++) {
     if (pred(arg))
       return 1;
-    shmap__cpu_relax();
+    cpu_relax();
   }
   return abort && atomic_load(abort) ? 0 : -1;
 }
@@ -405,7 +413,7 @@ int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg)
      * formats a message before publishing (no waits, no fiber switch). */
     for (int i = 0; !atomic_load(&rt->abort); i++) {
       if (i < 1000)
-        shmap__cpu_relax();
+        cpu_relax();
       else
         sched_yield();
     }

@@ -24,15 +24,6 @@
 
 #define SHMAP__CACHELINE 64
 
-/* One look of a spin: tells the processor that this thread spins. */
-#if defined(__x86_64__) || defined(__i386__)
-#define shmap__cpu_relax() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define shmap__cpu_relax() __asm__ __volatile__("yield")
-#else
-#define shmap__cpu_relax() ((void)0)
-#endif
-
 /* A place one thread sleeps on (runtime.c explains the waiting policy). */
 typedef struct shmap__waiter {
   _Atomic uint32_t word;  /* bumped by every wake while sleeping */
