@@ -257,8 +257,7 @@ int main(void)
 
   /* A later map. */
   shmap_mesh *m = NULL;
-  int rc = shmap_mesh_create(&m, text);
-  EXPECT(rc == 0, "shmap_mesh_create(%s): %d %s", text, rc, shmap_errmsg());
+  int rc = expect_mesh(&m, text);
   if (rc)
     return expect_report("test_mpi_allocfail", R);
   large = 1;
@@ -275,8 +274,7 @@ int main(void)
   large = 0;
   for (k = 1; k < MAX_K && !failures; k++) {
     m = NULL;
-    rc = shmap_mesh_create(&m, text);
-    EXPECT(rc == 0, "shmap_mesh_create(%s): %d %s", text, rc, shmap_errmsg());
+    rc = expect_mesh(&m, text);
     if (rc)
       break;
     int done = step(m, k, "a first map");

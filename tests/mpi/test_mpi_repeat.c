@@ -280,8 +280,7 @@ int main(void)
   char text[64];
   snprintf(text, sizeof text, "i=%d,j=2", R);
   shmap_mesh *m = NULL;
-  int rc = shmap_mesh_create(&m, text);
-  EXPECT(rc == 0, "shmap_mesh_create(%s): %d %s", text, rc, shmap_errmsg());
+  int rc = expect_mesh(&m, text);
   if (rc)
     return expect_report("test_mpi_repeat", R);
   clean(m, PSUM, R, text);
@@ -315,8 +314,7 @@ int main(void)
   shmap_mesh_destroy(m);
 
   snprintf(text, sizeof text, "d=%d", R);
-  rc = shmap_mesh_create(&m, text);
-  EXPECT(rc == 0, "shmap_mesh_create(%s): %d %s", text, rc, shmap_errmsg());
+  rc = expect_mesh(&m, text);
   if (rc)
     return expect_report("test_mpi_repeat", R);
   clean(m, GATHER, R, text);

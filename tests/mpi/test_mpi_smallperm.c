@@ -184,8 +184,7 @@ static void one(int n)
   char text[32], msg[1024];
   snprintf(text, sizeof text, "d=%d", n);
   shmap_mesh *m = NULL;
-  int rc = shmap_mesh_create(&m, text);
-  EXPECT(rc == 0, "shmap_mesh_create(%s): %d %s", text, rc, shmap_errmsg());
+  int rc = expect_mesh(&m, text);
   if (rc)
     return;
   for (int mode = RING; mode <= PARTIAL; mode++)

@@ -134,8 +134,7 @@ static void one(int n, const char *axes)
   char text[64];
   snprintf(text, sizeof text, "x=4,y=%d", n / 4);
   shmap_mesh *m = NULL;
-  int rc = shmap_mesh_create(&m, text);
-  EXPECT(rc == 0, "shmap_mesh_create(%s): %d %s", text, rc, shmap_errmsg());
+  int rc = expect_mesh(&m, text);
   if (rc)
     return;
   sarg a = {axes, 1, 4, n / 4};
