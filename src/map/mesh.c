@@ -53,13 +53,18 @@ static int refused(int rc)
 }
 
 /* The same for a sub-mesh of parent, which spans the processes its parent
- * does. */
-static int refused_sub(const shmap_mesh *parent, int rc)
+ * does; with `serial`, one that failed before taking its serial number
+ * takes it now, so that the processes' numbers stay equal.  The others'
+ * agreement describes the sub-mesh as a mesh being created (its parent
+ * is attached once it is built), and so does this. */
+static int refused_sub(const shmap_mesh *parent, bool serial, int rc)
 {
   if (!parent->place || parent->place->nproc < 2)
     return rc;
-  return shmap__host_agree_call("shmap_mesh_submesh", NULL,
-                                "creating a sub-mesh", NULL, rc);
+  if (serial)
+    atomic_fetch_add(&serials, 1);
+  return shmap__host_agree_call("shmap_mesh_create", NULL, "creating a mesh",
+                                NULL, rc);
 }
 
 /* The teardown of a mesh whose last reference went (shmap__mesh_release):
@@ -102,7 +107,7 @@ int shmap__mesh_build_over(shmap_mesh **out, int naxes,
   shmap_mesh *m = shmap__calloc(1, sizeof *m);
   if (!m) {
     rc = shmap__err(SHMAP_ENOMEM, "out of memory creating a mesh");
-    return parent ? refused_sub(parent, rc) : shmap__mesh_rejected(rc);
+    return parent ? refused_sub(parent, true, rc) : shmap__mesh_rejected(rc);
   }
   shmap__mesh_fill(m, naxes, names, lens, sizes, (int)ndev);
   /* The base names devices and frees the mesh through these. */
@@ -128,7 +133,7 @@ int shmap__mesh_build_over(shmap_mesh **out, int naxes,
     shmap__place_free(m->place);
     free(m);
     if (!agreed && rc == SHMAP_ENOMEM)
-      rc = parent ? refused_sub(parent, rc) : refused(rc);
+      rc = parent ? refused_sub(parent, false, rc) : refused(rc);
     return rc;
   }
   *out = m;
@@ -206,18 +211,27 @@ static int build_over(shmap_mesh **out, shmap_mesh *parent, int naxes,
                       const char *const names[], const size_t lens[],
                       const int sizes[], const char *src, const int devs[])
 {
-  shmap_mesh *sub;
-  int rc = shmap__mesh_build_over(&sub, naxes, names, lens, sizes, src,
-                                  parent, devs);
-  if (rc)
-    return rc;
-  int *pdev = shmap__calloc((size_t)sub->ndev, sizeof *pdev);
-  int *root = shmap__calloc((size_t)sub->ndev, sizeof *root);
+  /* The tables first: once the processes agreed on the sub-mesh, this one
+   * could not drop it alone (its release is collective). */
+  size_t ndev = 1;
+  for (int a = 0; a < naxes; a++)
+    ndev *= (size_t)sizes[a];
+  int *pdev = shmap__calloc(ndev, sizeof *pdev);
+  int *root = shmap__calloc(ndev, sizeof *root);
   if (!pdev || !root) {
     free(pdev);
     free(root);
-    shmap_mesh_destroy(sub);
-    return shmap__err(SHMAP_ENOMEM, "out of memory creating a sub-mesh");
+    return refused_sub(parent, true,
+                       shmap__err(SHMAP_ENOMEM,
+                                  "out of memory creating a sub-mesh"));
+  }
+  shmap_mesh *sub;
+  int rc = shmap__mesh_build_over(&sub, naxes, names, lens, sizes, src,
+                                  parent, devs);
+  if (rc) {
+    free(pdev);
+    free(root);
+    return rc;
   }
   memcpy(pdev, devs, (size_t)sub->ndev * sizeof *pdev);
   attach(sub, parent, pdev, root);
@@ -237,8 +251,8 @@ SHMAP_EXTERN int shmap_mesh_slice(shmap_mesh **sub, shmap_mesh *parent,
   size_t sl[SHMAP_MAX_AXES];
   int ss[SHMAP_MAX_AXES], *devs;
   int m = shmap__slice_devices(parent, coords, sn, sl, ss, &devs);
-  if (m < 0)
-    return m;
+  if (m < 0) /* out of memory here: the others wait in the agreement */
+    return m == SHMAP_ENOMEM ? refused_sub(parent, true, m) : m;
   int rc = build_over(sub, parent, m, sn, sl, ss, NULL, devs);
   free(devs);
   return rc;
@@ -255,7 +269,7 @@ SHMAP_EXTERN int shmap_mesh_submesh(shmap_mesh **sub, shmap_mesh *parent,
   size_t lens[SHMAP_MAX_AXES + 1];
   int sizes[SHMAP_MAX_AXES + 1];
   int n = shmap__submesh_check(parent, text, devices, names, lens, sizes);
-  if (n < 0)
-    return n;
+  if (n < 0) /* out of memory here: the others wait in the agreement */
+    return n == SHMAP_ENOMEM ? refused_sub(parent, true, n) : n;
   return build_over(sub, parent, n, names, lens, sizes, text, devices);
 }

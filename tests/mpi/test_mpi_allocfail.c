@@ -17,12 +17,13 @@
  *   - the same map, run again at once without injection, succeeds with
  *     every value right: nothing was left half done, in any process.
  *
- * Three walks: a later map on a mesh that has run one (the transport's
+ * Four walks: a later map on a mesh that has run one (the transport's
  * buffers and records exist; what a call allocates), the first map of a
  * fresh mesh (threads or fibers started, the transport's per-map and
- * per-device state allocated), and the creation of a mesh (its
- * placement, runtime and communicator: every process gets the same code,
- * and a mesh only when all made theirs, on which a map then works).
+ * per-device state allocated), the creation of a mesh (its placement,
+ * runtime and communicator: every process gets the same code, and a mesh
+ * only when all made theirs, on which a map then works) and that of a
+ * sub-mesh (the same, and the next sub-mesh is made).
  * The map, on "i=R,j=2": repeated
  * small psums over "i" (one device per process in each group: records
  * of repeated calls), a psum over "i,j" (a group spread over the
@@ -241,6 +242,73 @@ static int step(shmap_mesh *m, long k, const char *walk)
   return !hit;
 }
 
+/* Creating a mesh from text (parent NULL) or the sub-mesh "k=R" of
+ * parent: every process gets the same code, and a mesh only when every
+ * process made one; a map on a new mesh then works, and so does making
+ * the next sub-mesh.  The allocations the creation makes in the last
+ * process. */
+static long create_walk(const char *walk, const char *text,
+                        shmap_mesh *parent)
+{
+  char msg[1024], sub[32];
+  int devs[64];
+  snprintf(sub, sizeof sub, "k=%d", R);
+  for (int r = 0; r < R; r++)
+    devs[r] = (R - 1 - r) * 2 + 1;
+  long k;
+  for (k = 1; k < MAX_K && !failures; k++) {
+    int victim = me == R - 1;
+    if (getenv("ALLOCFAIL_VERBOSE"))
+      fprintf(stderr, "[process %d] %s, k=%ld\n", me, walk, k);
+    if (R > 1)
+      MPI_Barrier(MPI_COMM_WORLD);
+    if (victim)
+      shmap__test_fail_alloc(k);
+    shmap_mesh *m = NULL;
+    int rc = parent ? shmap_mesh_submesh(&m, parent, sub, devs)
+                    : shmap_mesh_create(&m, text);
+    snprintf(msg, sizeof msg, "%s", rc ? shmap_errmsg() : "");
+    long hit = victim ? shmap__test_alloc_failures() : 0;
+    if (victim)
+      shmap__test_fail_alloc(0);
+    if (R > 1)
+      MPI_Allreduce(MPI_IN_PLACE, &hit, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT(same_code(rc),
+           "%s, k=%ld: the processes disagree on the code (%d here: %s)",
+           walk, k, rc, msg);
+    EXPECT(same_everywhere_of(R, msg),
+           "%s, k=%ld: the processes disagree on the message (here: %s)",
+           walk, k, msg);
+    if (hit)
+      EXPECT(rc == 0 || (rc == SHMAP_ENOMEM && strstr(msg, "out of memory")),
+             "%s, k=%ld: a failed allocation gave %d (%s): %s", walk, k, rc,
+             shmap_strerror(rc), msg);
+    else
+      EXPECT(rc == 0, "%s, k=%ld: no failure injected, yet %d (%s): %s", walk,
+             k, rc, shmap_strerror(rc), msg);
+    EXPECT((rc == 0) == (m != NULL), "%s, k=%ld: %d with mesh %p", walk, k, rc,
+           (void *)m);
+    if (m && !parent) {
+      large = 1;
+      rc = map(m, msg, sizeof msg);
+      EXPECT(rc == 0, "%s, k=%ld: a map on it: %d (%s): %s", walk, k, rc,
+             shmap_strerror(rc), msg);
+    }
+    shmap_mesh_destroy(m);
+    if (parent) {
+      m = NULL;
+      rc = shmap_mesh_submesh(&m, parent, sub, devs);
+      EXPECT(rc == 0, "%s, k=%ld: the next sub-mesh: %d (%s): %s", walk, k, rc,
+             shmap_strerror(rc), rc ? shmap_errmsg() : "");
+      shmap_mesh_destroy(m);
+    }
+    if (!hit)
+      break;
+  }
+  EXPECT(k < MAX_K, "%s: still allocating at k=%ld", walk, k);
+  return k - 1;
+}
+
 int main(void)
 {
   alarm(280); /* run.sh bounds the run too */
@@ -285,55 +353,26 @@ int main(void)
   EXPECT(k < MAX_K, "a first map: still allocating at k=%ld", k);
   long first = k;
 
-  /* Creating a mesh: every process gets the same code, and a mesh only
-   * when every process made it; a map on it then works. */
-  for (k = 1; k < MAX_K && !failures; k++) {
-    int victim = me == R - 1;
-    if (getenv("ALLOCFAIL_VERBOSE"))
-      fprintf(stderr, "[process %d] creating a mesh, k=%ld\n", me, k);
-    if (R > 1)
-      MPI_Barrier(MPI_COMM_WORLD);
-    if (victim)
-      shmap__test_fail_alloc(k);
-    m = NULL;
-    rc = shmap_mesh_create(&m, text);
-    snprintf(msg, sizeof msg, "%s", rc ? shmap_errmsg() : "");
-    long hit = victim ? shmap__test_alloc_failures() : 0;
-    if (victim)
-      shmap__test_fail_alloc(0);
-    if (R > 1)
-      MPI_Allreduce(MPI_IN_PLACE, &hit, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
-    EXPECT(same_code(rc),
-           "creating a mesh, k=%ld: the processes disagree on the code (%d "
-           "here: %s)",
-           k, rc, msg);
-    EXPECT(same_everywhere_of(R, msg),
-           "creating a mesh, k=%ld: the processes disagree on the message "
-           "(here: %s)",
-           k, msg);
-    if (hit)
-      EXPECT(rc == 0 || (rc == SHMAP_ENOMEM && strstr(msg, "out of memory")),
-             "creating a mesh, k=%ld: a failed allocation gave %d (%s): %s", k,
-             rc, shmap_strerror(rc), msg);
-    else
-      EXPECT(rc == 0, "creating a mesh, k=%ld: no failure injected, yet %d "
-             "(%s): %s", k, rc, shmap_strerror(rc), msg);
-    EXPECT((rc == 0) == (m != NULL), "creating a mesh, k=%ld: %d with mesh %p",
-           k, rc, (void *)m);
-    if (m) {
-      large = 1;
-      rc = map(m, msg, sizeof msg);
-      EXPECT(rc == 0, "creating a mesh, k=%ld: a map on it: %d (%s): %s", k,
-             rc, shmap_strerror(rc), msg);
-      shmap_mesh_destroy(m);
-    }
-    if (!hit)
-      break;
+  long made = create_walk("creating a mesh", text, NULL);
+  /* A sub-mesh "k=R" over the devices j=1 of "i=R,j=2" (one in each
+   * process), in reverse order. */
+  m = NULL;
+  rc = expect_mesh(&m, text);
+  if (rc == 0) {
+    large = 1;
+    rc = map(m, msg, sizeof msg);
+    EXPECT(rc == 0, "the parent of the sub-meshes: %d %s", rc, msg);
   }
-  EXPECT(k < MAX_K, "creating a mesh: still allocating at k=%ld", k);
+  long sub = rc ? 0 : create_walk("creating a sub-mesh", NULL, m);
+  if (m) {
+    rc = map(m, msg, sizeof msg);
+    EXPECT(rc == 0, "the parent after the sub-meshes: %d %s", rc, msg);
+    shmap_mesh_destroy(m);
+  }
   if (me == 0 && !failures)
     printf("test_mpi_allocfail: in the last process a later map makes %ld "
-           "allocations, a first map %ld, creating a mesh %ld\n",
-           later - 1, first - 1, k - 1);
+           "allocations, a first map %ld, creating a mesh %ld, a sub-mesh "
+           "%ld\n",
+           later - 1, first - 1, made, sub);
   return expect_report("test_mpi_allocfail", R);
 }
