@@ -2039,11 +2039,16 @@ static bool probe_leads(waitarg *w)
     if (!w->unrecv[i])
       continue;
     int flag = 0, len = 0, p = b->procs[i];
+    int tag = lead_tag_of(m, w->watch[i], w->c->ctx->dev);
     MPI_Message msg;
     MPI_Status st;
-    if ((w->err = SHMAP__MPI_CHECK(
-             MPI_Improbe, p, lead_tag_of(m, w->watch[i], w->c->ctx->dev),
-             m->comm, &flag, &msg, &st)))
+    /* Its length first, with a probe that leaves it where it is: without
+     * memory for it the message stays for the mesh's quiescence (which
+     * counts it as not received), rather than be received cut short, which
+     * MPICH treats as fatal whatever the communicator's error handler.
+     * This device alone receives with this tag, so the message probed is
+     * the one matched next. */
+    if ((w->err = SHMAP__MPI_CHECK(MPI_Iprobe, p, tag, m->comm, &flag, &st)))
       return false;
     if (!flag) {
       all = false;
@@ -2057,13 +2062,18 @@ static bool probe_leads(waitarg *w)
       if ((b->in[i] = shmap__malloc(need)))
         b->incap[i] = need;
     }
-    atomic_fetch_add(&m->got[p], 1);
-    if (!b->in[i]) { /* taken off all the same, so that nothing is left */
-      (void)SHMAP__MPI_CHECK(MPI_Mrecv, NULL, 0, MPI_BYTE, &msg,
-                             MPI_STATUS_IGNORE);
+    if (!b->in[i]) {
       w->err = shmap__err(SHMAP_ENOMEM, "out of memory");
       return false;
     }
+    if ((w->err = SHMAP__MPI_CHECK(MPI_Improbe, p, tag, m->comm, &flag, &msg,
+                                   &st)))
+      return false;
+    if (!flag) {
+      all = false;
+      continue;
+    }
+    atomic_fetch_add(&m->got[p], 1);
     memset(b->in[i], 0, sizeof(hwire));
     w->unrecv[i] = 0;
     if ((w->err = SHMAP__MPI_CHECK(MPI_Mrecv, b->in[i], len, MPI_BYTE, &msg,
