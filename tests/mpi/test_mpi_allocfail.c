@@ -206,11 +206,19 @@ static int same_code(int rc)
   return lo == hi;
 }
 
-/* One step of a walk: the last process's k-th allocation from now fails
- * in a map on m.  Whether k is past the map's last allocation. */
-static int step(shmap_mesh *m, long k, const char *walk)
+/* What a step of a walk calls while the failure is armed: a map on a
+ * mesh, or the creation of a mesh or sub-mesh.  Its code; msg gets the
+ * error message (empty on success). */
+typedef int (*walk_call)(void *arg, char *msg, size_t n);
+
+/* Call call(arg) with the last process's k-th allocation from now
+ * failing, and require what every step requires: the same code and
+ * message in every process, and success, or SHMAP_ENOMEM with "out of
+ * memory" when an allocation failed.  The code; *hit whether an
+ * allocation failed in some process. */
+static int injected(const char *walk, long k, walk_call call, void *arg,
+                    char *msg, size_t n, long *hit)
 {
-  char msg[1024], again[1024];
   int victim = me == R - 1;
   if (getenv("ALLOCFAIL_VERBOSE"))
     fprintf(stderr, "[process %d] %s, k=%ld\n", me, walk, k);
@@ -218,28 +226,58 @@ static int step(shmap_mesh *m, long k, const char *walk)
     MPI_Barrier(MPI_COMM_WORLD);
   if (victim)
     shmap__test_fail_alloc(k);
-  int rc = map(m, msg, sizeof msg);
-  long hit = victim ? shmap__test_alloc_failures() : 0;
+  int rc = call(arg, msg, n);
+  *hit = victim ? shmap__test_alloc_failures() : 0;
   if (victim)
     shmap__test_fail_alloc(0);
   if (R > 1)
-    MPI_Allreduce(MPI_IN_PLACE, &hit, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, hit, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
   EXPECT(same_code(rc), "%s, k=%ld: the processes disagree on the code (%d here: %s)",
          walk, k, rc, msg);
   EXPECT(same_everywhere_of(R, msg),
          "%s, k=%ld: the processes disagree on the message (here: %s)", walk,
          k, msg);
-  if (hit)
+  if (*hit)
     EXPECT(rc == 0 || (rc == SHMAP_ENOMEM && strstr(msg, "out of memory")),
            "%s, k=%ld: a failed allocation gave %d (%s): %s", walk, k, rc,
            shmap_strerror(rc), msg);
   else
     EXPECT(rc == 0, "%s, k=%ld: no failure injected, yet %d (%s): %s", walk,
            k, rc, shmap_strerror(rc), msg);
-  rc = map(m, again, sizeof again);
+  return rc;
+}
+
+static int map_call(void *m, char *msg, size_t n) { return map(m, msg, n); }
+
+/* One step of a walk: the last process's k-th allocation from now fails
+ * in a map on m.  Whether k is past the map's last allocation. */
+static int step(shmap_mesh *m, long k, const char *walk)
+{
+  char msg[1024], again[1024];
+  long hit;
+  injected(walk, k, map_call, m, msg, sizeof msg, &hit);
+  int rc = map(m, again, sizeof again);
   EXPECT(rc == 0, "%s, k=%ld: the map after the failure: %d (%s): %s", walk,
          k, rc, shmap_strerror(rc), again);
   return !hit;
+}
+
+/* A mesh's creation as a walk_call: from text, or the sub-mesh sub of
+ * parent over devs. */
+struct creation {
+  const char *text, *sub;
+  shmap_mesh *parent, *made;
+  const int *devs;
+};
+
+static int create_call(void *arg, char *msg, size_t n)
+{
+  struct creation *c = arg;
+  c->made = NULL;
+  int rc = c->parent ? shmap_mesh_submesh(&c->made, c->parent, c->sub, c->devs)
+                     : shmap_mesh_create(&c->made, c->text);
+  snprintf(msg, n, "%s", rc ? shmap_errmsg() : "");
+  return rc;
 }
 
 /* Creating a mesh from text (parent NULL) or the sub-mesh "k=R" of
@@ -255,37 +293,12 @@ static long create_walk(const char *walk, const char *text,
   snprintf(sub, sizeof sub, "k=%d", R);
   for (int r = 0; r < R; r++)
     devs[r] = (R - 1 - r) * 2 + 1;
+  struct creation c = {text, sub, parent, NULL, devs};
   long k;
   for (k = 1; k < MAX_K && !failures; k++) {
-    int victim = me == R - 1;
-    if (getenv("ALLOCFAIL_VERBOSE"))
-      fprintf(stderr, "[process %d] %s, k=%ld\n", me, walk, k);
-    if (R > 1)
-      MPI_Barrier(MPI_COMM_WORLD);
-    if (victim)
-      shmap__test_fail_alloc(k);
-    shmap_mesh *m = NULL;
-    int rc = parent ? shmap_mesh_submesh(&m, parent, sub, devs)
-                    : shmap_mesh_create(&m, text);
-    snprintf(msg, sizeof msg, "%s", rc ? shmap_errmsg() : "");
-    long hit = victim ? shmap__test_alloc_failures() : 0;
-    if (victim)
-      shmap__test_fail_alloc(0);
-    if (R > 1)
-      MPI_Allreduce(MPI_IN_PLACE, &hit, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
-    EXPECT(same_code(rc),
-           "%s, k=%ld: the processes disagree on the code (%d here: %s)",
-           walk, k, rc, msg);
-    EXPECT(same_everywhere_of(R, msg),
-           "%s, k=%ld: the processes disagree on the message (here: %s)",
-           walk, k, msg);
-    if (hit)
-      EXPECT(rc == 0 || (rc == SHMAP_ENOMEM && strstr(msg, "out of memory")),
-             "%s, k=%ld: a failed allocation gave %d (%s): %s", walk, k, rc,
-             shmap_strerror(rc), msg);
-    else
-      EXPECT(rc == 0, "%s, k=%ld: no failure injected, yet %d (%s): %s", walk,
-             k, rc, shmap_strerror(rc), msg);
+    long hit;
+    int rc = injected(walk, k, create_call, &c, msg, sizeof msg, &hit);
+    shmap_mesh *m = c.made;
     EXPECT((rc == 0) == (m != NULL), "%s, k=%ld: %d with mesh %p", walk, k, rc,
            (void *)m);
     if (m && !parent) {
