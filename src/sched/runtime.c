@@ -239,6 +239,14 @@ static void adapt(shmap__runtime *rt, shmap__waiter *w, uint64_t len)
   w->spin_ns = b > rt->spin_max ? rt->spin_max : b < SPIN_FLOOR ? SPIN_FLOOR : b;
 }
 
+void shmap__backoff(unsigned i)
+{
+  if (i < 1000)
+    cpu_relax();
+  else
+    sched_yield();
+}
+
 /* SPIN_CHECK looks at the condition, then one at the abort flag: 1
  * condition, 0 abort, -1 neither. */
 static int spin_round(shmap__pred pred, void *arg, _Atomic int *abort)
@@ -411,12 +419,8 @@ int shmap__fail(shmap__runtime *rt, int dev, int code, const char *msg)
      * the map is seen to have failed, and a peer waiting for it in a
      * collective would take its leaving for a mismatch.  The winner only
      * formats a message before publishing (no waits, no fiber switch). */
-    for (int i = 0; !atomic_load(&rt->abort); i++) {
-      if (i < 1000)
-        cpu_relax();
-      else
-        sched_yield();
-    }
+    for (unsigned i = 0; !atomic_load(&rt->abort); i++)
+      shmap__backoff(i);
   }
   return code;
 }

@@ -435,6 +435,11 @@ int shmap__poll_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
                       void *arg, _Atomic int *abort);
 void shmap__wake(shmap__waiter *w);
 void shmap__wake_all(shmap__runtime *rt);
+/* The i-th look (from 0) at a word another thread holds for a few
+ * instructions of its own, with no wait or switch between: a pause for the
+ * first looks, then the processor is yielded, since that thread may have
+ * been preempted in between and hundreds of threads may be looking. */
+void shmap__backoff(unsigned i);
 
 /*
  * Publishing before a wake-up.  A thread that makes a waiter's condition

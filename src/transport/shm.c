@@ -444,7 +444,7 @@ static int join(shmap__coll *c)
   shm_call *g = S(c);
   bslot *slot = g->slot;
   uint32_t n = (uint32_t)c->n;
-  for (;;) {
+  for (unsigned looks = 0;; looks++) {
     uint64_t w = atomic_load(&slot->word);
     if (TAG(w) == c->k) {
       if (w & CANCELED)
@@ -465,7 +465,10 @@ static int join(shmap__coll *c)
         wake_members(rt, c);
         return 0;
       }
-    } else if (w != CLAIMING) {
+    } else if (w == CLAIMING) {
+      /* Another member is describing the group: two stores away. */
+      shmap__backoff(looks);
+    } else {
       /* An earlier call still holds the slot: wait for it to leave.  Its
        * members may be another group's, which would not wake us: mark the
        * slot so that its last departure wakes everyone. */
