@@ -359,7 +359,12 @@ static bool mm_alloc(shmap__mpimesh *m, int ndev)
   }
   m->in = shmap__malloc(sizeof(notice));
   m->dev = shmap__calloc((size_t)ndev, sizeof *m->dev);
-  m->ring = shmap__calloc((size_t)ndev * RING, sizeof *m->ring);
+  /* Written here, not left to calloc's pages that appear when first
+   * touched: calls 1 to RING of the mesh would each take a page fault per
+   * 8 devices of the process instead, at 10-30 us each on a virtual
+   * machine (a psum of 256 B over 2x4 devices took 32 us a call instead
+   * of 4.4 until call 64).  From 2 MiB, huge pages (shmap__alloc). */
+  m->ring = shmap__alloc((size_t)ndev * RING * sizeof *m->ring, true);
   m->reply = shmap__calloc((size_t)ndev, sizeof *m->reply);
   m->ask_id = shmap__calloc((size_t)ndev, sizeof *m->ask_id);
   /* Kept for the mesh's life: the end of a map cannot fail for memory,
