@@ -433,6 +433,11 @@ int shmap__wait_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
  * wake-up while it naps). */
 int shmap__poll_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
                       void *arg, _Atomic int *abort);
+/* The same for a condition that local devices make true and wake the
+ * waiter for, polled only for what other processes may say meanwhile:
+ * its naps grow (a wake-up ends them early). */
+int shmap__poll_until_woken(shmap__runtime *rt, shmap__waiter *w,
+                            shmap__pred pred, void *arg, _Atomic int *abort);
 void shmap__wake(shmap__waiter *w);
 void shmap__wake_all(shmap__runtime *rt);
 /* The i-th look (from 0) at a word another thread holds for a few
@@ -532,6 +537,11 @@ void shmap__dev_yield(shmap__runtime *rt, shmap__dev *d);
  * held, false when *abort was set first. */
 bool shmap__dev_poll(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
                      void *arg, _Atomic int *abort);
+/* The same where the devices that make the condition true wake d, and
+ * polling only watches other processes meanwhile: a thread then polls
+ * less and less often (shmap__poll_until_woken). */
+bool shmap__dev_poll_woken(shmap__runtime *rt, shmap__dev *d,
+                           shmap__pred pred, void *arg, _Atomic int *abort);
 /* Wake the members of a group of n, member(arg, i) being the device of
  * member i, except member `self` (-1: none).  Where devices share the
  * places they sleep on (fibers), every sleeper is woken at once instead,
@@ -586,6 +596,9 @@ typedef struct shmap__sched_ops {
   void (*dev_yield)(shmap__runtime *rt, shmap__dev *d);
   bool (*dev_poll)(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
                    void *arg, _Atomic int *abort);
+  /* NULL: as dev_poll. */
+  bool (*dev_poll_woken)(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
+                         void *arg, _Atomic int *abort);
   void (*wake_group)(shmap__runtime *rt, int n, int self,
                      int (*member)(const void *arg, int i), const void *arg);
   void (*wake_all)(shmap__runtime *rt);

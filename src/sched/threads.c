@@ -154,6 +154,13 @@ static bool threads_dev_poll(shmap__runtime *rt, shmap__dev *d,
   return shmap__poll_until(rt, &d->waiter, pred, arg, abort) == 1;
 }
 
+static bool threads_dev_poll_woken(shmap__runtime *rt, shmap__dev *d,
+                                   shmap__pred pred, void *arg,
+                                   _Atomic int *abort)
+{
+  return shmap__poll_until_woken(rt, &d->waiter, pred, arg, abort) == 1;
+}
+
 static void threads_wake_group(shmap__runtime *rt, int n, int self,
                                int (*member)(const void *arg, int i),
                                const void *arg)
@@ -196,6 +203,7 @@ const shmap__sched_ops shmap__sched_threads = {
     .dev_wait_on = threads_dev_wait_on,
     .dev_yield = threads_dev_yield,
     .dev_poll = threads_dev_poll,
+    .dev_poll_woken = threads_dev_poll_woken,
     .wake_group = threads_wake_group,
     .wake_all = threads_wake_all,
     .workers = threads_workers,

@@ -2487,7 +2487,8 @@ static int member_call(shmap__coll *c, const hplan *h,
   char why[SHMAP__MSG_MAX - 200];
   why[0] = '\0';
   hwait w = {.c = c, .h = h, .state = H_WAIT, .why = why, .nwhy = sizeof why};
-  while (!shmap__dev_poll(rt, &rt->devs[ctx->dev], lead_done, &w, NULL))
+  /* The leader wakes it (lead_publish). */
+  while (!shmap__dev_poll_woken(rt, &rt->devs[ctx->dev], lead_done, &w, NULL))
     ;
   if (w.state == H_READY) {
     ctx->remote += remote_terms(c, h, fold) * count * c->esize;
