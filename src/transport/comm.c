@@ -178,12 +178,17 @@ int shmap__comm_allreduce_small(shmap__coll *c, size_t count,
    * within the transport's bound (see small_max_bytes); a product, not a
    * division, on every call. */
   size_t bytes_in = count * es;
-  if (!tp->allreduce_small || c->n > tp->small_max_n ||
-      (fold->own && c->n > tp->small_own_max_n) ||
-      (bytes_in > SHMAP__SMALL_BYTES &&
-       bytes_in * (size_t)(c->n > 2 ? c->n - 1 : 1) > tp->small_max_bytes))
-    return 1;
   shmap_ctx *ctx = c->ctx;
+  if (!tp->allreduce_small || c->n > tp->small_max_n ||
+      (fold->own && c->n > tp->small_own_max_n))
+    return 1;
+  if (bytes_in > SHMAP__SMALL_BYTES &&
+      bytes_in * (size_t)(c->n > 2 ? c->n - 1 : 1) > tp->small_max_bytes) {
+    c->comm = ctx->comm;
+    if (!tp->small_takes ||
+        !tp->small_takes(c, count * c->esize * (size_t)c->n))
+      return 1;
+  }
   if (atomic_load(&ctx->rt->abort))
     return shmap__canceled(ctx, shmap__coll_opname(c));
   enter(c);

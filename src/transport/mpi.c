@@ -1906,6 +1906,20 @@ static int mpi_arrive(shmap__coll *c)
  * writes each local member's part of the result into its dst and
  * publishes the outcome (hgot).  Pieces of a later run cannot be folded
  * apart: (a + b) + (c + d) is not ((a + b) + c) + d in floating point.
+ *
+ * Larger calls over a spread group.  Above the small bound a call would
+ * take arrive, the pieces and depart, each member with every other: the
+ * same n(n-1) messages.  Over 2x64 devices a psum of 4 KiB took 78-119
+ * ms a call that way, 0.15 ms in two levels.  So the two levels take
+ * larger calls too (mpi_small_takes), up to a bound: the leader alone
+ * moves and folds every term, where the pieces' path spreads the work
+ * over the members, which wins for large blocks in small groups (a psum
+ * of 1 MiB over 2x4 devices: 1.2 ms by pieces, 3.0 in two levels; over
+ * 2x16 the two are even).  A member's terms may be up to 4 KiB per member
+ * of the group (32 KiB over 2x4, 256 KiB over 2x32), and all of them
+ * together up to 16 MiB; beyond that, a leader's message of 16 MiB
+ * took 20 times as long as one of 8.  The bound depends on the call and
+ * the group alone, so every member of an equal call takes the same path.
  */
 static void *scratch(shmap__coll *c, int which, size_t bytes);
 
@@ -2500,6 +2514,23 @@ static int member_call(shmap__coll *c, const hplan *h,
   return shmap__canceled(ctx, shmap__coll_opname(c));
 }
 
+/* Whether a call above the small bound takes the two levels anyway:
+ * over a spread group, while each member's terms stay within
+ * SPREAD_PER_MEMBER bytes per member of the group and all of them
+ * within SPREAD_MAX_TERMS (see "Larger calls over a spread group").
+ * Out of memory for the plan, the call takes this path and fails there
+ * (mpi_allreduce_small), as every member of a spread group would. */
+#define SPREAD_PER_MEMBER 4096
+#define SPREAD_MAX_TERMS ((size_t)16 << 20)
+static bool mpi_small_takes(shmap__coll *c, size_t terms)
+{
+  if (terms > SPREAD_MAX_TERMS ||
+      terms / (size_t)c->n > (size_t)c->n * SPREAD_PER_MEMBER)
+    return false;
+  hplan *h = hplan_of(c);
+  return !h || h->spread;
+}
+
 static int mpi_allreduce_small(shmap__coll *c, size_t count,
                                const shmap__fold *fold, size_t off, size_t n)
 {
@@ -2513,6 +2544,12 @@ static int mpi_allreduce_small(shmap__coll *c, size_t count,
       return h->lead == c->ctx->dev ? lead_call(c, h, fold, count, off, n)
                                     : member_call(c, h, fold, count, off, n);
   }
+  /* Beyond the message's room only after mpi_small_takes found no
+   * memory for the plan, which this device has now: it cannot know what
+   * the other members took. */
+  if (count * c->esize > SHMAP__SMALL_BYTES_MPI)
+    return shmap__dev_fail(c->ctx, shmap__coll_opname(c), SHMAP_ENOMEM,
+                           "out of memory");
   /* A ppermute's terms go to the one member that reads them (c->n:
    * none does), the descriptor to all. */
   int only = -1;
@@ -2886,6 +2923,7 @@ const shmap__transport shmap__mpi_transport = {
     .depart = mpi_depart,
     .allreduce_small = mpi_allreduce_small,
     .small_max_bytes = SHMAP__SMALL_BYTES_MPI,
+    .small_takes = mpi_small_takes,
     .small_max_n = SHMAP_MAX_DEVICES,
     .small_own_max_n = SHMAP_MAX_DEVICES,
 };

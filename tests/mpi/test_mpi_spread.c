@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * test_mpi_spread.c - a small psum over one group whose devices are spread
+ * test_mpi_spread.c - reductions over one group whose devices are spread
  * over the job's processes, several in each: the results are the serial
  * left fold in rank order, bit for bit (integers, and floats whose sum
  * depends on the order), and the messages each process sends per call
@@ -11,9 +11,13 @@
  * Meshes "x=4,y=N/4" of N = 16 and 64 devices, placed by default
  * (contiguous device numbers per process), and psums over "x,y" (each
  * process holds a run of ranks) and over "y,x" (its ranks are strided:
- * every term travels).  The messages come from the engine's counters
- * (mesh->place->pm->sent); a map of CALLS more psums than another one
- * isolates the calls' messages from the map's own notices.
+ * every term travels), of 256 B a member and of more than one exchange
+ * takes (4 KiB over 16, 1 KiB over 64); psum_scatter, all_gather,
+ * all_to_all and ppermute of 4 KiB over 16; and a mismatch between a
+ * member beyond the two levels' bound and members within it.  The
+ * messages come from the engine's counters (mesh->place->pm->sent); a map
+ * of CALLS more calls than another one isolates the calls' messages from
+ * the map's own notices.
  */
 #include <shmap.h>
 
@@ -40,6 +44,7 @@ typedef struct sarg {
   const char *axes; /* the group */
   int calls;
   int X, Y;         /* the mesh x=X,y=Y */
+  int len;          /* elements per block */
 } sarg;
 
 /* Rank r's device in the group of axes a->axes (the first axis major). */
@@ -79,7 +84,7 @@ static int body(shmap_ctx *ctx, void *arg)
 {
   const sarg *a = arg;
   int d = shmap_ctx_device(ctx), n = a->X * a->Y;
-  int64_t shape[1] = {LEN};
+  int64_t shape[1] = {a->len};
   shmap_block *f = shmap_block_alloc(ctx, SHMAP_F32, 1, shape);
   shmap_block *i = shmap_block_alloc(ctx, SHMAP_I32, 1, shape);
   if (!f || !i)
@@ -88,7 +93,7 @@ static int body(shmap_ctx *ctx, void *arg)
   for (int k = 0; k < a->calls; k++) {
     float *fd = f->data;
     int32_t *id = i->data;
-    for (int e = 0; e < LEN; e++) {
+    for (int e = 0; e < a->len; e++) {
       fd[e] = fterm(d, e, k);
       id[e] = iterm(d, e, k);
     }
@@ -97,7 +102,7 @@ static int body(shmap_ctx *ctx, void *arg)
       rc = shmap_psum(ctx, i, a->axes);
     if (rc)
       return rc;
-    for (int e = 0; e < LEN; e++) {
+    for (int e = 0; e < a->len; e++) {
       float want = fref(a, n, e, k, false);
       int64_t iw = 0;
       for (int r = 0; r < n; r++)
@@ -129,7 +134,7 @@ static int64_t sent_of(const shmap_mesh *m)
   return s;
 }
 
-static void one(int n, const char *axes)
+static void one(int n, const char *axes, int len)
 {
   char text[64];
   snprintf(text, sizeof text, "x=4,y=%d", n / 4);
@@ -137,10 +142,10 @@ static void one(int n, const char *axes)
   int rc = expect_mesh(&m, text);
   if (rc)
     return;
-  sarg a = {axes, 1, 4, n / 4};
+  sarg a = {axes, 1, 4, n / 4, len};
   /* The reference depends on the order: a fold in another order fails. */
   bool sensitive = false;
-  for (int e = 0; e < LEN && !sensitive; e++)
+  for (int e = 0; e < len && !sensitive; e++)
     for (int k = 0; k < CALLS + 1 && !sensitive; k++)
       sensitive = fref(&a, n, e, k, false) != fref(&a, n, e, k, true);
   EXPECT(sensitive, "n=%d: the float sums do not depend on the order", n);
@@ -151,22 +156,25 @@ static void one(int n, const char *axes)
   if (rc == 0)
     rc = shmap_map(m, body, &a, 0, NULL, NULL, 0, NULL, NULL);
   int64_t s2 = sent_of(m);
-  EXPECT(rc == 0, "n=%d over %s: shmap_map: %d %s", n, axes, rc,
-         shmap_errmsg());
+  EXPECT(rc == 0, "n=%d over %s, %d elements: shmap_map: %d %s", n, axes,
+         len, rc, shmap_errmsg());
   EXPECT(atomic_load(&dev_failures) == 0,
-         "n=%d over %s: psum results differ from the serial fold", n, axes);
+         "n=%d over %s, %d elements: psum results differ from the serial "
+         "fold",
+         n, axes, len);
   atomic_store(&dev_failures, 0);
   /* Two psums per call; questions about a late leader (one at a time,
    * less and less often) may add a few. */
   double per_call = (double)((s2 - s1) - (s1 - s0)) / (2.0 * CALLS);
   double bound = 4.0 * R;
   if (me == 0)
-    printf("test_mpi_spread: %d processes, %d devices over %s: %.2f "
+    printf("test_mpi_spread: %d processes, %d devices over %s, %d B: %.2f "
            "messages per psum per process (device pairs: %d)\n",
-           R, n, axes, per_call, R > 1 ? n / R * (n - 1) : 0);
+           R, n, axes, len * 4, per_call, R > 1 ? n / R * (n - 1) : 0);
   EXPECT(per_call <= bound,
-         "n=%d over %s: %.2f messages per psum per process, more than %.0f",
-         n, axes, per_call, bound);
+         "n=%d over %s, %d elements: %.2f messages per psum per process, "
+         "more than %.0f",
+         n, axes, len, per_call, bound);
   shmap_mesh_destroy(m);
 }
 
@@ -209,9 +217,166 @@ static void late_member(void)
          "odd block: %s",
          shmap_errmsg());
   /* The mesh still works. */
-  sarg a = {"x,y", 1, 4, 4};
+  sarg a = {"x,y", 1, 4, 4, LEN};
   rc = shmap_map(m, body, &a, 0, NULL, NULL, 0, NULL, NULL);
   EXPECT(rc == 0, "the map after the mismatch: %d %s", rc, shmap_errmsg());
+  shmap_mesh_destroy(m);
+}
+
+/* psum_scatter, all_gather, all_to_all and ppermute (a shift by one rank)
+ * of OPS_LEN i32 a member over a spread group: above the bound of one
+ * exchange, within that of the two levels; every element against the
+ * reference, for a->calls calls. */
+#define OPS_LEN 1024
+static int ops_body(shmap_ctx *ctx, void *arg)
+{
+  const sarg *a = arg;
+  int d = shmap_ctx_device(ctx), n = a->X * a->Y;
+  int r = shmap_axis_index(ctx, a->axes), c = OPS_LEN / n;
+  if (dev_of(a, r) != d)
+    return shmap_fail(ctx, "rank %d of %s is device %d, not %d", r, a->axes,
+                      dev_of(a, r), d);
+  int64_t shape[1] = {OPS_LEN};
+  shmap_block *x = shmap_block_alloc(ctx, SHMAP_I32, 1, shape);
+  if (!x)
+    return shmap_fail(ctx, "shmap_block_alloc: %s", shmap_errmsg());
+  int pairs[64][2];
+  if (n > 64)
+    return shmap_fail(ctx, "ops_body takes at most 64 members");
+  for (int k = 0; k < n; k++) {
+    pairs[k][0] = k;
+    pairs[k][1] = (k + 1) % n;
+  }
+  int bad = 0;
+  for (int k = 0; k < a->calls; k++) {
+    int32_t *xd = x->data;
+    for (int e = 0; e < OPS_LEN; e++)
+      xd[e] = iterm(d, e, k);
+    shmap_block *sc = NULL, *ga = NULL, *aa = NULL;
+    int rc = shmap_psum_scatter(ctx, x, a->axes, 0, 1, &sc);
+    if (!rc)
+      rc = shmap_all_gather(ctx, x, a->axes, 0, 1, &ga);
+    if (!rc)
+      rc = shmap_all_to_all(ctx, x, a->axes, 0, 0, 1, &aa);
+    if (!rc)
+      rc = shmap_ppermute(ctx, x, a->axes, n, (const int(*)[2])pairs);
+    if (rc)
+      return rc;
+    /* In place, the block may have taken another buffer. */
+    xd = x->data;
+    const int32_t *s = sc->data, *g = ga->data, *t = aa->data;
+    for (int e = 0; e < OPS_LEN * n && !bad; e++) {
+      int src = e / OPS_LEN, el = e % OPS_LEN;
+      if (g[e] != iterm(dev_of(a, src), el, k))
+        bad = fprintf(stderr, "[process %d] device %d, all_gather over %s, "
+                      "call %d, element %d: %d (want %d)\n", me, d, a->axes,
+                      k, e, g[e], iterm(dev_of(a, src), el, k));
+    }
+    for (int e = 0; e < c && !bad; e++) {
+      int64_t want = 0;
+      for (int q = 0; q < n; q++)
+        want += iterm(dev_of(a, q), r * c + e, k);
+      if (s[e] != (int32_t)want)
+        bad = fprintf(stderr, "[process %d] device %d, psum_scatter over %s, "
+                      "call %d, element %d: %d (want %d)\n", me, d, a->axes,
+                      k, e, s[e], (int32_t)want);
+    }
+    for (int e = 0; e < OPS_LEN && !bad; e++) {
+      int32_t want = iterm(dev_of(a, e / c), r * c + e % c, k);
+      if (t[e] != want)
+        bad = fprintf(stderr, "[process %d] device %d, all_to_all over %s, "
+                      "call %d, element %d: %d (want %d)\n", me, d, a->axes,
+                      k, e, t[e], want);
+    }
+    for (int e = 0; e < OPS_LEN && !bad; e++) {
+      int32_t want = iterm(dev_of(a, (r + n - 1) % n), e, k);
+      if (xd[e] != want)
+        bad = fprintf(stderr, "[process %d] device %d, ppermute over %s, "
+                      "call %d, element %d: %d (want %d)\n", me, d, a->axes,
+                      k, e, xd[e], want);
+    }
+    shmap_block_free(ctx, sc);
+    shmap_block_free(ctx, ga);
+    shmap_block_free(ctx, aa);
+  }
+  if (bad)
+    atomic_fetch_add(&dev_failures, 1);
+  return 0;
+}
+
+static void others(void)
+{
+  const char *const groups[] = {"x,y", "y,x"};
+  shmap_mesh *m = NULL;
+  if (expect_mesh(&m, "x=4,y=4"))
+    return;
+  for (int g = 0; g < 2; g++) {
+    sarg a = {groups[g], 1, 4, 4, OPS_LEN};
+    int64_t s0 = sent_of(m);
+    int rc = shmap_map(m, ops_body, &a, 0, NULL, NULL, 0, NULL, NULL);
+    int64_t s1 = sent_of(m);
+    a.calls = CALLS + 1;
+    if (rc == 0)
+      rc = shmap_map(m, ops_body, &a, 0, NULL, NULL, 0, NULL, NULL);
+    int64_t s2 = sent_of(m);
+    EXPECT(rc == 0, "four collectives over %s: shmap_map: %d %s", a.axes, rc,
+           shmap_errmsg());
+    EXPECT(atomic_load(&dev_failures) == 0,
+           "four collectives over %s: results differ from the reference",
+           a.axes);
+    atomic_store(&dev_failures, 0);
+    double per_call = (double)((s2 - s1) - (s1 - s0)) / (4.0 * CALLS);
+    if (me == 0)
+      printf("test_mpi_spread: %d processes, 16 devices over %s, %d B: "
+             "%.2f messages per collective per process\n",
+             R, a.axes, OPS_LEN * 4, per_call);
+    EXPECT(per_call <= 4.0 * R,
+           "four collectives over %s: %.2f messages per call per process, "
+           "more than %d",
+           a.axes, per_call, 4 * R);
+  }
+  shmap_mesh_destroy(m);
+}
+
+/* A mismatch across the two levels' bound: device `odd` sums 128 KiB,
+ * beyond the 64 KiB a member of 16 may bring to them, the others 32 KiB,
+ * within it.  The two paths' messages differ, yet every process must
+ * report the mismatch, naming the odd block, instead of hanging. */
+static int odd_dev;
+static int straddle_body(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  int64_t shape[1] = {shmap_ctx_device(ctx) == odd_dev ? 32768 : 8192};
+  shmap_block *f = shmap_block_alloc(ctx, SHMAP_F32, 1, shape);
+  if (!f)
+    return shmap_fail(ctx, "shmap_block_alloc: %s", shmap_errmsg());
+  memset(f->data, 0, sizeof(float) * (size_t)shape[0]);
+  return shmap_psum(ctx, f, "x,y");
+}
+
+static void straddle(void)
+{
+  shmap_mesh *m = NULL;
+  if (expect_mesh(&m, "x=4,y=4"))
+    return;
+  /* A member that is not its process's leader, and the last process's
+   * leader (devices are placed contiguously). */
+  const int odds[] = {1, 16 / R * (R - 1)};
+  for (int i = 0; i < 2; i++) {
+    odd_dev = odds[i];
+    int rc = shmap_map(m, straddle_body, NULL, 0, NULL, NULL, 0, NULL, NULL);
+    EXPECT(rc == SHMAP_EMISMATCH,
+           "128 KiB on device %d beside 32 KiB: shmap_map gave %d (%s), not "
+           "SHMAP_EMISMATCH",
+           odd_dev, rc, shmap_errmsg());
+    EXPECT(strstr(shmap_errmsg(), "f32[32768]") != NULL,
+           "128 KiB on device %d beside 32 KiB: the message does not name "
+           "the odd block: %s",
+           odd_dev, shmap_errmsg());
+  }
+  sarg a = {"x,y", 1, 4, 4, LEN};
+  int rc = shmap_map(m, body, &a, 0, NULL, NULL, 0, NULL, NULL);
+  EXPECT(rc == 0, "the map after the mismatches: %d %s", rc, shmap_errmsg());
   shmap_mesh_destroy(m);
 }
 
@@ -221,11 +386,16 @@ int main(void)
   R = shmap_process_count();
   me = shmap_process_rank();
   late_member();
-  const int sizes[] = {16, 64};
-  for (int s = 0; s < 2; s++) {
-    one(sizes[s], "x,y");
-    one(sizes[s], "y,x");
-  }
+  /* 256 B a member, and beyond the bound of one exchange (3 KiB over
+   * the other members together): the two levels serve both. */
+  const int sizes[] = {16, 64}, lens[][2] = {{LEN, 1024}, {LEN, 256}};
+  for (int s = 0; s < 2; s++)
+    for (int l = 0; l < 2; l++) {
+      one(sizes[s], "x,y", lens[s][l]);
+      one(sizes[s], "y,x", lens[s][l]);
+    }
+  others();
+  straddle();
   if (failures)
     fprintf(stderr, "[process %d of %d] %d failure%s\n", me, R, failures,
             failures == 1 ? "" : "s");
