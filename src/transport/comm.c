@@ -186,7 +186,7 @@ int shmap__comm_allreduce_small(shmap__coll *c, size_t count,
       bytes_in * (size_t)(c->n > 2 ? c->n - 1 : 1) > tp->small_max_bytes) {
     c->comm = ctx->comm;
     if (!tp->small_takes ||
-        !tp->small_takes(c, count * c->esize * (size_t)c->n))
+        !tp->small_takes(c, fold, count * c->esize * (size_t)c->n))
       return 1;
   }
   if (atomic_load(&ctx->rt->abort))

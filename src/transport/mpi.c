@@ -1909,17 +1909,22 @@ static int mpi_arrive(shmap__coll *c)
  *
  * Larger calls over a spread group.  Above the small bound a call would
  * take arrive, the pieces and depart, each member with every other: the
- * same n(n-1) messages.  Over 2x64 devices a psum of 4 KiB took 78-119
- * ms a call that way, 0.15 ms in two levels.  So the two levels take
- * larger calls too (mpi_small_takes), up to a bound: the leader alone
- * moves and folds every term, where the pieces' path spreads the work
- * over the members, which wins for large blocks in small groups (a psum
- * of 1 MiB over 2x4 devices: 1.2 ms by pieces, 3.0 in two levels; over
- * 2x16 the two are even).  A member's terms may be up to 4 KiB per member
- * of the group (32 KiB over 2x4, 256 KiB over 2x32), and all of them
- * together up to 16 MiB; beyond that, a leader's message of 16 MiB
- * took 20 times as long as one of 8.  The bound depends on the call and
- * the group alone, so every member of an equal call takes the same path.
+ * same n(n-1) messages.  Over 2x64 devices a psum of 4 KiB took 163 ms a
+ * call that way and 0.15 ms in two levels; 64 KiB, 281 and 4.8 ms; 256
+ * KiB, 330 and 22 ms.  So the two levels take larger calls too
+ * (mpi_small_takes), up to a bound.  There the leader alone moves and
+ * folds every term, where the pieces spread the work over the members
+ * and move only what each one reads, which wins for large blocks in
+ * small groups: a psum of 1 MiB over 2x4 devices took 1.2 ms by pieces
+ * and 3.0 in two levels, over 2x16 the two were even (15 and 14 ms).  A
+ * member's terms may be up to 4 KiB per member of the group (32 KiB over
+ * 2x4, 256 KiB over 2x32).  A ppermute's terms all travel in two levels,
+ * where the pieces send only the block each member reads: up to 64 bytes
+ * per member squared (4 KiB over 2x4, where 16 KiB took 37 us by pieces
+ * and 56 in two levels; 64 KiB over 2x16, 1 MiB over 2x64).  And all
+ * the terms together up to 64 MiB, so that a message's length stays an
+ * int.  The bound depends on the call and the group alone, so every
+ * member of an equal call takes the same path.
  */
 static void *scratch(shmap__coll *c, int which, size_t bytes);
 
@@ -2514,18 +2519,22 @@ static int member_call(shmap__coll *c, const hplan *h,
   return shmap__canceled(ctx, shmap__coll_opname(c));
 }
 
-/* Whether a call above the small bound takes the two levels anyway:
- * over a spread group, while each member's terms stay within
- * SPREAD_PER_MEMBER bytes per member of the group and all of them
- * within SPREAD_MAX_TERMS (see "Larger calls over a spread group").
- * Out of memory for the plan, the call takes this path and fails there
- * (mpi_allreduce_small), as every member of a spread group would. */
+/* Whether a call above the small bound takes the two levels anyway (see
+ * "Larger calls over a spread group"): over a spread group, while a
+ * member's terms stay within SPREAD_PER_MEMBER bytes per member of the
+ * group (a ppermute's, SPREAD_OWN bytes per member squared) and all of
+ * them within SPREAD_MAX_TERMS.  Out of memory for the plan, the call
+ * takes this path and fails there (mpi_allreduce_small), as every member
+ * of a spread group would. */
 #define SPREAD_PER_MEMBER 4096
-#define SPREAD_MAX_TERMS ((size_t)16 << 20)
-static bool mpi_small_takes(shmap__coll *c, size_t terms)
+#define SPREAD_OWN 64
+#define SPREAD_MAX_TERMS ((size_t)64 << 20)
+static bool mpi_small_takes(shmap__coll *c, const shmap__fold *fold,
+                            size_t terms)
 {
+  size_t n = (size_t)c->n, mine = terms / n;
   if (terms > SPREAD_MAX_TERMS ||
-      terms / (size_t)c->n > (size_t)c->n * SPREAD_PER_MEMBER)
+      mine > (fold->own ? n * n * SPREAD_OWN : n * SPREAD_PER_MEMBER))
     return false;
   hplan *h = hplan_of(c);
   return !h || h->spread;
