@@ -2219,7 +2219,6 @@ static bool lead_done(void *arg)
     return true;
   if ((w->polls++ & 15) != 0)
     return false;
-  poll_notices(c->ctx->rt, m);
   int st = local_state(c, w->h->lead, w->why, w->nwhy);
   if (st == H_READY || st == H_WAIT)
     return false; /* it is in the call, or behind: its outcome will come */
