@@ -60,6 +60,11 @@ static int op_half(int op)
 }
 
 #define MAXLIST 32
+/* The process sweep's sizes per device: 64 floats, which the transport's
+ * two levels take in one exchange, and 1024, above that exchange's bound
+ * in every group the sweep makes. */
+#define PSW_SIZES 2
+static const size_t psw_bytes[PSW_SIZES] = {256, 4096};
 #define NA NAN
 
 /* ---- options ------------------------------------------------------------ */
@@ -242,9 +247,9 @@ static void usage(FILE *f)
           "  --transport=LIST|none  layouts RxD (R processes of D devices) of\n"
           "                      libshmap over MPI beside raw MPI on R*D ranks\n"
           "                      (default 2x1,4x1,2x2,2x4 when MPI was found)\n"
-          "  --proc-sweep=LIST|none  device counts of a psum of 64 floats over "
-          "one\n"
-          "                      group spread over 2 and 4 processes, e.g.\n"
+          "  --proc-sweep=LIST|none  device counts of a psum of 64 and of 1024\n"
+          "                      floats over one group spread over 2 and 4\n"
+          "                      processes, e.g.\n"
           "                      64,128,256,512,1024 (default none)\n"
           "  --no-mpi, --no-omp  skip a comparison column (NA)\n"
           "  --quiet             no progress on stderr\n"
@@ -1479,14 +1484,15 @@ int main(int argc, char **argv)
     }
   }
 
-  /* A psum of 64 floats over one group spread over 2 and 4 processes:
+  /* A psum of 64 and of 1024 floats over one group spread over 2 and 4
+   * processes:
    * the median of three samples of calibrated length per case, so that
    * the cost per device can be read across the sweep.  A sample starts
    * after a barrier whose end reaches the devices over a round of their
    * workers (about 1 ms at 1024 devices), so the samples are long enough
    * for that not to count: at 5 ms, the psum over 1024 devices in 2
    * processes measured 480 us a call, at 50 ms 320. */
-  double psw[2][MAXLIST];
+  double psw[2][PSW_SIZES][MAXLIST];
   for (int ri = 0; ri < 2 && opt.npsweep; ri++) {
     int R = 2 << ri, reps = opt.reps;
     double target = opt.target_ms;
@@ -1494,11 +1500,16 @@ int main(int argc, char **argv)
     opt.target_ms = opt.quick ? 5 : 50;
     for (int e = 0; e < opt.npsweep; e++) {
       int P = opt.psweep[e];
-      mres one;
+      mres two[PSW_SIZES];
       progress("process sweep: psum over %d devices in %d processes", P, R);
-      int got = helper_run(R, P / R, (size_t[]){256}, 1, 1 << OP_PSUM, &one, 1,
-                           0);
-      psw[ri][e] = got ? one.us : NA;
+      int got = helper_run(R, P / R, psw_bytes, PSW_SIZES, 1 << OP_PSUM, two,
+                           PSW_SIZES, 0);
+      for (int b = 0; b < PSW_SIZES; b++) {
+        psw[ri][b][e] = NA;
+        for (int i = 0; i < got; i++)
+          if (two[i].bytes == psw_bytes[b])
+            psw[ri][b][e] = two[i].us;
+      }
     }
     opt.reps = reps;
     opt.target_ms = target;
@@ -1605,19 +1616,22 @@ int main(int argc, char **argv)
     free(ntr_t);
   }
   if (opt.npsweep) {
-    printf("# process sweep: psum of 64 floats over one group of P devices in "
-           "R processes; per_device_x = (shmap_us / P) over its value at the "
-           "first P (1: linear in P)\n");
+    printf("# process sweep: psum of 64 and of 1024 floats per device over "
+           "one group of P devices in R processes; per_device_x = (shmap_us "
+           "/ P) over its value at the first P for the same size (1: linear "
+           "in P)\n");
     for (int ri = 0; ri < 2; ri++)
-      for (int e = 0; e < opt.npsweep; e++) {
-        char x[32], y[32], z[32];
-        int P = opt.psweep[e];
-        double per = psw[ri][e] / P, per0 = psw[ri][0] / opt.psweep[0];
-        printf("op=psum procs=%d P=%d bytes=256 shmap_us=%s us_per_device=%s "
-               "per_device_x=%s\n",
-               2 << ri, P, fmt_us(psw[ri][e], x, sizeof x),
-               fmt_us(per, y, sizeof y), fmt_us(per / per0, z, sizeof z));
-      }
+      for (int b = 0; b < PSW_SIZES; b++)
+        for (int e = 0; e < opt.npsweep; e++) {
+          char x[32], y[32], z[32];
+          int P = opt.psweep[e];
+          double per = psw[ri][b][e] / P,
+                 per0 = psw[ri][b][0] / opt.psweep[0];
+          printf("op=psum procs=%d P=%d bytes=%zu shmap_us=%s "
+                 "us_per_device=%s per_device_x=%s\n",
+                 2 << ri, P, psw_bytes[b], fmt_us(psw[ri][b][e], x, sizeof x),
+                 fmt_us(per, y, sizeof y), fmt_us(per / per0, z, sizeof z));
+        }
   }
   cmatmul_print(stdout, cm, ncm, B);
   free(cm);
