@@ -184,6 +184,9 @@ int shmap__comm_allreduce_small(shmap__coll *c, size_t count,
     return 1;
   if (bytes_in > SHMAP__SMALL_BYTES &&
       bytes_in * (size_t)(c->n > 2 ? c->n - 1 : 1) > tp->small_max_bytes) {
+    /* The transport's answer may read the device's state of earlier
+     * calls, which its progress helper may still be making. */
+    run_started(ctx);
     c->comm = ctx->comm;
     if (!tp->small_takes ||
         !tp->small_takes(c, fold, count * c->esize * (size_t)c->n))

@@ -13,8 +13,10 @@
  * process holds a run of ranks) and over "y,x" (its ranks are strided:
  * every term travels), of 256 B a member and of more than one exchange
  * takes (4 KiB over 16, 1 KiB over 64); psum_scatter, all_gather,
- * all_to_all and ppermute of 4 KiB over 16; and a mismatch between a
- * member beyond the two levels' bound and members within it.  The
+ * all_to_all and ppermute of 4 KiB over 16; a started psum over the
+ * spread group beside a blocking one over a group within a process; and
+ * a mismatch between a member beyond the two levels' bound and members
+ * within it.  The
  * messages come from the engine's counters (mesh->place->pm->sent); a map
  * of CALLS more calls than another one isolates the calls' messages from
  * the map's own notices.
@@ -380,6 +382,69 @@ static void straddle(void)
   shmap_mesh_destroy(m);
 }
 
+/* A started psum over the spread group "x,y" and, while the device's
+ * progress helper carries it out, a blocking psum over "y" (within a
+ * process) of the same size, both above the bound of one exchange: the
+ * blocking call must not touch what the started one uses (its plan of
+ * the group), and both sums are exact, call after call. */
+#define OVER_CALLS 40
+static int overlap_body(shmap_ctx *ctx, void *arg)
+{
+  (void)arg;
+  int d = shmap_ctx_device(ctx), x = d / 4;
+  int64_t shape[1] = {OPS_LEN};
+  shmap_block *a = shmap_block_alloc(ctx, SHMAP_I32, 1, shape);
+  shmap_block *b = shmap_block_alloc(ctx, SHMAP_I32, 1, shape);
+  if (!a || !b)
+    return shmap_fail(ctx, "shmap_block_alloc: %s", shmap_errmsg());
+  int bad = 0;
+  for (int k = 0; k < OVER_CALLS && !bad; k++) {
+    int32_t *ad = a->data, *bd = b->data;
+    for (int e = 0; e < OPS_LEN; e++) {
+      ad[e] = iterm(d, e, k);
+      bd[e] = iterm(d, e, k + 1000);
+    }
+    shmap_request *req = NULL;
+    int rc = shmap_psum_start(ctx, a, "x,y", &req);
+    if (!rc)
+      rc = shmap_psum(ctx, b, "y");
+    int rw = req ? shmap_wait(ctx, &req) : 0;
+    if (rc || rw)
+      return rc ? rc : rw;
+    ad = a->data;
+    bd = b->data;
+    for (int e = 0; e < OPS_LEN && !bad; e++) {
+      int64_t wa = 0, wb = 0;
+      for (int q = 0; q < 16; q++)
+        wa += iterm(q, e, k);
+      for (int y = 0; y < 4; y++)
+        wb += iterm(x * 4 + y, e, k + 1000);
+      if (ad[e] != (int32_t)wa || bd[e] != (int32_t)wb)
+        bad = fprintf(stderr, "[process %d] device %d, call %d, element %d: "
+                      "psum over x,y %d (want %d), over y %d (want %d)\n",
+                      me, d, k, e, ad[e], (int32_t)wa, bd[e], (int32_t)wb);
+    }
+  }
+  if (bad)
+    atomic_fetch_add(&dev_failures, 1);
+  return 0;
+}
+
+static void overlapped(void)
+{
+  shmap_mesh *m = NULL;
+  if (expect_mesh(&m, "x=4,y=4"))
+    return;
+  int rc = shmap_map(m, overlap_body, NULL, 0, NULL, NULL, 0, NULL, NULL);
+  EXPECT(rc == 0, "a started psum beside a blocking one: shmap_map: %d %s",
+         rc, shmap_errmsg());
+  EXPECT(atomic_load(&dev_failures) == 0,
+         "a started psum beside a blocking one: results differ from the "
+         "reference");
+  atomic_store(&dev_failures, 0);
+  shmap_mesh_destroy(m);
+}
+
 int main(void)
 {
   alarm(240); /* run.sh bounds the run too */
@@ -395,6 +460,7 @@ int main(void)
       one(sizes[s], "y,x", lens[s][l]);
     }
   others();
+  overlapped();
   straddle();
   if (failures)
     fprintf(stderr, "[process %d of %d] %d failure%s\n", me, R, failures,
