@@ -189,7 +189,8 @@ int shmap__comm_allreduce_small(shmap__coll *c, size_t count,
     run_started(ctx);
     c->comm = ctx->comm;
     if (!tp->small_takes ||
-        !tp->small_takes(c, fold, count * c->esize * (size_t)c->n))
+        !tp->small_takes(c, fold, count * c->esize * (size_t)c->n,
+                         n < count))
       return 1;
   }
   if (atomic_load(&ctx->rt->abort))

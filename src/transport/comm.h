@@ -314,13 +314,14 @@ typedef struct shmap__transport {
   size_t small_max_bytes;
   /* Optional: whether allreduce_small takes c's call with `fold`
    * although it is above small_max_bytes, with `terms` bytes of terms
-   * over the members together: a transport whose other path for the
-   * group costs messages that grow with the square of its size.  Called
+   * over the members together (`part`: each member keeps a part of the
+   * result, as psum_scatter): a transport whose other path for the group
+   * costs messages that grow with the square of its size.  Called
    * before the call is entered, with c->comm set; every member of an
    * equal call must get the same answer (one of an unequal call learns
    * of the mismatch whichever path it takes). */
   bool (*small_takes)(shmap__coll *c, const shmap__fold *fold,
-                      size_t terms);
+                      size_t terms, bool part);
   int small_max_n;
   /* The largest group allreduce_small takes a fold with `own` set for (0:
    * none, such calls then take arrive and depart). */

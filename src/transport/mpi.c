@@ -1916,9 +1916,12 @@ static int mpi_arrive(shmap__coll *c)
  * folds every term, where the pieces spread the work over the members
  * and move only what each one reads, which wins for large blocks in
  * small groups: a psum of 1 MiB over 2x4 devices took 1.2 ms by pieces
- * and 3.0 in two levels, over 2x16 the two were even (15 and 14 ms).  A
- * member's terms may be up to 4 KiB per member of the group (32 KiB over
- * 2x4, 256 KiB over 2x32).  A ppermute's terms all travel in two levels,
+ * and 3.0 in two levels, over 2x16 the two were even (15 and 14 ms), and
+ * 256 KiB over 2x4 took 316-347 us by pieces, 226-243 in two levels.  A
+ * member's terms may be up to 32 KiB per member of the group (256 KiB
+ * over 2x4, 1 MiB over 2x16), and 16 KiB where each member keeps a part
+ * of the result (psum_scatter, all_to_all), whose pieces fold only that
+ * part.  A ppermute's terms all travel in two levels,
  * where the pieces send only the block each member reads: up to 64 bytes
  * per member squared (4 KiB over 2x4, where 16 KiB took 37 us by pieces
  * and 56 in two levels; 64 KiB over 2x16, 1 MiB over 2x64).  And all
@@ -2521,19 +2524,23 @@ static int member_call(shmap__coll *c, const hplan *h,
 /* Whether a call above the small bound takes the two levels anyway (see
  * "Larger calls over a spread group"): over a spread group, while a
  * member's terms stay within SPREAD_PER_MEMBER bytes per member of the
- * group (a ppermute's, SPREAD_OWN bytes per member squared) and all of
- * them within SPREAD_MAX_TERMS.  Out of memory for the plan, the call
- * takes this path and fails there (mpi_allreduce_small), as every member
- * of a spread group would. */
-#define SPREAD_PER_MEMBER 4096
+ * group (SPREAD_PART where each member keeps a part, a ppermute's
+ * SPREAD_OWN bytes per member squared) and all of them within
+ * SPREAD_MAX_TERMS.  Out of memory for the plan, the call takes this
+ * path and fails there (mpi_allreduce_small), as every member of a
+ * spread group would. */
+#define SPREAD_PER_MEMBER 32768
+#define SPREAD_PART 16384
 #define SPREAD_OWN 64
 #define SPREAD_MAX_TERMS ((size_t)64 << 20)
 static bool mpi_small_takes(shmap__coll *c, const shmap__fold *fold,
-                            size_t terms)
+                            size_t terms, bool part)
 {
   size_t n = (size_t)c->n, mine = terms / n;
-  if (terms > SPREAD_MAX_TERMS ||
-      mine > (fold->own ? n * n * SPREAD_OWN : n * SPREAD_PER_MEMBER))
+  size_t per = fold->own ? n * SPREAD_OWN
+               : part    ? SPREAD_PART
+                         : SPREAD_PER_MEMBER;
+  if (terms > SPREAD_MAX_TERMS || mine > n * per)
     return false;
   hplan *h = hplan_of(c);
   return !h || h->spread;

@@ -340,15 +340,15 @@ static void others(void)
   shmap_mesh_destroy(m);
 }
 
-/* A mismatch across the two levels' bound: device `odd` sums 128 KiB,
- * beyond the 64 KiB a member of 16 may bring to them, the others 32 KiB,
+/* A mismatch across the two levels' bound: device `odd` sums 1 MiB,
+ * beyond the 512 KiB a member of 16 may bring to them, the others 32 KiB,
  * within it.  The two paths' messages differ, yet every process must
  * report the mismatch, naming the odd block, instead of hanging. */
 static int odd_dev;
 static int straddle_body(shmap_ctx *ctx, void *arg)
 {
   (void)arg;
-  int64_t shape[1] = {shmap_ctx_device(ctx) == odd_dev ? 32768 : 8192};
+  int64_t shape[1] = {shmap_ctx_device(ctx) == odd_dev ? 262144 : 8192};
   shmap_block *f = shmap_block_alloc(ctx, SHMAP_F32, 1, shape);
   if (!f)
     return shmap_fail(ctx, "shmap_block_alloc: %s", shmap_errmsg());
@@ -368,11 +368,11 @@ static void straddle(void)
     odd_dev = odds[i];
     int rc = shmap_map(m, straddle_body, NULL, 0, NULL, NULL, 0, NULL, NULL);
     EXPECT(rc == SHMAP_EMISMATCH,
-           "128 KiB on device %d beside 32 KiB: shmap_map gave %d (%s), not "
+           "1 MiB on device %d beside 32 KiB: shmap_map gave %d (%s), not "
            "SHMAP_EMISMATCH",
            odd_dev, rc, shmap_errmsg());
-    EXPECT(strstr(shmap_errmsg(), "f32[32768]") != NULL,
-           "128 KiB on device %d beside 32 KiB: the message does not name "
+    EXPECT(strstr(shmap_errmsg(), "f32[262144]") != NULL,
+           "1 MiB on device %d beside 32 KiB: the message does not name "
            "the odd block: %s",
            odd_dev, shmap_errmsg());
   }
