@@ -405,9 +405,9 @@ int shmap__poll_until(shmap__runtime *rt, shmap__waiter *w, shmap__pred pred,
 
 /*
  * For a condition that local devices make true and wake the waiter for,
- * polled only for what other processes may say meanwhile (a spread
- * group's member waiting for its leader's outcome, which also watches
- * for notices): each nap doubles, up to POLL_NAP_WOKEN.  With 50 us naps,
+ * polled only as a safety net against a lost wake-up (a spread group's
+ * member waiting for its leader's outcome): each nap doubles, up to
+ * POLL_NAP_WOKEN.  With 50 us naps,
  * 63 member threads of a process each woke 20,000 times a second with
  * nothing to do, which took both cores: a psum over 2x64 device threads
  * took 40-60 ms a call, 0.74 ms with growing naps.

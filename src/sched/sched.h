@@ -538,8 +538,8 @@ void shmap__dev_yield(shmap__runtime *rt, shmap__dev *d);
 bool shmap__dev_poll(shmap__runtime *rt, shmap__dev *d, shmap__pred pred,
                      void *arg, _Atomic int *abort);
 /* The same where the devices that make the condition true wake d, and
- * polling only watches other processes meanwhile: a thread then polls
- * less and less often (shmap__poll_until_woken). */
+ * polling is only a safety net: a thread then polls less and less often
+ * (shmap__poll_until_woken). */
 bool shmap__dev_poll_woken(shmap__runtime *rt, shmap__dev *d,
                            shmap__pred pred, void *arg, _Atomic int *abort);
 /* Wake the members of a group of n, member(arg, i) being the device of
