@@ -1593,7 +1593,10 @@ int main(int argc, char **argv)
     printf("# transport: libshmap over R processes of D devices (bench/transport) "
            "beside raw MPI on R*D ranks, initialised with MPI_Init (mpi_us) "
            "and at MPI_THREAD_MULTIPLE as libshmap is (mpi_mt_us); "
-           "ratio = shmap_us / mpi_us, ratio_mt = shmap_us / mpi_mt_us\n");
+           "ratio = shmap_us / mpi_us, ratio_mt = shmap_us / mpi_mt_us; "
+           "sol_us: the speed of light of R*D devices on this machine "
+           "(a ppermute's result a block of its own), shmap_sol_x and "
+           "mpi_sol_x each time over it\n");
     for (int op = 0; op < NOPS; op++)
       for (int t = 0; t < opt.ntr && (TOPS & (1 << op)); t++)
         for (int k = 0; k < opt.nsizes && (opt.ops & (1 << op)); k++) {
@@ -1602,13 +1605,23 @@ int main(int argc, char **argv)
           double a = mpi_lookup(s, ntr_s[t], op, opt.sizes[k]);
           double b = mpi_lookup(m, ntr_m[t], op, opt.sizes[k]);
           double c = mpi_lookup(mt, ntr_t[t], op, opt.sizes[k]);
-          char x[32], y[32], z[32], u[32], v[32];
+          /* The processes share this machine: the bound of R*D devices,
+           * with a ppermute's result a block of its own (see sol.h). */
+          int P = opt.tr_r[t] * opt.tr_d[t];
+          sol_bound sb = sol_case(
+              &sol, strcmp(op_names[op], "ppermute") ? op_names[op]
+                                                     : "ppermute_new",
+              P, opt.sizes[k]);
+          char x[32], y[32], z[32], u[32], v[32], g[32], h[32], q[32];
           printf("op=%s transport=%dx%d P=%d bytes=%zu shmap_us=%s mpi_us=%s "
-                 "ratio=%s mpi_mt_us=%s ratio_mt=%s\n",
-                 op_names[op], opt.tr_r[t], opt.tr_d[t],
-                 opt.tr_r[t] * opt.tr_d[t], opt.sizes[k], fmt_us(a, x, sizeof x),
-                 fmt_us(b, y, sizeof y), fmt_us(a / b, z, sizeof z),
-                 fmt_us(c, u, sizeof u), fmt_us(a / c, v, sizeof v));
+                 "ratio=%s mpi_mt_us=%s ratio_mt=%s sol_us=%s "
+                 "shmap_sol_x=%s mpi_sol_x=%s\n",
+                 op_names[op], opt.tr_r[t], opt.tr_d[t], P, opt.sizes[k],
+                 fmt_us(a, x, sizeof x), fmt_us(b, y, sizeof y),
+                 fmt_us(a / b, z, sizeof z), fmt_us(c, u, sizeof u),
+                 fmt_us(a / c, v, sizeof v), fmt_us(sb.us, g, sizeof g),
+                 fmt_us(a / sb.us, h, sizeof h),
+                 fmt_us(b / sb.us, q, sizeof q));
         }
     free(tr);
     free(ntr_s);

@@ -317,14 +317,16 @@ static int log2_ceil(int P)
   return k;
 }
 
-/* The rates' index for a working set: the smallest measured size that
- * holds it, so that a case is credited with the fastest level it fits. */
+/* The rates' index for a working set: the largest measured size that it
+ * fills (the smallest below SOL_MIN), whose rates are at least the
+ * working set's own, so that the bound stays a lower bound between
+ * measured sizes (8 MiB is priced at 4 MiB's rates, not at 16 MiB's). */
 static int size_index(double ws)
 {
-  for (int i = 0; i < SOL_SIZES; i++)
-    if (ws <= (double)(SOL_MIN << (2 * i)))
+  for (int i = SOL_SIZES - 1; i > 0; i--)
+    if (ws >= (double)(SOL_MIN << (2 * i)))
       return i;
-  return SOL_SIZES - 1;
+  return 0;
 }
 
 sol_bound sol_case(const sol_machine *m, const char *op, int P, size_t n)
@@ -339,6 +341,10 @@ sol_bound sol_case(const sol_machine *m, const char *op, int P, size_t n)
   } else if (strcmp(op, "ppermute") == 0) {
     /* A block can change owners without being copied. */
     b.steps = 1, ws = 0;
+  } else if (strcmp(op, "ppermute_new") == 0) {
+    /* The result is a block of its own: every block copied once. */
+    b.steps = 1;
+    b.rbytes = pn, b.wbytes = pn, ws = 2 * pn;
   } else if (strcmp(op, "psum_scatter") == 0) {
     b.steps = lg;
     b.rbytes = pn, b.wbytes = N, ws = pn + N;

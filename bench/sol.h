@@ -38,7 +38,8 @@ double sol_line_now(const sol_machine *m);
  * empty map) over P devices of n bytes each.  Latency: line_us times the
  * dependent transfers; bandwidth: the bytes read and written over the
  * rates at the case's working set.  The bound is the larger.  Ops are
- * named as bench/run prints them. */
+ * named as bench/run prints them, and "ppermute_new" is a ppermute whose
+ * result is a block of its own (the transport table's). */
 typedef struct sol_bound {
   int steps;            /* dependent cache-line transfers */
   double rbytes, wbytes; /* bytes read and written, all devices */
