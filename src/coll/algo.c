@@ -50,6 +50,10 @@ int shmap__algo_allreduce(shmap__plan *p, shmap_block *x)
                       shmap__valid_nbytes(x), &rc) ||
       rc)
     return rc;
+  /* Or the transport's own route for the whole fold (between two
+   * processes: transport/mpi.c). */
+  if (shmap__comm_allreduce_whole(c, numel, &p->fold) != 1)
+    return shmap__comm_depart(c, shmap__valid_nbytes(x));
   size_t es = c->esize;
   size_t align = 64 / es;
   size_t chunk = (numel + (size_t)c->n - 1) / (size_t)c->n;

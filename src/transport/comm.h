@@ -266,6 +266,16 @@ typedef struct shmap__transport {
    * when that member's depart returns. */
   int (*allreduce)(shmap__coll *c, size_t off, size_t count,
                    const shmap__fold *fold);
+  /* Optional: the whole of an allreduce of count elements at once (every
+   * member's dst[0..count) gets the fold of every member's src), after
+   * arrive, where the transport has a route of its own for c's group
+   * that beats the algorithm's pieces.  1 when it declines, having moved
+   * nothing: every member of the group declines alike (the answer may
+   * depend on the agreed call and on where the members run, nothing
+   * else).  Otherwise 0 or an error code, as allreduce; the call then
+   * lists no other piece. */
+  int (*allreduce_whole)(shmap__coll *c, size_t count,
+                         const shmap__fold *fold);
   /* Two-sided transports only (both NULL for shm): this device's src box
    * `from` is a piece member `peer` takes (its get, or its term from this
    * device in reduce/allreduce); and box `to` of this device's dst is
@@ -468,6 +478,17 @@ static inline int shmap__comm_allreduce(shmap__coll *c, size_t off,
                                         size_t count, const shmap__fold *fold)
 {
   return shmap__comm_keep(c, c->comm->tp->allreduce(c, off, count, fold));
+}
+
+/* The transport's own route for a whole allreduce (see allreduce_whole):
+ * 1 when it has none for this call, else 0 or an error code (kept). */
+static inline int shmap__comm_allreduce_whole(shmap__coll *c, size_t count,
+                                              const shmap__fold *fold)
+{
+  if (!c->comm->tp->allreduce_whole)
+    return 1;
+  int rc = c->comm->tp->allreduce_whole(c, count, fold);
+  return rc == 1 ? 1 : shmap__comm_keep(c, rc);
 }
 
 static inline int shmap__comm_send(shmap__coll *c, int peer,

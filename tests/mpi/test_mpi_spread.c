@@ -445,6 +445,59 @@ static void overlapped(void)
   shmap_mesh_destroy(m);
 }
 
+/* Larger psums over "x,y" of 16 devices, above the two levels' bound
+ * (32 KiB a member, 512 KiB over 16): over 2 processes, whose ranks are two runs (0-7 in
+ * one, 8-15 in the other), they go as a chain (transport/mpi.c, "Larger
+ * reductions between two processes") and each process receives a call's
+ * bytes exactly once per psum; over 4 processes, and over "y,x" (every
+ * process's ranks strided), they take the pieces of every member.  The
+ * results are the serial fold bit for bit either way.  Over "x=2,y=3"
+ * each run has 3 members, 9 pieces.  CHAIN_LEN is not
+ * a multiple of the pieces' 16 floats, so the last piece is short. */
+#define CHAIN_LEN 140003
+static uint64_t remote_of(const shmap_mesh *m)
+{
+  shmap_stats st;
+  memset(&st, 0, sizeof st);
+  return shmap_mesh_stats(m, &st) == 0 ? st.bytes_remote : 0;
+}
+
+static void chain(const char *axes, const char *mesh)
+{
+  shmap_mesh *m = NULL;
+  if (expect_mesh(&m, mesh))
+    return;
+  int X = atoi(mesh + 2), Y = atoi(strchr(mesh, ',') + 3);
+  sarg a = {axes, 1, X, Y, CHAIN_LEN};
+  uint64_t r0 = remote_of(m);
+  int rc = shmap_map(m, body, &a, 0, NULL, NULL, 0, NULL, NULL);
+  uint64_t r1 = remote_of(m);
+  a.calls = 3;
+  if (rc == 0)
+    rc = shmap_map(m, body, &a, 0, NULL, NULL, 0, NULL, NULL);
+  uint64_t r2 = remote_of(m);
+  EXPECT(rc == 0, "%s over %s, %d elements: shmap_map: %d %s", mesh, axes,
+         CHAIN_LEN, rc, shmap_errmsg());
+  EXPECT(atomic_load(&dev_failures) == 0,
+         "%s over %s, %d elements: psum results differ from the serial "
+         "fold",
+         mesh, axes, CHAIN_LEN);
+  atomic_store(&dev_failures, 0);
+  /* Two psums (f32, i32) per call, two calls more in the second map. */
+  double per_psum = (double)((r2 - r1) - (r1 - r0)) / 4.0;
+  double bytes = 4.0 * CHAIN_LEN;
+  if (me == 0)
+    printf("test_mpi_spread: %d processes, %s over %s, %.0f B: %.0f bytes "
+           "received per psum per process\n",
+           R, mesh, axes, bytes, per_psum);
+  if (R == 2 && strcmp(axes, "x,y") == 0)
+    EXPECT(per_psum == bytes,
+           "%s over x,y, %.0f B a member: %.0f bytes received per psum per "
+           "process, want %.0f (the call's bytes once)",
+           mesh, bytes, per_psum, bytes);
+  shmap_mesh_destroy(m);
+}
+
 int main(void)
 {
   alarm(240); /* run.sh bounds the run too */
@@ -460,6 +513,10 @@ int main(void)
       one(sizes[s], "y,x", lens[s][l]);
     }
   others();
+  chain("x,y", "x=4,y=4");
+  chain("y,x", "x=4,y=4");
+  if (6 % R == 0) /* the processes share the devices equally */
+    chain("x,y", "x=2,y=3");
   overlapped();
   straddle();
   if (failures)
