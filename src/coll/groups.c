@@ -400,12 +400,12 @@ int shmap__algo_reduce_scatter_groups(shmap__plan *p, shmap_block *res)
 int shmap__reduce_groups(shmap_ctx *ctx, shmap_block *x, const char *axes,
                          const shmap_groups *groups, int kind)
 {
-  shmap__plan p;
-  int rc = shmap__plan_reduce_groups(ctx, x, axes, groups, kind, &p);
+  shmap__plan p, *pp = &p;
+  int rc = shmap__plan_reduce_groups(ctx, x, axes, groups, kind, &pp);
   if (rc)
     return rc;
-  return p.gmem ? shmap__algo_allreduce_groups(&p, x)
-                : shmap__algo_allreduce(&p, x);
+  return pp->gmem ? shmap__algo_allreduce_groups(pp, x)
+                  : shmap__algo_allreduce(pp, x);
 }
 
 SHMAP_EXTERN int shmap_psum_groups(shmap_ctx *ctx, shmap_block *x,

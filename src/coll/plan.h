@@ -64,10 +64,14 @@ int shmap__plan_ppermute(shmap_ctx *ctx, const shmap_block *x,
                          const char *axes, int npairs, const int pairs[][2],
                          shmap__plan *p);
 /* The same plans within axis_index_groups (NULL: the whole group), and
- * psum, pmax, pmin, pmean into a new block (result dtype: the table's). */
+ * psum, pmax, pmin, pmean into a new block (result dtype: the table's).
+ * shmap__plan_reduce_groups plans into *pp, or points *pp at the device's
+ * kept plan of an equal call (coll/plan.c, "Repeated calls"), which that
+ * call then uses in place: the device's next plan of the kind may
+ * replace it. */
 int shmap__plan_reduce_groups(shmap_ctx *ctx, shmap_block *x,
                               const char *axes, const shmap_groups *groups,
-                              int kind, shmap__plan *p);
+                              int kind, shmap__plan **pp);
 int shmap__plan_reduce_new_groups(shmap_ctx *ctx, const shmap_block *x,
                                   const char *axes,
                                   const shmap_groups *groups, int kind,
