@@ -638,8 +638,8 @@ int shmap__plan_reduce_groups(shmap_ctx *ctx, shmap_block *x,
   memo_key k = {.kind = kind};
   int rc;
   /* The kept plan serves the call in place: no copy of it to write and
-   * read again (at a thousand devices, ten of the 76 lines a device's
-   * psum misses in the last-level cache, and 240 instructions).  An
+   * read again (at a thousand devices, nine of the 76 lines a device's
+   * psum misses in the last-level cache, and 58 instructions).  An
    * in-place reduction changes none of its fields for good. */
   if (memo_take(ctx, M_REDUCE, x, axes, &k, pp, &rc))
     return rc;
