@@ -2883,10 +2883,9 @@ static int two_runs(shmap__coll *c)
 
 /* Post the transfer of count elements (type t) at buf between this
  * device and device d: a send tracked until depart, or a receive into
- * *req (*nreq counting them).  0 or an MPI error (message set). */
+ * *req.  0 or an MPI error (message set). */
 static int post_piece(shmap__coll *c, bool send, int d, void *buf,
-                      size_t count, MPI_Datatype t, MPI_Request *req,
-                      int *nreq)
+                      size_t count, MPI_Datatype t, MPI_Request *req)
 {
   shmap__mpimesh *m = c->comm->priv;
   int p = c->comm->mesh->place->owner[d], me = c->ctx->dev;
@@ -2903,7 +2902,6 @@ static int post_piece(shmap__coll *c, bool send, int d, void *buf,
   }
   if (!send) {
     *req = r;
-    ++*nreq;
     c->ctx->remote += count * c->esize;
     return 0;
   }
@@ -2963,7 +2961,7 @@ static int mpi_allreduce_whole(shmap__coll *c, size_t count,
         order[nord++] = i;
   }
   MPI_Datatype t;
-  int nreq = 0, rc = elem_type(es, &t);
+  int rc = elem_type(es, &t);
   if (rc)
     return data_fail(c, rc);
   if (first) {
@@ -2978,7 +2976,7 @@ static int mpi_allreduce_whole(shmap__coll *c, size_t count,
         srcs[i] = (const char *)SRC(i) + a * es;
       fold->fn(out, srcs, na, cnt, 0);
       rc = post_piece(c, true, shmap__comm_member(c, na + j), out, cnt, t,
-                      reqs, &nreq);
+                      NULL);
     }
     /* The results come into this device's dst, whose pieces (i, j) only
      * this device read, and from there into its process's members'. */
@@ -2988,8 +2986,7 @@ static int mpi_allreduce_whole(shmap__coll *c, size_t count,
       reqs[k] = MPI_REQUEST_NULL;
       if (cnt)
         rc = post_piece(c, false, shmap__comm_member(c, na + j),
-                        (char *)c->call.dst + a * es, cnt, t, &reqs[k],
-                        &nreq);
+                        (char *)c->call.dst + a * es, cnt, t, &reqs[k]);
     }
     for (int k = 0; rc == 0 && k < nord; k++) {
       int j = order[k];
@@ -3008,7 +3005,7 @@ static int mpi_allreduce_whole(shmap__coll *c, size_t count,
       reqs[k] = MPI_REQUEST_NULL;
       if (cnt)
         rc = post_piece(c, false, shmap__comm_member(c, i),
-                        stage + (a - lo) * es, cnt, t, &reqs[k], &nreq);
+                        stage + (a - lo) * es, cnt, t, &reqs[k]);
     }
     /* Each piece folded onto this process's terms as it comes, and its
      * result sent back at once. */
@@ -3022,7 +3019,7 @@ static int mpi_allreduce_whole(shmap__coll *c, size_t count,
         srcs[1 + b] = (const char *)SRC(b) + a * es;
       fold->fn(acc + (a - lo) * es, srcs, nb + 1, cnt, 0);
       rc = post_piece(c, true, shmap__comm_member(c, i), acc + (a - lo) * es,
-                      cnt, t, NULL, NULL);
+                      cnt, t, NULL);
     }
     for (int b = 0; rc == 0 && b < nb; b++)
       shmap__copy((char *)DST(b) + lo * es, acc, (hi - lo) * es);
