@@ -125,7 +125,7 @@ static int body(shmap_ctx *ctx, void *arg)
 }
 
 /* Messages this process sent on the mesh's communicator so far. */
-static int64_t sent_of(const shmap_mesh *m)
+static double sent_of(const shmap_mesh *m)
 {
   const shmap__place *pl = m->place;
   if (!pl || !pl->pm)
@@ -133,7 +133,37 @@ static int64_t sent_of(const shmap_mesh *m)
   int64_t s = 0;
   for (int p = 0; p < pl->nproc; p++)
     s += atomic_load(&pl->pm->sent[p]);
-  return s;
+  return (double)s;
+}
+
+/* Bytes this process received from others on the mesh so far. */
+static double remote_of(const shmap_mesh *m)
+{
+  shmap_stats st;
+  memset(&st, 0, sizeof st);
+  return shmap_mesh_stats(m, &st) == 0 ? (double)st.bytes_remote : 0;
+}
+
+/* Map body over m with a->calls calls, then with `more` calls more, and
+ * check both maps' results (`what` names the case); how much `counter`
+ * grew in the second map beyond the first, over the calls: what the
+ * calls cost apart from the map's own. */
+static double two_maps(shmap_mesh *m, sarg *a, int more,
+                       double (*counter)(const shmap_mesh *),
+                       const char *what)
+{
+  double c0 = counter(m);
+  int rc = shmap_map(m, body, a, 0, NULL, NULL, 0, NULL, NULL);
+  double c1 = counter(m);
+  a->calls += more;
+  if (rc == 0)
+    rc = shmap_map(m, body, a, 0, NULL, NULL, 0, NULL, NULL);
+  double c2 = counter(m);
+  EXPECT(rc == 0, "%s: shmap_map: %d %s", what, rc, shmap_errmsg());
+  EXPECT(atomic_load(&dev_failures) == 0,
+         "%s: psum results differ from the serial fold", what);
+  atomic_store(&dev_failures, 0);
+  return ((c2 - c1) - (c1 - c0)) / more;
 }
 
 static void one(int n, const char *axes, int len)
@@ -151,23 +181,11 @@ static void one(int n, const char *axes, int len)
     for (int k = 0; k < CALLS + 1 && !sensitive; k++)
       sensitive = fref(&a, n, e, k, false) != fref(&a, n, e, k, true);
   EXPECT(sensitive, "n=%d: the float sums do not depend on the order", n);
-  int64_t s0 = sent_of(m);
-  rc = shmap_map(m, body, &a, 0, NULL, NULL, 0, NULL, NULL);
-  int64_t s1 = sent_of(m);
-  a.calls = CALLS + 1;
-  if (rc == 0)
-    rc = shmap_map(m, body, &a, 0, NULL, NULL, 0, NULL, NULL);
-  int64_t s2 = sent_of(m);
-  EXPECT(rc == 0, "n=%d over %s, %d elements: shmap_map: %d %s", n, axes,
-         len, rc, shmap_errmsg());
-  EXPECT(atomic_load(&dev_failures) == 0,
-         "n=%d over %s, %d elements: psum results differ from the serial "
-         "fold",
-         n, axes, len);
-  atomic_store(&dev_failures, 0);
+  char what[96];
+  snprintf(what, sizeof what, "n=%d over %s, %d elements", n, axes, len);
   /* Two psums per call; questions about a late leader (one at a time,
    * less and less often) may add a few. */
-  double per_call = (double)((s2 - s1) - (s1 - s0)) / (2.0 * CALLS);
+  double per_call = two_maps(m, &a, CALLS, sent_of, what) / 2.0;
   double bound = 4.0 * R;
   if (me == 0)
     printf("test_mpi_spread: %d processes, %d devices over %s, %d B: %.2f "
@@ -446,21 +464,16 @@ static void overlapped(void)
 }
 
 /* Larger psums over "x,y" of 16 devices, above the two levels' bound
- * (32 KiB a member, 512 KiB over 16): over 2 processes, whose ranks are two runs (0-7 in
- * one, 8-15 in the other), they go as a chain (transport/mpi.c, "Larger
- * reductions between two processes") and each process receives a call's
- * bytes exactly once per psum; over 4 processes, and over "y,x" (every
- * process's ranks strided), they take the pieces of every member.  The
- * results are the serial fold bit for bit either way.  Over "x=2,y=3"
- * each run has 3 members, 9 pieces.  CHAIN_LEN is not
- * a multiple of the pieces' 16 floats, so the last piece is short. */
+ * (32 KiB a member, 512 KiB over 16): over 2 processes, whose ranks are
+ * two runs (0-7 in one, 8-15 in the other), they go as a chain
+ * (transport/mpi.c, "Larger reductions between two processes") and each
+ * process receives a call's bytes exactly once per psum; over 4
+ * processes, and over "y,x" (every process's ranks strided), they take
+ * the pieces of every member.  The results are the serial fold bit for
+ * bit either way.  Over "x=2,y=3" each run has 3 members, 9 pieces.
+ * CHAIN_LEN is not a multiple of the pieces' 16 floats, so the last
+ * piece is short. */
 #define CHAIN_LEN 140003
-static uint64_t remote_of(const shmap_mesh *m)
-{
-  shmap_stats st;
-  memset(&st, 0, sizeof st);
-  return shmap_mesh_stats(m, &st) == 0 ? st.bytes_remote : 0;
-}
 
 static void chain(const char *axes, const char *mesh)
 {
@@ -469,22 +482,11 @@ static void chain(const char *axes, const char *mesh)
     return;
   int X = atoi(mesh + 2), Y = atoi(strchr(mesh, ',') + 3);
   sarg a = {axes, 1, X, Y, CHAIN_LEN};
-  uint64_t r0 = remote_of(m);
-  int rc = shmap_map(m, body, &a, 0, NULL, NULL, 0, NULL, NULL);
-  uint64_t r1 = remote_of(m);
-  a.calls = 3;
-  if (rc == 0)
-    rc = shmap_map(m, body, &a, 0, NULL, NULL, 0, NULL, NULL);
-  uint64_t r2 = remote_of(m);
-  EXPECT(rc == 0, "%s over %s, %d elements: shmap_map: %d %s", mesh, axes,
-         CHAIN_LEN, rc, shmap_errmsg());
-  EXPECT(atomic_load(&dev_failures) == 0,
-         "%s over %s, %d elements: psum results differ from the serial "
-         "fold",
-         mesh, axes, CHAIN_LEN);
-  atomic_store(&dev_failures, 0);
-  /* Two psums (f32, i32) per call, two calls more in the second map. */
-  double per_psum = (double)((r2 - r1) - (r1 - r0)) / 4.0;
+  char what[96];
+  snprintf(what, sizeof what, "%s over %s, %d elements", mesh, axes,
+           CHAIN_LEN);
+  /* Two psums (f32, i32) per call. */
+  double per_psum = two_maps(m, &a, 2, remote_of, what) / 2.0;
   double bytes = 4.0 * CHAIN_LEN;
   if (me == 0)
     printf("test_mpi_spread: %d processes, %s over %s, %.0f B: %.0f bytes "
