@@ -16,7 +16,9 @@
  * all_to_all and ppermute of 4 KiB over 16; a started psum over the
  * spread group beside a blocking one over a group within a process; and
  * a mismatch between a member beyond the two levels' bound and members
- * within it.  The
+ * within it; and reductions above that bound (psums, psum_new, pmax),
+ * which over 2 processes go as a chain and receive each call's bytes
+ * once.  The
  * messages come from the engine's counters (mesh->place->pm->sent); a map
  * of CALLS more calls than another one isolates the calls' messages from
  * the map's own notices.
@@ -47,6 +49,7 @@ typedef struct sarg {
   int calls;
   int X, Y;         /* the mesh x=X,y=Y */
   int len;          /* elements per block */
+  bool more;        /* also psum_new of f32 and pmax of i32 (more_of) */
 } sarg;
 
 /* Rank r's device in the group of axes a->axes (the first axis major). */
@@ -80,6 +83,46 @@ static float fref(const sarg *a, int n, int e, int k, bool reversed)
   for (int i = 1; i < n; i++)
     acc += fterm(dev_of(a, reversed ? n - 1 - i : i), e, k);
   return acc;
+}
+
+/* psum_new of f, which must stay unchanged, and pmax of i (terms of
+ * call k + 500), each checked against the serial fold: 0, else 1 with a
+ * message, or an error code. */
+static int more_of(shmap_ctx *ctx, const sarg *a, shmap_block *f,
+                   shmap_block *i, int k)
+{
+  int d = shmap_ctx_device(ctx), n = a->X * a->Y;
+  float *fd = f->data;
+  int32_t *id = i->data;
+  for (int e = 0; e < a->len; e++) {
+    fd[e] = fterm(d, e, k);
+    id[e] = iterm(d, e, k + 500);
+  }
+  shmap_block *sum = NULL;
+  int rc = shmap_psum_new(ctx, f, a->axes, &sum);
+  if (!rc)
+    rc = shmap_pmax(ctx, i, a->axes);
+  if (rc)
+    return rc;
+  const float *sd = sum->data;
+  int bad = 0;
+  for (int e = 0; e < a->len && !bad; e++) {
+    float want = fref(a, n, e, k, false), own = fterm(d, e, k);
+    int32_t mx = iterm(dev_of(a, 0), e, k + 500);
+    for (int r = 1; r < n; r++)
+      if (iterm(dev_of(a, r), e, k + 500) > mx)
+        mx = iterm(dev_of(a, r), e, k + 500);
+    if (memcmp(&sd[e], &want, sizeof want) != 0 ||
+        memcmp(&fd[e], &own, sizeof own) != 0 || id[e] != mx)
+      bad = fprintf(stderr,
+                    "[process %d] device %d over %s, call %d, element %d: "
+                    "psum_new %.9g (want %.9g), its input %.9g (was %.9g), "
+                    "pmax %d (want %d)\n",
+                    me, d, a->axes, k, e, (double)sd[e], (double)want,
+                    (double)fd[e], (double)own, id[e], mx) > 0;
+  }
+  shmap_block_free(ctx, sum);
+  return bad;
 }
 
 static int body(shmap_ctx *ctx, void *arg)
@@ -118,6 +161,10 @@ static int body(shmap_ctx *ctx, void *arg)
                   (int32_t)iw);
       }
     }
+    int rc2 = a->more ? more_of(ctx, a, f, i, k) : 0;
+    if (rc2 < 0)
+      return rc2;
+    bad += rc2;
   }
   if (bad)
     atomic_fetch_add(&dev_failures, 1);
@@ -174,7 +221,7 @@ static void one(int n, const char *axes, int len)
   int rc = expect_mesh(&m, text);
   if (rc)
     return;
-  sarg a = {axes, 1, 4, n / 4, len};
+  sarg a = {axes, 1, 4, n / 4, len, false};
   /* The reference depends on the order: a fold in another order fails. */
   bool sensitive = false;
   for (int e = 0; e < len && !sensitive; e++)
@@ -237,7 +284,7 @@ static void late_member(void)
          "odd block: %s",
          shmap_errmsg());
   /* The mesh still works. */
-  sarg a = {"x,y", 1, 4, 4, LEN};
+  sarg a = {"x,y", 1, 4, 4, LEN, false};
   rc = shmap_map(m, body, &a, 0, NULL, NULL, 0, NULL, NULL);
   EXPECT(rc == 0, "the map after the mismatch: %d %s", rc, shmap_errmsg());
   shmap_mesh_destroy(m);
@@ -331,7 +378,7 @@ static void others(void)
   if (expect_mesh(&m, "x=4,y=4"))
     return;
   for (int g = 0; g < 2; g++) {
-    sarg a = {groups[g], 1, 4, 4, OPS_LEN};
+    sarg a = {groups[g], 1, 4, 4, OPS_LEN, false};
     int64_t s0 = sent_of(m);
     int rc = shmap_map(m, ops_body, &a, 0, NULL, NULL, 0, NULL, NULL);
     int64_t s1 = sent_of(m);
@@ -394,7 +441,7 @@ static void straddle(void)
            "the odd block: %s",
            odd_dev, shmap_errmsg());
   }
-  sarg a = {"x,y", 1, 4, 4, LEN};
+  sarg a = {"x,y", 1, 4, 4, LEN, false};
   int rc = shmap_map(m, body, &a, 0, NULL, NULL, 0, NULL, NULL);
   EXPECT(rc == 0, "the map after the mismatches: %d %s", rc, shmap_errmsg());
   shmap_mesh_destroy(m);
@@ -463,11 +510,12 @@ static void overlapped(void)
   shmap_mesh_destroy(m);
 }
 
-/* Larger psums over "x,y" of 16 devices, above the two levels' bound
- * (32 KiB a member, 512 KiB over 16): over 2 processes, whose ranks are
- * two runs (0-7 in one, 8-15 in the other), they go as a chain
- * (transport/mpi.c, "Larger reductions between two processes") and each
- * process receives a call's bytes exactly once per psum; over 4
+/* Larger reductions over "x,y" of 16 devices, above the two levels'
+ * bound (32 KiB a member, 512 KiB over 16): psums of f32 and i32 in
+ * place, a psum_new (its input unchanged) and a pmax.  Over 2 processes,
+ * whose ranks are two runs (0-7 in one, 8-15 in the other), they go as a
+ * chain (transport/mpi.c, "Larger reductions between two processes") and
+ * each process receives a call's bytes exactly once per reduction; over 4
  * processes, and over "y,x" (every process's ranks strided), they take
  * the pieces of every member.  The results are the serial fold bit for
  * bit either way.  Over "x=2,y=3" each run has 3 members, 9 pieces.
@@ -481,21 +529,21 @@ static void chain(const char *axes, const char *mesh)
   if (expect_mesh(&m, mesh))
     return;
   int X = atoi(mesh + 2), Y = atoi(strchr(mesh, ',') + 3);
-  sarg a = {axes, 1, X, Y, CHAIN_LEN};
+  sarg a = {axes, 1, X, Y, CHAIN_LEN, true};
   char what[96];
   snprintf(what, sizeof what, "%s over %s, %d elements", mesh, axes,
            CHAIN_LEN);
-  /* Two psums (f32, i32) per call. */
-  double per_psum = two_maps(m, &a, 2, remote_of, what) / 2.0;
+  /* Four reductions per call: psum of f32 and i32, psum_new, pmax. */
+  double per_psum = two_maps(m, &a, 2, remote_of, what) / 4.0;
   double bytes = 4.0 * CHAIN_LEN;
   if (me == 0)
     printf("test_mpi_spread: %d processes, %s over %s, %.0f B: %.0f bytes "
-           "received per psum per process\n",
+           "received per reduction per process\n",
            R, mesh, axes, bytes, per_psum);
   if (R == 2 && strcmp(axes, "x,y") == 0)
     EXPECT(per_psum == bytes,
-           "%s over x,y, %.0f B a member: %.0f bytes received per psum per "
-           "process, want %.0f (the call's bytes once)",
+           "%s over x,y, %.0f B a member: %.0f bytes received per "
+           "reduction per process, want %.0f (the call's bytes once)",
            mesh, bytes, per_psum, bytes);
   shmap_mesh_destroy(m);
 }
