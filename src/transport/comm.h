@@ -90,7 +90,9 @@
  * alone, lest one member give up while a peer waits for its data.
  * (depart_deferred moves the wait for a ppermute's one reader to the
  * owner's next use of its buffer; allreduce_small does a whole small
- * reduction with the same guarantees as arrive, allreduce and depart.)
+ * reduction with the same guarantees as arrive, allreduce and depart;
+ * allreduce_whole, between arrive and depart, moves all of one
+ * allreduce's data with the guarantees of its pieces.)
  * A transport that learns of a failure in another address space records
  * it here with shmap__fail(rt, failing device, code, message), so that
  * local waiters are released and the map reports that message; failed()
