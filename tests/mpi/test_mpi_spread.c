@@ -54,8 +54,9 @@ typedef struct sarg {
 } sarg;
 
 /* The first element device d checks, and the step: with `more`, every
- * 7th, each device from another offset, so that every piece a member
- * writes is checked on every device and the whole block on some. */
+ * 7th, from the offset -d mod 7, so that each device checks some of
+ * every piece (at least 16 elements) and, with 7 devices or more, some
+ * device checks each element. */
 static int first_checked(const sarg *a, int d)
 {
   return a->more ? (7 - d % 7) % 7 : 0;
