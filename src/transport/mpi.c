@@ -2845,8 +2845,8 @@ static int mpi_allreduce(shmap__coll *c, size_t off, size_t count,
  * member's terms to the members of the other process that fold a chunk,
  * and their results back: 2 na nb / n times the call's bytes each way (4
  * times over 2x4 devices, 8 over 2x8), in 4 na nb messages.  A psum of 1
- * MiB over 2x4 devices took 0.7-1.0 ms instead of 2.3-3.1, over 2x2 0.38
- * instead of 0.98.  Below the bound the two levels stay faster (64 KiB
+ * MiB over 2x4 devices took 0.67-1.45 ms instead of 1.12-3.09, over 2x2
+ * 0.38-0.45 instead of 0.45-1.05 (BENCHMARKS.md).  Below the bound the two levels stay faster (64 KiB
  * over 2x4: 64-69 us against 131-162 as a chain).
  *
  * The work is spread over every member: the call's elements are cut
