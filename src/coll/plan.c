@@ -238,13 +238,16 @@ static int reduce_new_checked(shmap_ctx *ctx, const shmap_block *x,
   return 0;
 }
 
+static void memo_copy(shmap__plan *p, const shmap__plan *m);
+
+/* A started psum's plan is the request's own: a copy of a kept one. */
 int shmap__plan_reduce(shmap_ctx *ctx, shmap_block *x, const char *axes,
                        int kind, shmap__plan *p)
 {
   shmap__plan *q = p;
   int rc = shmap__plan_reduce_groups(ctx, x, axes, NULL, kind, &q);
   if (rc == 0 && q != p)
-    *p = *q;
+    memo_copy(p, q);
   return rc;
 }
 
@@ -569,17 +572,9 @@ static bool memo_take(shmap_ctx *ctx, int which, const shmap_block *x,
   return true;
 }
 
-/* Plan from the kept plan when the call equals it: true with *rc the
- * context's check or 0 (*p filled), false when it must be planned. */
-static bool memo_try(shmap_ctx *ctx, int which, const shmap_block *x,
-                     const char *axes, const memo_key *k, shmap__plan *p,
-                     int *rc)
+/* A copy of kept plan m in p, as far as a call reads it. */
+static void memo_copy(shmap__plan *p, const shmap__plan *m)
 {
-  shmap__plan *m = NULL;
-  if (!memo_take(ctx, which, x, axes, k, &m, rc))
-    return false;
-  if (*rc)
-    return true;
   /* The call up to its message (formatted on demand), its lists of
    * pairs and group ranks as far as their counts say (as call_clear and
    * shmap__call_copy treat them), then the plan's own fields; the
@@ -594,6 +589,19 @@ static bool memo_try(shmap_ctx *ctx, int which, const shmap_block *x,
          offsetof(shmap__plan, c.op) - offsetof(shmap__plan, c.call.source));
   p->c.op[0] = '\0';
   memcpy(&p->x, &m->x, sizeof *p - offsetof(shmap__plan, x));
+}
+
+/* Plan from the kept plan when the call equals it: true with *rc the
+ * context's check or 0 (*p filled), false when it must be planned. */
+static bool memo_try(shmap_ctx *ctx, int which, const shmap_block *x,
+                     const char *axes, const memo_key *k, shmap__plan *p,
+                     int *rc)
+{
+  shmap__plan *m = NULL;
+  if (!memo_take(ctx, which, x, axes, k, &m, rc))
+    return false;
+  if (*rc == 0)
+    memo_copy(p, m);
   return true;
 }
 

@@ -1916,7 +1916,9 @@ static int mpi_arrive(shmap__coll *c)
  * folds every term, where the pieces spread the work over the members
  * and move only what each one reads, which wins for large blocks in
  * small groups: a psum of 1 MiB over 2x4 devices took 1.2 ms by pieces
- * and 3.0 in two levels, over 2x16 the two were even (15 and 14 ms), and
+ * and 3.0 in two levels (a group in two runs of two processes now takes
+ * the chain above the bound, "Larger reductions between two processes"),
+ * over 2x16 the two were even (15 and 14 ms), and
  * 256 KiB over 2x4 took 316-347 us by pieces, 226-243 in two levels.  A
  * member's terms may be up to 32 KiB per member of the group (256 KiB
  * over 2x4, 1 MiB over 2x16), and 16 KiB where each member keeps a part
@@ -2846,8 +2848,9 @@ static int mpi_allreduce(shmap__coll *c, size_t off, size_t count,
  * and their results back: 2 na nb / n times the call's bytes each way (4
  * times over 2x4 devices, 8 over 2x8), in 4 na nb messages.  A psum of 1
  * MiB over 2x4 devices took 0.67-1.45 ms instead of 1.12-3.09, over 2x2
- * 0.38-0.45 instead of 0.45-1.05 (BENCHMARKS.md).  Below the bound the two levels stay faster (64 KiB
- * over 2x4: 64-69 us against 131-162 as a chain).
+ * 0.38-0.45 instead of 0.45-1.05 (BENCHMARKS.md).  Below the bound the
+ * two levels stay faster (64 KiB over 2x4: 64-69 us against 131-162 as a
+ * chain).
  *
  * The work is spread over every member: the call's elements are cut
  * into na * nb pieces (64-byte aligned, the last ones possibly short or
